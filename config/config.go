@@ -1,0 +1,186 @@
+// Package config owns rolter.toml: its schema, the defaults compat.md
+// fixes, and validation whose errors name the file, the entry and the
+// field. Unknown keys are errors, so a typo never silently becomes a
+// default.
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rolter/rolter/strategies"
+)
+
+// Config is a parsed, defaulted rolter.toml.
+type Config struct {
+	Providers       []Provider      `toml:"providers"`
+	Routes          []Route         `toml:"routes"`
+	ProviderGroups  []ProviderGroup `toml:"provider_groups"`
+	AdaptiveRouting AdaptiveRouting `toml:"adaptive_routing"`
+	Retry           Retry           `toml:"retry"`
+	Breaker         Breaker         `toml:"breaker"`
+	Health          Health          `toml:"health"`
+	Timeouts        Timeouts        `toml:"timeouts"`
+	Limits          Limits          `toml:"limits"`
+	Keys            []Key           `toml:"keys"`
+}
+
+// Provider is one upstream OpenAI-compatible endpoint (a vLLM engine or an
+// API provider).
+type Provider struct {
+	Name            string  `toml:"name"`
+	APIBase         string  `toml:"api_base"`
+	APIKeyEnv       string  `toml:"api_key_env"`
+	PriceInPerMtok  float64 `toml:"price_in_per_mtok"`
+	PriceOutPerMtok float64 `toml:"price_out_per_mtok"`
+	// ReadOnly entries cannot be changed through the admin API.
+	ReadOnly bool `toml:"readonly"`
+}
+
+// Target is one member of a route: a provider and the model forwarded to it.
+type Target struct {
+	Provider string `toml:"provider" json:"provider"`
+	Model    string `toml:"model" json:"model"`
+	Weight   int    `toml:"weight" json:"weight"`
+}
+
+// Route maps a public model name to targets and a strategy.
+type Route struct {
+	Model    string   `toml:"model"`
+	Strategy string   `toml:"strategy"`
+	Targets  []Target `toml:"targets"`
+	// Discover selects targets by model from the mesh instead of listing
+	// them (engines whose sidecars announce Model).
+	Discover bool `toml:"discover"`
+	ReadOnly bool `toml:"readonly"`
+}
+
+// ProviderGroup is addressed as "slug/model": a pool of providers that all
+// serve whatever model the caller names (passthrough members, Model empty)
+// or a declared upstream model.
+type ProviderGroup struct {
+	Name     string   `toml:"name"`
+	Slug     string   `toml:"slug"`
+	Strategy string   `toml:"strategy"`
+	Members  []Target `toml:"members"`
+	ReadOnly bool     `toml:"readonly"`
+}
+
+// AdaptiveRouting is the [adaptive_routing] policy.
+type AdaptiveRouting struct {
+	Enabled          bool    `toml:"enabled"`
+	LatencyWeight    float64 `toml:"latency_weight"`
+	CostWeight       float64 `toml:"cost_weight"`
+	LoadWeight       float64 `toml:"load_weight"`
+	ExplorationRatio float64 `toml:"exploration_ratio"`
+	MinSamples       int     `toml:"min_samples"`
+}
+
+// Policy converts the section to the strategies' policy type.
+func (a AdaptiveRouting) Policy() strategies.AdaptivePolicy {
+	return strategies.AdaptivePolicy{
+		Enabled: a.Enabled, LatencyWeight: a.LatencyWeight, CostWeight: a.CostWeight,
+		LoadWeight: a.LoadWeight, ExplorationRatio: a.ExplorationRatio, MinSamples: a.MinSamples,
+	}
+}
+
+// Retry is the [retry] section: attempts beyond the first, full-jitter
+// backoff in [0, min(base·2^(n-1), max)], and the clamp applied to a 429's
+// Retry-After when parking a target.
+type Retry struct {
+	Attempts    int      `toml:"attempts"`
+	BackoffBase Duration `toml:"backoff_base"`
+	BackoffMax  Duration `toml:"backoff_max"`
+	ParkMin     Duration `toml:"park_min"`
+	ParkMax     Duration `toml:"park_max"`
+	// Budget caps retries as a fraction of recent first attempts so an
+	// outage of every target does not become a retry storm.
+	Budget float64 `toml:"budget"`
+}
+
+// Breaker is the [breaker] section.
+type Breaker struct {
+	Failures int      `toml:"failures"`
+	Open     Duration `toml:"open"`
+}
+
+// Health is the [health] section: active probes per provider.
+type Health struct {
+	Enabled   bool     `toml:"enabled"`
+	Interval  Duration `toml:"interval"`
+	Timeout   Duration `toml:"timeout"`
+	Path      string   `toml:"path"`
+	DownAfter int      `toml:"down_after"`
+	UpAfter   int      `toml:"up_after"`
+}
+
+// Timeouts is the [timeouts] section.
+type Timeouts struct {
+	Connect    Duration `toml:"connect"`
+	FirstByte  Duration `toml:"first_byte"`
+	Request    Duration `toml:"request"`
+	ReadHeader Duration `toml:"read_header"`
+	ReadBody   Duration `toml:"read_body"`
+	Idle       Duration `toml:"idle"`
+	Drain      Duration `toml:"drain"`
+}
+
+// Limits is the [limits] section.
+type Limits struct {
+	MaxBodyBytes   int64 `toml:"max_body_bytes"`
+	MaxHeaderBytes int   `toml:"max_header_bytes"`
+	// MaxStreamsPerKey caps concurrent streaming requests per API key
+	// (0: unlimited).
+	MaxStreamsPerKey int `toml:"max_streams_per_key"`
+	// AllowedSchemes limits provider api_base schemes (default http, https).
+	AllowedSchemes []string `toml:"allowed_schemes"`
+	// AllowedHosts, when set, limits provider api_base hosts.
+	AllowedHosts []string `toml:"allowed_hosts"`
+}
+
+// Key is a client API key. Only its SHA-256 is kept: give the hex digest
+// in sha256, or name an environment variable holding the secret in
+// secret_env (hashed at load, the secret then discarded).
+type Key struct {
+	Name      string   `toml:"name"`
+	SHA256    string   `toml:"sha256"`
+	SecretEnv string   `toml:"secret_env"`
+	Models    []string `toml:"models"`
+	ReadOnly  bool     `toml:"readonly"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("250ms").
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("not a duration (use e.g. \"500ms\", \"10s\"): %q", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Default returns the configuration used for everything rolter.toml leaves
+// unset (compat.md).
+func Default() Config {
+	p := strategies.DefaultAdaptivePolicy()
+	return Config{
+		AdaptiveRouting: AdaptiveRouting{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
+			LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: p.MinSamples},
+		Retry: Retry{Attempts: 2, BackoffBase: d(100 * time.Millisecond), BackoffMax: d(2 * time.Second),
+			ParkMin: d(5 * time.Second), ParkMax: d(300 * time.Second), Budget: 0.2},
+		Breaker: Breaker{Failures: 5, Open: d(30 * time.Second)},
+		Health: Health{Enabled: true, Interval: d(10 * time.Second), Timeout: d(2 * time.Second),
+			Path: "/v1/models", DownAfter: 3, UpAfter: 2},
+		Timeouts: Timeouts{Connect: d(5 * time.Second), FirstByte: d(120 * time.Second), Request: d(30 * time.Minute),
+			ReadHeader: d(10 * time.Second), ReadBody: d(60 * time.Second), Idle: d(120 * time.Second), Drain: d(30 * time.Second)},
+		Limits: Limits{MaxBodyBytes: 32 << 20, MaxHeaderBytes: 64 << 10, AllowedSchemes: []string{"http", "https"}},
+	}
+}
+
+func d(v time.Duration) Duration { return Duration{v} }

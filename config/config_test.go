@@ -1,0 +1,109 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+const good = `
+[[providers]]
+name = "vllm-a"
+api_base = "http://127.0.0.1:8000"
+price_in_per_mtok = 0.2
+
+[[providers]]
+name = "vllm-b"
+api_base = "http://127.0.0.1:8001"
+
+[[routes]]
+model = "llama"
+strategy = "round_robin"
+targets = [{provider = "vllm-a", model = "meta-llama/Llama-3.1-8B"}, {provider = "vllm-b", weight = 3}]
+
+[[provider_groups]]
+name = "fleet"
+slug = "fleet"
+members = [{provider = "vllm-a"}, {provider = "vllm-b"}]
+
+[[keys]]
+name = "team-a"
+secret_env = "TEAM_A_KEY"
+models = ["llama"]
+
+[retry]
+attempts = 1
+`
+
+func TestParseDefaultsAndNormalises(t *testing.T) {
+	c, err := Parse("rolter.toml", []byte(good), env(map[string]string{"TEAM_A_KEY": "sk-a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Routes[0]
+	if r.Targets[0].Model != "meta-llama/Llama-3.1-8B" || r.Targets[1].Model != "llama" {
+		t.Errorf("target models: %+v", r.Targets)
+	}
+	if r.Targets[0].Weight != 1 || r.Targets[1].Weight != 3 {
+		t.Errorf("weights: %+v", r.Targets)
+	}
+	if c.ProviderGroups[0].Strategy != "round_robin" {
+		t.Errorf("group strategy default: %q", c.ProviderGroups[0].Strategy)
+	}
+	if c.Retry.Attempts != 1 || c.Breaker.Failures != 5 || c.Health.DownAfter != 3 || c.Health.UpAfter != 2 {
+		t.Errorf("defaults not merged: %+v %+v %+v", c.Retry, c.Breaker, c.Health)
+	}
+	if c.Health.Interval.Duration != 10*time.Second || c.Limits.MaxBodyBytes != 32<<20 {
+		t.Errorf("defaults: %v %d", c.Health.Interval, c.Limits.MaxBodyBytes)
+	}
+	if len(c.Keys[0].SHA256) != 64 || strings.Contains(c.Keys[0].SHA256, "sk-a") {
+		t.Errorf("key must be stored hashed: %q", c.Keys[0].SHA256)
+	}
+	p := c.AdaptiveRouting
+	if p.Enabled || p.LatencyWeight != 1 || p.CostWeight != 0.5 || p.LoadWeight != 0.25 || p.ExplorationRatio != 0.05 || p.MinSamples != 50 {
+		t.Errorf("adaptive defaults: %+v", p)
+	}
+}
+
+func TestParseErrorsNameFileEntryAndField(t *testing.T) {
+	cases := []struct {
+		name, toml string
+		want       []string
+	}{
+		{"unknown key", "[retry]\nattempt = 3\n", []string{"rolter.toml", "retry.attempt", "unknown key"}},
+		{"unknown strategy", good + "\n[[routes]]\nmodel = \"x\"\nstrategy = \"fastest_ever\"\ntargets = [{provider = \"vllm-a\"}]\n",
+			[]string{`routes[1] (model "x")`, "strategy", `unknown strategy "fastest_ever"`}},
+		{"missing provider", "[[routes]]\nmodel = \"x\"\ntargets = [{provider = \"nope\"}]\n",
+			[]string{`routes[0] (model "x") targets[0]`, "provider", `no provider named "nope"`}},
+		{"bad scheme", "[[providers]]\nname = \"p\"\napi_base = \"file:///etc/passwd\"\n",
+			[]string{`providers[0] (name "p")`, "api_base", `scheme "file" not allowed`}},
+		{"all-zero blend", "[adaptive_routing]\nlatency_weight = 0.0\ncost_weight = 0.0\nload_weight = 0.0\n",
+			[]string{"adaptive_routing", "use enabled = false"}},
+		{"exploration", "[adaptive_routing]\nexploration_ratio = 0.6\n", []string{"exploration_ratio must be in [0, 0.5]"}},
+		{"bad duration", "[health]\ninterval = \"often\"\n", []string{"not a duration"}},
+		{"negative weight", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\", weight = -1}]\n",
+			[]string{"weight", "≥ 1"}},
+		{"unset key env", "[[keys]]\nname = \"k\"\nsecret_env = \"NOPE\"\n", []string{`keys[0] (name "k")`, "secret_env", "NOPE"}},
+		{"duplicate route", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n",
+			[]string{"duplicate route"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("rolter.toml", []byte(tc.toml), env(map[string]string{"TEAM_A_KEY": "x"}))
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}

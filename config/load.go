@@ -1,0 +1,329 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/rolter/rolter/strategies"
+)
+
+// FieldError is one validation failure, naming where it is.
+type FieldError struct {
+	File  string // base name of the config file ("" for API input)
+	Entry string // e.g. `routes[2] (model "llama")`; "" for a whole section
+	Field string // e.g. "strategy"
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File + ": ")
+	}
+	if e.Entry != "" {
+		b.WriteString(e.Entry + ": ")
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// ErrInvalid wraps every validation failure.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Load reads, defaults and validates the TOML file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(filepath.Base(path), data, os.Getenv)
+}
+
+// Parse decodes data (named file in errors), applies defaults and
+// validates. getenv resolves api_key_env and secret_env references.
+func Parse(file string, data []byte, getenv func(string) string) (*Config, error) {
+	cfg := Default()
+	md, err := toml.Decode(string(data), &cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, file, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		var errs []error
+		for _, k := range und {
+			errs = append(errs, &FieldError{File: file, Field: k.String(), Msg: "unknown key"})
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	if err := cfg.normalize(file, getenv); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// normalize fills per-entry defaults and validates the whole config.
+func (c *Config) normalize(file string, getenv func(string) string) error {
+	v := &validator{file: file}
+	providers := map[string]bool{}
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		entry := fmt.Sprintf("providers[%d] (name %q)", i, p.Name)
+		if p.Name == "" {
+			v.add(entry, "name", "required")
+		} else if providers[p.Name] {
+			v.add(entry, "name", "duplicate provider name")
+		}
+		providers[p.Name] = true
+		if err := c.Limits.CheckBaseURL(p.APIBase); err != nil {
+			v.add(entry, "api_base", err.Error())
+		}
+		for f, price := range map[string]float64{"price_in_per_mtok": p.PriceInPerMtok, "price_out_per_mtok": p.PriceOutPerMtok} {
+			if math.IsNaN(price) || math.IsInf(price, 0) || price < 0 {
+				v.add(entry, f, "must be a finite number ≥ 0")
+			}
+		}
+		if p.APIKeyEnv != "" && getenv(p.APIKeyEnv) == "" {
+			v.add(entry, "api_key_env", fmt.Sprintf("environment variable %s is empty or unset", p.APIKeyEnv))
+		}
+	}
+	models := map[string]bool{}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		entry := fmt.Sprintf("routes[%d] (model %q)", i, r.Model)
+		if r.Model == "" {
+			v.add(entry, "model", "required")
+		} else if models[r.Model] {
+			v.add(entry, "model", "duplicate route for this model")
+		}
+		models[r.Model] = true
+		if r.Strategy == "" {
+			r.Strategy = "round_robin"
+		}
+		v.strategy(entry, r.Strategy)
+		if len(r.Targets) == 0 && !r.Discover {
+			v.add(entry, "targets", "at least one target is required (or set discover = true)")
+		}
+		for j := range r.Targets {
+			t := &r.Targets[j]
+			if t.Model == "" {
+				t.Model = r.Model
+			}
+			v.target(fmt.Sprintf("%s targets[%d]", entry, j), t, providers)
+		}
+	}
+	slugs := map[string]bool{}
+	for i := range c.ProviderGroups {
+		g := &c.ProviderGroups[i]
+		entry := fmt.Sprintf("provider_groups[%d] (name %q)", i, g.Name)
+		if g.Name == "" {
+			v.add(entry, "name", "required")
+		}
+		switch {
+		case g.Slug == "":
+			v.add(entry, "slug", "required")
+		case strings.ContainsAny(g.Slug, "/ \t"):
+			v.add(entry, "slug", "must not contain '/' or spaces")
+		case slugs[g.Slug]:
+			v.add(entry, "slug", "duplicate slug")
+		case providers[g.Slug]:
+			v.add(entry, "slug", fmt.Sprintf("collides with provider %q: %q/model would be ambiguous", g.Slug, g.Slug))
+		}
+		slugs[g.Slug] = true
+		if g.Strategy == "" {
+			g.Strategy = "round_robin"
+		}
+		v.strategy(entry, g.Strategy)
+		if len(g.Members) == 0 {
+			v.add(entry, "members", "at least one member is required")
+		}
+		for j := range g.Members {
+			v.target(fmt.Sprintf("%s members[%d]", entry, j), &g.Members[j], providers)
+		}
+	}
+	if err := ValidatePolicy(c.AdaptiveRouting.Policy()); err != nil {
+		v.add("adaptive_routing", "", err.Error())
+	}
+	c.validateTuning(v)
+	keys := map[string]bool{}
+	for i := range c.Keys {
+		k := &c.Keys[i]
+		entry := fmt.Sprintf("keys[%d] (name %q)", i, k.Name)
+		if k.Name == "" {
+			v.add(entry, "name", "required")
+		} else if keys[k.Name] {
+			v.add(entry, "name", "duplicate key name")
+		}
+		keys[k.Name] = true
+		switch {
+		case k.SHA256 != "" && k.SecretEnv != "":
+			v.add(entry, "sha256", "set either sha256 or secret_env, not both")
+		case k.SecretEnv != "":
+			secret := getenv(k.SecretEnv)
+			if secret == "" {
+				v.add(entry, "secret_env", fmt.Sprintf("environment variable %s is empty or unset", k.SecretEnv))
+			} else {
+				sum := sha256.Sum256([]byte(secret))
+				k.SHA256 = hex.EncodeToString(sum[:])
+			}
+		case k.SHA256 == "":
+			v.add(entry, "sha256", "required (hex SHA-256 of the key) unless secret_env is set")
+		default:
+			if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
+				v.add(entry, "sha256", "must be 64 hex characters")
+			}
+			k.SHA256 = strings.ToLower(k.SHA256)
+		}
+	}
+	return v.err()
+}
+
+func (c *Config) validateTuning(v *validator) {
+	pos := func(sec, field string, d Duration) {
+		if d.Duration <= 0 {
+			v.add(sec, field, "must be a positive duration")
+		}
+	}
+	r := c.Retry
+	if r.Attempts < 0 || r.Attempts > 10 {
+		v.add("retry", "attempts", "must be in [0, 10]")
+	}
+	pos("retry", "backoff_base", r.BackoffBase)
+	pos("retry", "backoff_max", r.BackoffMax)
+	pos("retry", "park_min", r.ParkMin)
+	pos("retry", "park_max", r.ParkMax)
+	if r.ParkMin.Duration > r.ParkMax.Duration {
+		v.add("retry", "park_min", "must not exceed park_max")
+	}
+	if math.IsNaN(r.Budget) || r.Budget < 0 || r.Budget > 1 {
+		v.add("retry", "budget", "must be in [0, 1]")
+	}
+	if c.Breaker.Failures < 1 {
+		v.add("breaker", "failures", "must be ≥ 1")
+	}
+	pos("breaker", "open", c.Breaker.Open)
+	h := c.Health
+	pos("health", "interval", h.Interval)
+	pos("health", "timeout", h.Timeout)
+	if h.DownAfter < 1 {
+		v.add("health", "down_after", "must be ≥ 1")
+	}
+	if h.UpAfter < 1 {
+		v.add("health", "up_after", "must be ≥ 1")
+	}
+	if !strings.HasPrefix(h.Path, "/") {
+		v.add("health", "path", "must start with '/'")
+	}
+	t := c.Timeouts
+	for f, d := range map[string]Duration{"connect": t.Connect, "first_byte": t.FirstByte, "request": t.Request,
+		"read_header": t.ReadHeader, "read_body": t.ReadBody, "idle": t.Idle, "drain": t.Drain} {
+		pos("timeouts", f, d)
+	}
+	if c.Limits.MaxBodyBytes <= 0 {
+		v.add("limits", "max_body_bytes", "must be > 0")
+	}
+	if c.Limits.MaxHeaderBytes < 4096 {
+		v.add("limits", "max_header_bytes", "must be ≥ 4096")
+	}
+	if c.Limits.MaxStreamsPerKey < 0 {
+		v.add("limits", "max_streams_per_key", "must be ≥ 0")
+	}
+	if len(c.Limits.AllowedSchemes) == 0 {
+		v.add("limits", "allowed_schemes", "must name at least one scheme")
+	}
+}
+
+// CheckBaseURL validates a provider api_base against the allowed schemes
+// and hosts; the admin API uses it too, so no provider can point the router
+// at an arbitrary address.
+func (l Limits) CheckBaseURL(raw string) error {
+	if raw == "" {
+		return errors.New("required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a URL: %q", raw)
+	}
+	if !slices.Contains(l.AllowedSchemes, u.Scheme) {
+		return fmt.Errorf("scheme %q not allowed (allowed: %s)", u.Scheme, strings.Join(l.AllowedSchemes, ", "))
+	}
+	if u.Host == "" {
+		return fmt.Errorf("not an absolute URL: %q", raw)
+	}
+	if u.User != nil {
+		return errors.New("must not carry credentials; use api_key_env")
+	}
+	if len(l.AllowedHosts) > 0 && !slices.Contains(l.AllowedHosts, u.Hostname()) {
+		return fmt.Errorf("host %q not in [limits] allowed_hosts", u.Hostname())
+	}
+	return nil
+}
+
+// ValidatePolicy applies compat.md's rules for the adaptive routing policy.
+// They hold whether or not the policy is enabled.
+func ValidatePolicy(p strategies.AdaptivePolicy) error {
+	for _, w := range []struct {
+		name string
+		v    float64
+	}{{"latency_weight", p.LatencyWeight}, {"cost_weight", p.CostWeight}, {"load_weight", p.LoadWeight}} {
+		if math.IsNaN(w.v) || math.IsInf(w.v, 0) || w.v < 0 || w.v > 100 {
+			return fmt.Errorf("%s must be a finite number in [0, 100]", w.name)
+		}
+	}
+	if p.LatencyWeight == 0 && p.CostWeight == 0 && p.LoadWeight == 0 {
+		return errors.New("at least one of latency_weight, cost_weight, load_weight must be positive; use enabled = false to stop adaptive routing")
+	}
+	if math.IsNaN(p.ExplorationRatio) || p.ExplorationRatio < 0 || p.ExplorationRatio > 0.5 {
+		return errors.New("exploration_ratio must be in [0, 0.5]")
+	}
+	if p.MinSamples < 0 || p.MinSamples > 1_000_000 {
+		return errors.New("min_samples must be in [0, 1000000]")
+	}
+	return nil
+}
+
+type validator struct {
+	file string
+	errs []error
+}
+
+func (v *validator) add(entry, field, msg string) {
+	v.errs = append(v.errs, &FieldError{File: v.file, Entry: entry, Field: field, Msg: msg})
+}
+
+func (v *validator) strategy(entry, name string) {
+	if !strategies.Known(name) {
+		v.add(entry, "strategy", fmt.Sprintf("unknown strategy %q (known: %s)", name, strings.Join(strategies.Names(), ", ")))
+	}
+}
+
+func (v *validator) target(entry string, t *Target, providers map[string]bool) {
+	if t.Provider == "" {
+		v.add(entry, "provider", "required")
+	} else if !providers[t.Provider] {
+		v.add(entry, "provider", fmt.Sprintf("no provider named %q", t.Provider))
+	}
+	switch {
+	case t.Weight == 0:
+		t.Weight = 1
+	case t.Weight < 0:
+		v.add(entry, "weight", "must be an integer ≥ 1")
+	}
+}
+
+func (v *validator) err() error {
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(v.errs...))
+}

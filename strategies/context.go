@@ -1,0 +1,37 @@
+package strategies
+
+// MaxPromptBytes bounds RouteContext.Prompt: the router passes the
+// conversation's first 32 KiB of text, and the whole prompt's size and
+// identity in PromptLen and PromptDigest.
+const MaxPromptBytes = 32 << 10
+
+// RouteContext is what a strategy may know about the request being routed.
+// The router builds one per request; strategies read it and never retain it
+// (nor any slice in it) past the call.
+type RouteContext struct {
+	// Model is the public model name the caller addressed.
+	Model string
+	// SessionKey is the x-session-id header, empty when absent.
+	SessionKey string
+	// Prompt is the conversation's text bounded to MaxPromptBytes.
+	Prompt string
+	// PromptLen is the byte length of the whole conversation's text.
+	PromptLen int
+	// PromptDigest is a stable 64-bit digest of the whole conversation: its
+	// text plus the identity of its images, tool calls and tool results, or
+	// of the raw body when the router could not read one.
+	PromptDigest uint64
+	// PromptTokens estimates the prompt's token count (exact when TokenIDs
+	// is set); predicted_latency reads it.
+	PromptTokens int
+	// TokenIDs are the prompt's token ids when the caller supplied them
+	// (x-rolter-vllm-token-ids, or a completions prompt given as ids).
+	TokenIDs []uint32
+	// BlockKeys are the kvblock keys of TokenIDs' full blocks, computed once
+	// by the router for precise_cache_aware; nil without token ids.
+	BlockKeys []uint64
+	// Adapter is the LoRA adapter the request addresses: set only on
+	// passthrough provider-group routes, where the requested model differs
+	// from the route's own model.
+	Adapter string
+}

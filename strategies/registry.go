@@ -1,0 +1,122 @@
+package strategies
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// ErrUnknownStrategy is returned by Build for a name not in the registry.
+var ErrUnknownStrategy = errors.New("unknown strategy")
+
+// Target describes one entry of a route's target list as a strategy sees it.
+type Target struct {
+	// ID identifies the target across config snapshots (provider name and
+	// upstream model); the Tracker keys learned state by it.
+	ID string
+	// Provider is the provider's name.
+	Provider string
+	// UpstreamModel is the model name forwarded upstream.
+	UpstreamModel string
+	// Weight is the configured integer weight (≥ 1). Only the strategies
+	// for which UsesWeights is true read it.
+	Weight int
+	// CostInPerMtok and CostOutPerMtok are catalog prices per million tokens.
+	CostInPerMtok, CostOutPerMtok float64
+}
+
+// Rand is the randomness a strategy draws from. It is injected so tests
+// can script it; implementations must be safe for concurrent use.
+type Rand interface {
+	// IntN returns a uniform int in [0, n). n > 0.
+	IntN(n int) int
+	// Float64 returns a uniform float in [0, 1).
+	Float64() float64
+}
+
+// Clock is the time source a strategy reads (session TTLs, sample ages).
+type Clock interface{ Now() time.Time }
+
+// Spec is everything Build needs to construct one balancer for one pool of
+// targets. Zero-valued optional fields mean "not available": a strategy then
+// behaves neutrally on that signal.
+type Spec struct {
+	Targets []Target
+	Rand    Rand
+	Clock   Clock
+	// Stats holds the learned per-target state, index-aligned with Targets;
+	// Build fills it from Tracker when nil.
+	Stats   []*TargetStats
+	Tracker *Tracker
+	// External state sources, index-aligned with Targets (see external.go).
+	Residency Residency
+	Cache     CacheSignal
+	Adapters  AdapterResidency
+	// Policy is the deployment-wide adaptive routing policy; adaptive reads
+	// it on every pick so a policy change needs no rebuild.
+	Policy *PolicyHolder
+	// MaxLoRAs sizes lora_aware's per-target adapter LRU (vLLM --max-loras).
+	MaxLoRAs int
+}
+
+type factory func(Spec) (LoadBalancer, error)
+
+// registry is the explicit list of strategies; there is no init()-time
+// registration.
+var registry = map[string]factory{
+	"round_robin": newRoundRobin,
+}
+
+// weightReaders are the strategies that read Target.Weight.
+var weightReaders = map[string]bool{"weighted": true, "pipeline": true, "adaptive": true}
+
+// UsesWeights reports whether strategy name reads its targets' weights; for
+// every other strategy a configured weight is stored and never consulted.
+func UsesWeights(name string) bool { return weightReaders[name] }
+
+// Names lists the registered strategy names, sorted.
+func Names() []string {
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Known reports whether name is a registered strategy.
+func Known(name string) bool { _, ok := registry[name]; return ok }
+
+// Build constructs the balancer named name over spec.Targets. It is called
+// once per route and per provider group per config snapshot, never per
+// request.
+func Build(name string, spec Spec) (LoadBalancer, error) {
+	f, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownStrategy, name)
+	}
+	if len(spec.Targets) == 0 {
+		return nil, errors.New("strategies: a pool needs at least one target")
+	}
+	if spec.Clock == nil {
+		spec.Clock = systemClock{}
+	}
+	if spec.Rand == nil {
+		spec.Rand = NewRand(uint64(spec.Clock.Now().UnixNano()))
+	}
+	if spec.Tracker == nil {
+		spec.Tracker = NewTracker()
+	}
+	if spec.Stats == nil {
+		spec.Stats = make([]*TargetStats, len(spec.Targets))
+		for i, t := range spec.Targets {
+			spec.Stats[i] = spec.Tracker.Target(t.ID)
+		}
+	}
+	return f(spec)
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
