@@ -30,7 +30,6 @@ type nlms struct {
 	n  atomic.Uint64
 }
 
-
 func clampF(v, lo, hi float64) float64 {
 	if math.IsNaN(v) {
 		return lo

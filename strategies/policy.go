@@ -45,7 +45,9 @@ func (p AdaptivePolicy) Sanitized() AdaptivePolicy {
 
 // PolicyHolder publishes the current policy to every adaptive balancer; the
 // control plane stores a new value and the next pick reads it.
-type PolicyHolder struct{ p atomic.Pointer[AdaptivePolicy] }
+type PolicyHolder struct {
+	p atomic.Pointer[AdaptivePolicy]
+}
 
 // NewPolicyHolder returns a holder with p stored.
 func NewPolicyHolder(p AdaptivePolicy) *PolicyHolder {
