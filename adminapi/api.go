@@ -1,0 +1,282 @@
+// Package adminapi owns rolter's admin HTTP API (gorilla/mux, served on
+// every router's admin port): CRUD for providers, routes, provider groups,
+// API keys and admin tokens, the adaptive routing policy and telemetry
+// endpoints of compat.md, the audit log and the cluster view, plus
+// authentication (bearer admin tokens, SHA-256 hashed in the Raft state)
+// and role checks. Writes become cluster commands; the store forwards
+// them to the Raft leader and the FSM checks the role again when it
+// applies them, so a handler bug cannot escalate.
+//
+// Adaptive telemetry is soft state: each router keeps a Telemetry table
+// in memory. Every router's Pusher posts its sample to every router's
+// POST /internal/adaptive-telemetry (itself included), so GET
+// /api/v1/adaptive-routing-telemetry on any router answers from local
+// memory with every node's rows; a router that restarts refills within
+// one push interval (15 s).
+package adminapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/cluster/raftstore"
+	"github.com/rolter/rolter/config"
+)
+
+// Store is the replicated state the API reads and writes.
+type Store interface {
+	// State returns the current immutable state.
+	State() *cluster.State
+	// Apply commits a command through the leader (forwarding when
+	// needed); cluster.ErrNoLeader when none answers in time.
+	Apply(ctx context.Context, cmd *raftstore.Command) (*raftstore.Result, error)
+}
+
+// ClusterInfo is the local Raft view.
+type ClusterInfo interface {
+	Info() cluster.Info
+}
+
+// RouterInfo is one router as the gossip inventory knows it.
+type RouterInfo struct {
+	NodeID        string `json:"node_id"`
+	AdminAddr     string `json:"admin_addr,omitempty"`
+	Alive         bool   `json:"alive"`
+	ConfigVersion uint64 `json:"config_version"`
+}
+
+// Inventory lists the routers gossip knows (optional).
+type Inventory interface {
+	Routers() []RouterInfo
+}
+
+// Deps is what New needs.
+type Deps struct {
+	Store   Store
+	Cluster ClusterInfo
+	// Inventory merges gossip's router list into GET /api/v1/cluster
+	// (nil: Raft's view only).
+	Inventory Inventory
+	// Telemetry is this router's adaptive telemetry table (nil: New
+	// creates one; pass the same table to a Pusher's Local).
+	Telemetry *Telemetry
+	// InternalToken authenticates POST /internal/adaptive-telemetry.
+	InternalToken string
+	// Limits validates provider api_base (no SSRF).
+	Limits config.Limits
+	Logger *slog.Logger
+	// Now and Random are injectable for tests (defaults: time.Now and
+	// crypto/rand).
+	Now    func() time.Time
+	Random io.Reader
+}
+
+// API is the admin HTTP handler.
+type API struct {
+	d      Deps
+	router *mux.Router
+}
+
+// New returns the admin API handler.
+func New(d Deps) *API {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Random == nil {
+		d.Random = cryptoRand{}
+	}
+	if d.Telemetry == nil {
+		d.Telemetry = NewTelemetry(d.Now)
+	}
+	if len(d.Limits.AllowedSchemes) == 0 {
+		d.Limits = config.Default().Limits
+	}
+	a := &API{d: d, router: mux.NewRouter()}
+	a.routes()
+	return a
+}
+
+// ServeHTTP implements http.Handler.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
+
+// Telemetry returns the API's telemetry table.
+func (a *API) Telemetry() *Telemetry { return a.d.Telemetry }
+
+func (a *API) routes() {
+	r := a.router
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "not found", "invalid_request_error", "not_found")
+	})
+	v := r.PathPrefix("/api/v1").Subrouter()
+	v.Handle("/adaptive-routing-policy", a.auth(cluster.RoleSuperadmin, a.getPolicy)).Methods(http.MethodGet)
+	v.Handle("/adaptive-routing-policy", a.auth(cluster.RoleSuperadmin, a.putPolicy)).Methods(http.MethodPut)
+	v.Handle("/adaptive-routing-telemetry", a.auth(cluster.RoleSuperadmin, a.getTelemetry)).Methods(http.MethodGet)
+	v.Handle("/audit", a.auth(cluster.RoleAdmin, a.getAudit)).Methods(http.MethodGet)
+	v.Handle("/cluster", a.auth(cluster.RoleViewer, a.getCluster)).Methods(http.MethodGet)
+
+	v.Handle("/providers", a.auth(cluster.RoleViewer, a.listProviders)).Methods(http.MethodGet)
+	v.Handle("/providers", a.auth(cluster.RoleAdmin, a.createProvider)).Methods(http.MethodPost)
+	v.Handle("/providers/{name}", a.auth(cluster.RoleViewer, a.getProvider)).Methods(http.MethodGet)
+	v.Handle("/providers/{name}", a.auth(cluster.RoleAdmin, a.updateProvider)).Methods(http.MethodPut)
+	v.Handle("/providers/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_PROVIDER))).Methods(http.MethodDelete)
+
+	v.Handle("/routes", a.auth(cluster.RoleViewer, a.listRoutes)).Methods(http.MethodGet)
+	v.Handle("/routes", a.auth(cluster.RoleAdmin, a.createRoute)).Methods(http.MethodPost)
+	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleViewer, a.getRoute)).Methods(http.MethodGet)
+	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleAdmin, a.updateRoute)).Methods(http.MethodPut)
+	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_ROUTE))).Methods(http.MethodDelete)
+
+	v.Handle("/provider-groups", a.auth(cluster.RoleViewer, a.listGroups)).Methods(http.MethodGet)
+	v.Handle("/provider-groups", a.auth(cluster.RoleAdmin, a.createGroup)).Methods(http.MethodPost)
+	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleViewer, a.getGroup)).Methods(http.MethodGet)
+	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.updateGroup)).Methods(http.MethodPut)
+	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_GROUP))).Methods(http.MethodDelete)
+
+	v.Handle("/keys", a.auth(cluster.RoleViewer, a.listKeys)).Methods(http.MethodGet)
+	v.Handle("/keys", a.auth(cluster.RoleAdmin, a.createKey)).Methods(http.MethodPost)
+	v.Handle("/keys/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_KEY))).Methods(http.MethodDelete)
+
+	v.Handle("/admin-tokens", a.auth(cluster.RoleSuperadmin, a.listTokens)).Methods(http.MethodGet)
+	v.Handle("/admin-tokens", a.auth(cluster.RoleSuperadmin, a.createToken)).Methods(http.MethodPost)
+	v.Handle("/admin-tokens/{name}", a.auth(cluster.RoleSuperadmin, a.deleteByName(raftstore.Op_OP_DELETE_TOKEN))).Methods(http.MethodDelete)
+
+	r.Handle("/internal/adaptive-telemetry", http.HandlerFunc(a.postTelemetry)).Methods(http.MethodPost)
+}
+
+// principal is the authenticated caller.
+type principal struct {
+	name      string
+	tokenHash string
+	role      cluster.Role
+}
+
+type handler func(w http.ResponseWriter, r *http.Request, p principal)
+
+// auth authenticates the bearer admin token and requires role.
+func (a *API) auth(role cluster.Role, h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := bearer(r)
+		if !ok {
+			writeError(w, http.StatusUnauthorized, "missing bearer admin token", "authentication_error", "missing_token")
+			return
+		}
+		sum := cluster.HashToken(tok)
+		have, name := a.d.Store.State().TokenRole(sum)
+		if have == cluster.RoleNone {
+			writeError(w, http.StatusUnauthorized, "invalid admin token", "authentication_error", "invalid_token")
+			return
+		}
+		if have < role {
+			writeError(w, http.StatusForbidden, "this endpoint requires the "+role.String()+" role", "permission_error", "insufficient_role")
+			return
+		}
+		h(w, r, principal{name: name, tokenHash: sum, role: have})
+	})
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		tok, ok = strings.CutPrefix(h, "bearer ")
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, ok && tok != ""
+}
+
+func tokenEqual(a, b string) bool {
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+// apiError is the OpenAI error shape.
+type apiError struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    string `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg, typ, code string) {
+	var e apiError
+	e.Error.Message, e.Error.Type, e.Error.Code = msg, typ, code
+	writeJSON(w, status, e)
+}
+
+func badRequest(w http.ResponseWriter, msg string) {
+	writeError(w, http.StatusBadRequest, msg, "invalid_request_error", "invalid_value")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+const maxBody = 1 << 20
+
+// decode reads a JSON body into v, refusing unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		badRequest(w, "invalid JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// apply signs cmd as p, commits it and maps the outcome to HTTP. It
+// returns the result only on success (a response has been written
+// otherwise).
+func (a *API) apply(w http.ResponseWriter, r *http.Request, p principal, cmd *raftstore.Command) (*raftstore.Result, bool) {
+	cmd.Actor = p.name
+	cmd.ActorTokenSha256 = p.tokenHash
+	cmd.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	cmd.TimeUnixNano = a.d.Now().UnixNano()
+	res, err := a.d.Store.Apply(r.Context(), cmd)
+	switch {
+	case errors.Is(err, cluster.ErrNoLeader):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "no raft leader is reachable; retry shortly", "service_unavailable", "no_leader")
+		return nil, false
+	case err != nil:
+		a.d.Logger.Error("admin: write failed", "op", cmd.GetOp().String(), "err", err)
+		writeError(w, http.StatusInternalServerError, "write failed", "server_error", "internal_error")
+		return nil, false
+	}
+	status, typ := http.StatusOK, ""
+	switch res.GetCode() {
+	case raftstore.Code_CODE_OK:
+		return res, true
+	case raftstore.Code_CODE_FORBIDDEN:
+		status, typ = http.StatusForbidden, "permission_error"
+	case raftstore.Code_CODE_UNAUTHENTICATED:
+		status, typ = http.StatusUnauthorized, "authentication_error"
+	case raftstore.Code_CODE_NOT_FOUND:
+		status, typ = http.StatusNotFound, "invalid_request_error"
+	case raftstore.Code_CODE_CONFLICT, raftstore.Code_CODE_READONLY:
+		status, typ = http.StatusConflict, "invalid_request_error"
+	default:
+		status, typ = http.StatusBadRequest, "invalid_request_error"
+	}
+	code := strings.TrimPrefix(strings.ToLower(res.GetCode().String()), "code_")
+	writeError(w, status, res.GetMessage(), typ, code)
+	return nil, false
+}
+
+type cryptoRand struct{}
+
+func (cryptoRand) Read(p []byte) (int, error) { return randRead(p) }

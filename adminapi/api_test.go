@@ -1,0 +1,421 @@
+package adminapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/config"
+)
+
+const (
+	superToken    = "bootstrap-super-token"
+	internalToken = "node-to-node-token"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type mesh struct {
+	c     *cluster.InmemCluster
+	apis  []*API
+	clock *fakeClock
+}
+
+func newMesh(t *testing.T) *mesh {
+	t.Helper()
+	seed := config.Default()
+	seed.Providers = []config.Provider{{Name: "vllm-a", APIBase: "http://127.0.0.1:8000/v1", ReadOnly: true}}
+	seed.Routes = []config.Route{
+		{Model: "zeta", Strategy: "adaptive", Targets: []config.Target{{Provider: "vllm-a", Model: "zeta", Weight: 1}}},
+		{Model: "alpha", Strategy: "adaptive", Targets: []config.Target{{Provider: "vllm-a", Model: "alpha", Weight: 1}}},
+		{Model: "plain", Strategy: "round_robin", Targets: []config.Target{{Provider: "vllm-a", Model: "plain", Weight: 1}}},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cluster.NewInmemCluster(ctx, 3, cluster.StoreConfig{InternalToken: internalToken, SuperadminToken: superToken,
+		Seed: &seed, ForwardWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := &mesh{c: c, clock: &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}}
+	for i := range 3 {
+		eventually(t, 5*time.Second, "seeded", func() bool { return c.Node(i).State().Seeded })
+		m.apis = append(m.apis, New(Deps{Store: c.Node(i), Cluster: c.Node(i), InternalToken: internalToken, Now: m.clock.Now}))
+	}
+	return m
+}
+
+func (m *mesh) follower() int {
+	l := m.c.Leader()
+	return (l + 1) % 3
+}
+
+type resp struct {
+	code int
+	hdr  http.Header
+	body map[string]any
+	raw  string
+}
+
+func call(t *testing.T, h http.Handler, method, path, token, body string, hdr ...string) resp {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	out := resp{code: rec.Code, hdr: rec.Header(), raw: rec.Body.String()}
+	_ = json.Unmarshal(rec.Body.Bytes(), &out.body)
+	return out
+}
+
+func errMessage(r resp) string {
+	e, _ := r.body["error"].(map[string]any)
+	msg, _ := e["message"].(string)
+	return msg
+}
+
+const goodPolicy = `{"enabled":true,"latency_weight":2,"cost_weight":0.5,"load_weight":0.25,"exploration_ratio":0.1,"min_samples":20}`
+
+func TestPolicyValidationRulesAnswer400WithTheirMessage(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	weights := "at least one of latency_weight, cost_weight, load_weight must be positive; use enabled = false to stop adaptive routing"
+	tests := []struct{ name, body, msg string }{
+		{"latency above 100", `{"enabled":true,"latency_weight":100.5,"cost_weight":1,"load_weight":1,"exploration_ratio":0.1,"min_samples":1}`, "latency_weight must be a finite number in [0, 100]"},
+		{"cost negative", `{"enabled":true,"latency_weight":1,"cost_weight":-0.1,"load_weight":1,"exploration_ratio":0.1,"min_samples":1}`, "cost_weight must be a finite number in [0, 100]"},
+		{"load not finite", `{"enabled":true,"latency_weight":1,"cost_weight":1,"load_weight":1e999,"exploration_ratio":0.1,"min_samples":1}`, "load_weight must be a finite number in [0, 100]"},
+		{"all weights zero", `{"enabled":true,"latency_weight":0,"cost_weight":0,"load_weight":0,"exploration_ratio":0.1,"min_samples":1}`, weights},
+		{"exploration above 0.5", `{"enabled":true,"latency_weight":1,"cost_weight":1,"load_weight":1,"exploration_ratio":0.51,"min_samples":1}`, "exploration_ratio must be in [0, 0.5]"},
+		{"exploration negative", `{"enabled":true,"latency_weight":1,"cost_weight":1,"load_weight":1,"exploration_ratio":-0.01,"min_samples":1}`, "exploration_ratio must be in [0, 0.5]"},
+		{"min_samples above 1e6", `{"enabled":true,"latency_weight":1,"cost_weight":1,"load_weight":1,"exploration_ratio":0.1,"min_samples":1000001}`, "min_samples must be in [0, 1000000]"},
+		{"min_samples negative", `{"enabled":true,"latency_weight":1,"cost_weight":1,"load_weight":1,"exploration_ratio":0.1,"min_samples":-1}`, "min_samples must be in [0, 1000000]"},
+		{"rules hold when disabled", `{"enabled":false,"latency_weight":0,"cost_weight":0,"load_weight":0,"exploration_ratio":0.1,"min_samples":1}`, weights},
+		{"disabled with bad exploration", `{"enabled":false,"latency_weight":1,"cost_weight":1,"load_weight":1,"exploration_ratio":0.9,"min_samples":1}`, "exploration_ratio must be in [0, 0.5]"},
+		{"every field required", `{"enabled":true,"latency_weight":1,"cost_weight":1,"load_weight":1,"exploration_ratio":0.1}`, "min_samples is required"},
+	}
+	before := m.c.Node(0).State().ConfigVersion
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := call(t, api, http.MethodPut, "/api/v1/adaptive-routing-policy", superToken, tt.body)
+			if r.code != http.StatusBadRequest || errMessage(r) != tt.msg {
+				t.Fatalf("got %d %q, want 400 %q", r.code, errMessage(r), tt.msg)
+			}
+		})
+	}
+	if v := m.c.Node(0).State().ConfigVersion; v != before {
+		t.Errorf("rejected policies changed config_version %d → %d", before, v)
+	}
+}
+
+func TestPolicyPutOnFollowerReachesEveryRouterAndIsAudited(t *testing.T) {
+	m := newMesh(t)
+	f := m.follower()
+	r := call(t, m.apis[f], http.MethodGet, "/api/v1/adaptive-routing-policy", superToken, "")
+	want := map[string]any{"enabled": false, "latency_weight": 1.0, "cost_weight": 0.5, "load_weight": 0.25,
+		"exploration_ratio": 0.05, "min_samples": 50.0, "updated_at": nil}
+	for k, v := range want {
+		if r.body[k] != v {
+			t.Errorf("default %s = %v, want %v", k, r.body[k], v)
+		}
+	}
+	if got := fmt.Sprint(r.body["affected_routes"]); got != "[alpha zeta]" {
+		t.Errorf("affected_routes %s, want sorted adaptive routes [alpha zeta]", got)
+	}
+	before := m.c.Node(f).State().ConfigVersion
+	r = call(t, m.apis[f], http.MethodPut, "/api/v1/adaptive-routing-policy", superToken, goodPolicy)
+	if r.code != http.StatusOK || r.body["enabled"] != true || r.body["latency_weight"] != 2.0 || r.body["updated_at"] == nil {
+		t.Fatalf("PUT: %d %s", r.code, r.raw)
+	}
+	for i := range 3 {
+		eventually(t, 3*time.Second, "policy on router "+fmt.Sprint(i), func() bool {
+			g := call(t, m.apis[i], http.MethodGet, "/api/v1/adaptive-routing-policy", superToken, "")
+			return g.body["enabled"] == true && g.body["min_samples"] == 20.0
+		})
+		if v := m.c.Node(i).State().ConfigVersion; v != before+1 {
+			t.Errorf("router %d config_version %d, want %d", i, v, before+1)
+		}
+	}
+	a := call(t, m.apis[0], http.MethodGet, "/api/v1/audit?limit=1", superToken, "")
+	data, _ := a.body["data"].([]any)
+	if len(data) != 1 {
+		t.Fatalf("audit: %s", a.raw)
+	}
+	e := data[0].(map[string]any)
+	if e["action"] != "adaptive_routing_policy.update" || e["actor"] != "bootstrap" || e["outcome"] != "ok" || e["time"] == "" {
+		t.Errorf("audit entry %v", e)
+	}
+	if strings.Contains(a.raw, superToken) || strings.Contains(a.raw, cluster.HashToken(superToken)) {
+		t.Error("audit log leaks the admin token")
+	}
+}
+
+func createToken(t *testing.T, api http.Handler, name, role string) string {
+	t.Helper()
+	r := call(t, api, http.MethodPost, "/api/v1/admin-tokens", superToken, fmt.Sprintf(`{"name":%q,"role":%q}`, name, role))
+	if r.code != http.StatusCreated {
+		t.Fatalf("create token: %d %s", r.code, r.raw)
+	}
+	return r.body["secret"].(string)
+}
+
+func TestAdaptiveEndpointsAreSuperadminOnly(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	admin := createToken(t, api, "ops-admin", "admin")
+	viewer := createToken(t, api, "ops-viewer", "viewer")
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodGet, "/api/v1/adaptive-routing-policy", ""},
+		{http.MethodPut, "/api/v1/adaptive-routing-policy", goodPolicy},
+		{http.MethodGet, "/api/v1/adaptive-routing-telemetry", ""},
+	} {
+		for _, tok := range []struct{ name, secret string }{{"admin", admin}, {"viewer", viewer}} {
+			t.Run(tc.method+" "+tc.path+" as "+tok.name, func(t *testing.T) {
+				r := call(t, api, tc.method, tc.path, tok.secret, tc.body)
+				e, _ := r.body["error"].(map[string]any)
+				if r.code != http.StatusForbidden || e["type"] != "permission_error" || e["code"] == "" || e["message"] == "" {
+					t.Fatalf("got %d %s, want 403 in the OpenAI error shape", r.code, r.raw)
+				}
+			})
+		}
+		r := call(t, api, tc.method, tc.path, "", tc.body)
+		if r.code != http.StatusUnauthorized {
+			t.Errorf("%s %s without a token: %d", tc.method, tc.path, r.code)
+		}
+		if r := call(t, api, tc.method, tc.path, "wrong", tc.body); r.code != http.StatusUnauthorized {
+			t.Errorf("%s %s with an unknown token: %d", tc.method, tc.path, r.code)
+		}
+	}
+	// An admin manages providers but the viewer cannot.
+	body := `{"name":"p2","api_base":"http://127.0.0.1:9000/v1"}`
+	if r := call(t, api, http.MethodPost, "/api/v1/providers", viewer, body); r.code != http.StatusForbidden {
+		t.Errorf("viewer create provider: %d", r.code)
+	}
+	if r := call(t, api, http.MethodPost, "/api/v1/providers", admin, body); r.code != http.StatusCreated {
+		t.Errorf("admin create provider: %d %s", r.code, r.raw)
+	}
+}
+
+func report(n int, targets int) string {
+	var rep Report
+	for i := range n {
+		rs := RouteSample{Model: fmt.Sprintf("m%03d", i), Engaged: true, Observed: 60, Decisions: Decisions{Blend: 50, Exploration: 3, Fallback: 7}}
+		for j := range targets {
+			rs.Targets = append(rs.Targets, TargetSample{Target: fmt.Sprintf("t%d", j), Provider: "vllm-a", Score: 0.5})
+		}
+		rep.Routes = append(rep.Routes, rs)
+	}
+	b, _ := json.Marshal(rep)
+	return string(b)
+}
+
+func TestInternalTelemetry(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[0]
+	post := func(token, node, body string) resp {
+		return call(t, api, http.MethodPost, "/internal/adaptive-telemetry", token, body, NodeIDHeader, node)
+	}
+	view := func() []any {
+		r := call(t, api, http.MethodGet, "/api/v1/adaptive-routing-telemetry", superToken, "")
+		if r.body["fresh_window_secs"] != 60.0 {
+			t.Fatalf("fresh_window_secs: %s", r.raw)
+		}
+		routes, _ := r.body["routes"].([]any)
+		return routes
+	}
+	if r := post("bad", "r1", report(1, 1)); r.code != http.StatusUnauthorized {
+		t.Fatalf("bad internal token: %d", r.code)
+	}
+	if r := post(superToken, "r1", report(1, 1)); r.code != http.StatusUnauthorized {
+		t.Fatalf("an admin token is not the internal token: %d", r.code)
+	}
+	if r := post(internalToken, "", report(1, 1)); r.code != http.StatusBadRequest {
+		t.Fatalf("missing node id: %d", r.code)
+	}
+	if len(view()) != 0 {
+		t.Fatal("refused reports were stored")
+	}
+	if r := post(internalToken, "r1", report(600, 1)); r.code != http.StatusNoContent {
+		t.Fatalf("report: %d %s", r.code, r.raw)
+	}
+	routes := view()
+	if len(routes) != MaxReportRoutes {
+		t.Fatalf("%d routes kept, want cap %d", len(routes), MaxReportRoutes)
+	}
+	post(internalToken, "r1", report(1, 300))
+	routes = view()
+	nodes := routes[0].(map[string]any)["nodes"].([]any)
+	if n := nodes[0].(map[string]any); n["node_id"] != "r1" || len(n["targets"].([]any)) != MaxReportTargets {
+		t.Fatalf("node row %v targets %d", n["node_id"], len(n["targets"].([]any)))
+	}
+	// A second node's row for the same route; each report overwrites only
+	// its own node's rows.
+	post(internalToken, "r2", report(1, 1))
+	post(internalToken, "r1", report(1, 2))
+	routes = view()
+	if len(routes) != 1 || len(routes[0].(map[string]any)["nodes"].([]any)) != 2 {
+		t.Fatalf("after overwrite: %v", routes)
+	}
+	// Older than 60 s: hidden.
+	m.clock.Add(61 * time.Second)
+	post(internalToken, "r2", report(1, 1))
+	routes = view()
+	if nodes := routes[0].(map[string]any)["nodes"].([]any); len(nodes) != 1 || nodes[0].(map[string]any)["node_id"] != "r2" {
+		t.Fatalf("stale row served: %v", nodes)
+	}
+	// An empty report clears the node's rows.
+	post(internalToken, "r2", `{"routes":[]}`)
+	if len(view()) != 0 {
+		t.Fatal("empty report did not clear the node's rows")
+	}
+	// Rows older than an hour are pruned.
+	post(internalToken, "r3", report(1, 1))
+	m.clock.Add(PruneAfter + time.Second)
+	api.Telemetry().View()
+	api.Telemetry().mu.Lock()
+	left := len(api.Telemetry().rows)
+	api.Telemetry().mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d nodes left after the prune window", left)
+	}
+}
+
+func TestKeySecretShownOnce(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	r := call(t, api, http.MethodPost, "/api/v1/keys", superToken, `{"name":"team-a","models":["alpha"]}`, "Idempotency-Key", "k-1")
+	secret, _ := r.body["secret"].(string)
+	if r.code != http.StatusCreated || !strings.HasPrefix(secret, "sk-rolter-") {
+		t.Fatalf("create key: %d %s", r.code, r.raw)
+	}
+	st := m.c.Node(m.follower()).State()
+	if st.Keys["team-a"].SHA256 != cluster.HashToken(secret) {
+		t.Error("stored hash does not match the secret shown")
+	}
+	// The retry (same Idempotency-Key) applies once and shows no secret.
+	r = call(t, api, http.MethodPost, "/api/v1/keys", superToken, `{"name":"team-a","models":["alpha"]}`, "Idempotency-Key", "k-1")
+	if r.code != http.StatusOK || r.body["secret"] != nil {
+		t.Fatalf("retry: %d %s", r.code, r.raw)
+	}
+	list := call(t, api, http.MethodGet, "/api/v1/keys", superToken, "")
+	if strings.Contains(list.raw, secret) || strings.Contains(list.raw, cluster.HashToken(secret)) || strings.Contains(list.raw, "secret\"") {
+		t.Errorf("key listing leaks the secret: %s", list.raw)
+	}
+	if n := len(list.body["data"].([]any)); n != 1 {
+		t.Errorf("%d keys after a retried create, want 1", n)
+	}
+}
+
+func TestProviderCRUDValidatesAndAudits(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	auditLen := len(m.c.Node(m.follower()).State().Audit)
+	steps := []struct {
+		method, path, body string
+		code               int
+	}{
+		{http.MethodPost, "/api/v1/providers", `{"name":"evil","api_base":"file:///etc/passwd"}`, http.StatusBadRequest},
+		{http.MethodPost, "/api/v1/providers", `{"name":"evil","api_base":"http://user:pw@127.0.0.1/"}`, http.StatusBadRequest},
+		{http.MethodPost, "/api/v1/providers", `{"name":"p2","api_base":"http://127.0.0.1:9000/v1"}`, http.StatusCreated},
+		{http.MethodPost, "/api/v1/providers", `{"name":"p2","api_base":"http://127.0.0.1:9000/v1"}`, http.StatusConflict},
+		{http.MethodPut, "/api/v1/providers/p2", `{"api_base":"http://127.0.0.1:9001/v1"}`, http.StatusOK},
+		{http.MethodPut, "/api/v1/providers/vllm-a", `{"api_base":"http://127.0.0.1:9001/v1"}`, http.StatusConflict},
+		{http.MethodPost, "/api/v1/routes", `{"model":"org/m","strategy":"round_robin","targets":[{"provider":"p2"}]}`, http.StatusCreated},
+		{http.MethodDelete, "/api/v1/providers/p2", "", http.StatusConflict},
+		{http.MethodDelete, "/api/v1/routes/org/m", "", http.StatusNoContent},
+		{http.MethodDelete, "/api/v1/providers/p2", "", http.StatusNoContent},
+		{http.MethodGet, "/api/v1/providers/p2", "", http.StatusNotFound},
+	}
+	writes := 0
+	for i, s := range steps {
+		r := call(t, api, s.method, s.path, superToken, s.body)
+		if r.code != s.code {
+			t.Fatalf("step %d %s %s: %d %s, want %d", i, s.method, s.path, r.code, r.raw, s.code)
+		}
+		if s.method != http.MethodGet && s.code != http.StatusBadRequest {
+			writes++ // reached the FSM: audited whatever the outcome
+		}
+	}
+	if got := len(m.c.Node(m.follower()).State().Audit) - auditLen; got != writes {
+		t.Errorf("%d audit entries for %d writes", got, writes)
+	}
+}
+
+func TestWriteWithoutLeaderAnswers503(t *testing.T) {
+	m := newMesh(t)
+	f := m.follower()
+	for i := range 3 {
+		if i != f {
+			if err := m.c.Stop(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := call(t, m.apis[f], http.MethodPut, "/api/v1/adaptive-routing-policy", superToken, goodPolicy)
+	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" {
+		t.Fatalf("got %d (Retry-After %q), want 503 with Retry-After", r.code, r.hdr.Get("Retry-After"))
+	}
+}
+
+type fakeInventory []RouterInfo
+
+func (f fakeInventory) Routers() []RouterInfo { return f }
+
+func TestClusterViewNamesTheLeader(t *testing.T) {
+	m := newMesh(t)
+	f := m.follower()
+	api := New(Deps{Store: m.c.Node(f), Cluster: m.c.Node(f), InternalToken: internalToken,
+		Inventory: fakeInventory{{NodeID: "n1", Alive: true, ConfigVersion: 7}, {NodeID: "r9", Alive: false}}})
+	r := call(t, api, http.MethodGet, "/api/v1/cluster", superToken, "")
+	leader := m.c.Node(m.c.Leader()).NodeID()
+	if r.body["leader"] != leader {
+		t.Fatalf("leader %v, want %s", r.body["leader"], leader)
+	}
+	roles := map[string]string{}
+	for _, x := range r.body["routers"].([]any) {
+		rv := x.(map[string]any)
+		roles[rv["node_id"].(string)] = rv["raft_role"].(string)
+		if rv["node_id"] == m.c.Node(f).NodeID() && rv["config_version"] == nil {
+			t.Error("own config_version missing")
+		}
+	}
+	if roles[leader] != "leader" || roles[m.c.Node(f).NodeID()] != "follower" || roles["r9"] != "none" || len(roles) != 4 {
+		t.Errorf("roles %v", roles)
+	}
+}

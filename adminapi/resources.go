@@ -1,0 +1,417 @@
+package adminapi
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/cluster/raftstore"
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/strategies"
+)
+
+// JSON shapes of the CRUD resources.
+
+type providerJSON struct {
+	Name            string  `json:"name"`
+	APIBase         string  `json:"api_base"`
+	APIKeyEnv       string  `json:"api_key_env,omitempty"`
+	PriceInPerMtok  float64 `json:"price_in_per_mtok"`
+	PriceOutPerMtok float64 `json:"price_out_per_mtok"`
+	ReadOnly        bool    `json:"readonly"`
+}
+
+type targetJSON struct {
+	Provider string `json:"provider"`
+	Model    string `json:"model,omitempty"`
+	Weight   int    `json:"weight,omitempty"`
+}
+
+type routeJSON struct {
+	Model    string       `json:"model"`
+	Strategy string       `json:"strategy"`
+	Targets  []targetJSON `json:"targets"`
+	Discover bool         `json:"discover,omitempty"`
+	ReadOnly bool         `json:"readonly"`
+}
+
+type groupJSON struct {
+	Name     string       `json:"name"`
+	Slug     string       `json:"slug"`
+	Strategy string       `json:"strategy"`
+	Members  []targetJSON `json:"members"`
+	ReadOnly bool         `json:"readonly"`
+}
+
+type keyJSON struct {
+	Name      string    `json:"name"`
+	Models    []string  `json:"models"`
+	ReadOnly  bool      `json:"readonly"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	// Secret is set only in the response to the creating request.
+	Secret string `json:"secret,omitempty"`
+	Note   string `json:"note,omitempty"`
+}
+
+type tokenJSON struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	ReadOnly bool   `json:"readonly"`
+	Secret   string `json:"secret,omitempty"`
+	Note     string `json:"note,omitempty"`
+}
+
+func providerOut(p config.Provider) providerJSON {
+	return providerJSON{p.Name, p.APIBase, p.APIKeyEnv, p.PriceInPerMtok, p.PriceOutPerMtok, p.ReadOnly}
+}
+
+func targetsOut(ts []config.Target) []targetJSON {
+	out := make([]targetJSON, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, targetJSON(t))
+	}
+	return out
+}
+
+func targetsIn(ts []targetJSON, defModel string) []config.Target {
+	out := make([]config.Target, 0, len(ts))
+	for _, t := range ts {
+		if t.Model == "" {
+			t.Model = defModel
+		}
+		if t.Weight == 0 {
+			t.Weight = 1
+		}
+		out = append(out, config.Target(t))
+	}
+	return out
+}
+
+func routeOut(r config.Route) routeJSON {
+	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.ReadOnly}
+}
+
+func groupOut(g config.ProviderGroup) groupJSON {
+	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.ReadOnly}
+}
+
+func keyOut(k cluster.APIKey) keyJSON {
+	models := k.Models
+	if models == nil {
+		models = []string{}
+	}
+	return keyJSON{Name: k.Name, Models: models, ReadOnly: k.ReadOnly, CreatedAt: k.Created}
+}
+
+// ---- providers
+
+func (a *API) listProviders(w http.ResponseWriter, _ *http.Request, _ principal) {
+	out := []providerJSON{}
+	for _, p := range a.d.Store.State().ProviderList() {
+		out = append(out, providerOut(p))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+func (a *API) getProvider(w http.ResponseWriter, r *http.Request, _ principal) {
+	p, ok := a.d.Store.State().Providers[mux.Vars(r)["name"]]
+	if !ok {
+		writeError(w, http.StatusNotFound, "no such provider", "invalid_request_error", "not_found")
+		return
+	}
+	writeJSON(w, http.StatusOK, providerOut(p))
+}
+
+func (a *API) validProvider(w http.ResponseWriter, p providerJSON) bool {
+	if p.Name == "" {
+		badRequest(w, "name: required")
+		return false
+	}
+	if err := a.d.Limits.CheckBaseURL(p.APIBase); err != nil {
+		badRequest(w, "api_base: "+err.Error())
+		return false
+	}
+	for f, v := range map[string]float64{"price_in_per_mtok": p.PriceInPerMtok, "price_out_per_mtok": p.PriceOutPerMtok} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			badRequest(w, f+": must be a finite number ≥ 0")
+			return false
+		}
+	}
+	return true
+}
+
+func (a *API) createProvider(w http.ResponseWriter, r *http.Request, p principal) {
+	a.writeProvider(w, r, p, "", raftstore.Op_OP_CREATE_PROVIDER, http.StatusCreated)
+}
+
+func (a *API) updateProvider(w http.ResponseWriter, r *http.Request, p principal) {
+	a.writeProvider(w, r, p, mux.Vars(r)["name"], raftstore.Op_OP_UPDATE_PROVIDER, http.StatusOK)
+}
+
+func (a *API) writeProvider(w http.ResponseWriter, r *http.Request, p principal, name string, op raftstore.Op, status int) {
+	var in providerJSON
+	if !decode(w, r, &in) {
+		return
+	}
+	if name != "" {
+		if in.Name != "" && in.Name != name {
+			badRequest(w, "name: does not match the URL")
+			return
+		}
+		in.Name = name
+	}
+	if !a.validProvider(w, in) {
+		return
+	}
+	prov := config.Provider{Name: in.Name, APIBase: in.APIBase, APIKeyEnv: in.APIKeyEnv,
+		PriceInPerMtok: in.PriceInPerMtok, PriceOutPerMtok: in.PriceOutPerMtok}
+	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Provider{Provider: cluster.ProviderToPB(prov)}}
+	if _, ok := a.apply(w, r, p, cmd); ok {
+		writeJSON(w, status, providerOut(prov))
+	}
+}
+
+// ---- routes
+
+func (a *API) listRoutes(w http.ResponseWriter, _ *http.Request, _ principal) {
+	out := []routeJSON{}
+	for _, rt := range a.d.Store.State().RouteList() {
+		out = append(out, routeOut(rt))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+func (a *API) getRoute(w http.ResponseWriter, r *http.Request, _ principal) {
+	rt, ok := a.d.Store.State().Routes[mux.Vars(r)["name"]]
+	if !ok {
+		writeError(w, http.StatusNotFound, "no such route", "invalid_request_error", "not_found")
+		return
+	}
+	writeJSON(w, http.StatusOK, routeOut(rt))
+}
+
+func validStrategy(w http.ResponseWriter, name string) bool {
+	if !strategies.Known(name) {
+		badRequest(w, fmt.Sprintf("strategy: unknown strategy %q (known: %s)", name, strings.Join(strategies.Names(), ", ")))
+		return false
+	}
+	return true
+}
+
+func (a *API) createRoute(w http.ResponseWriter, r *http.Request, p principal) {
+	a.writeRoute(w, r, p, "", raftstore.Op_OP_CREATE_ROUTE, http.StatusCreated)
+}
+
+func (a *API) updateRoute(w http.ResponseWriter, r *http.Request, p principal) {
+	a.writeRoute(w, r, p, mux.Vars(r)["name"], raftstore.Op_OP_UPDATE_ROUTE, http.StatusOK)
+}
+
+func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, name string, op raftstore.Op, status int) {
+	var in routeJSON
+	if !decode(w, r, &in) {
+		return
+	}
+	if name != "" {
+		if in.Model != "" && in.Model != name {
+			badRequest(w, "model: does not match the URL")
+			return
+		}
+		in.Model = name
+	}
+	if in.Model == "" {
+		badRequest(w, "model: required")
+		return
+	}
+	if in.Strategy == "" {
+		in.Strategy = "round_robin"
+	}
+	if !validStrategy(w, in.Strategy) {
+		return
+	}
+	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targetsIn(in.Targets, in.Model), Discover: in.Discover}
+	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(rt)}}
+	if _, ok := a.apply(w, r, p, cmd); ok {
+		writeJSON(w, status, routeOut(rt))
+	}
+}
+
+// ---- provider groups
+
+func (a *API) listGroups(w http.ResponseWriter, _ *http.Request, _ principal) {
+	out := []groupJSON{}
+	for _, g := range a.d.Store.State().GroupList() {
+		out = append(out, groupOut(g))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+func (a *API) getGroup(w http.ResponseWriter, r *http.Request, _ principal) {
+	g, ok := a.d.Store.State().Groups[mux.Vars(r)["name"]]
+	if !ok {
+		writeError(w, http.StatusNotFound, "no such provider group", "invalid_request_error", "not_found")
+		return
+	}
+	writeJSON(w, http.StatusOK, groupOut(g))
+}
+
+func (a *API) createGroup(w http.ResponseWriter, r *http.Request, p principal) {
+	a.writeGroup(w, r, p, "", raftstore.Op_OP_CREATE_GROUP, http.StatusCreated)
+}
+
+func (a *API) updateGroup(w http.ResponseWriter, r *http.Request, p principal) {
+	a.writeGroup(w, r, p, mux.Vars(r)["name"], raftstore.Op_OP_UPDATE_GROUP, http.StatusOK)
+}
+
+func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, name string, op raftstore.Op, status int) {
+	var in groupJSON
+	if !decode(w, r, &in) {
+		return
+	}
+	if name != "" {
+		if in.Name != "" && in.Name != name {
+			badRequest(w, "name: does not match the URL")
+			return
+		}
+		in.Name = name
+	}
+	switch {
+	case in.Name == "":
+		badRequest(w, "name: required")
+		return
+	case in.Slug == "":
+		badRequest(w, "slug: required")
+		return
+	case strings.ContainsAny(in.Slug, "/ \t"):
+		badRequest(w, "slug: must not contain '/' or spaces")
+		return
+	}
+	if in.Strategy == "" {
+		in.Strategy = "round_robin"
+	}
+	if !validStrategy(w, in.Strategy) {
+		return
+	}
+	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: targetsIn(in.Members, "")}
+	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Group{Group: cluster.GroupToPB(g)}}
+	if _, ok := a.apply(w, r, p, cmd); ok {
+		writeJSON(w, status, groupOut(g))
+	}
+}
+
+// ---- keys and admin tokens
+
+func (a *API) listKeys(w http.ResponseWriter, _ *http.Request, _ principal) {
+	out := []keyJSON{}
+	for _, k := range a.d.Store.State().KeyList() {
+		out = append(out, keyOut(k))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+// newSecret returns a fresh random secret with prefix.
+func (a *API) newSecret(prefix string) (string, error) {
+	b := make([]byte, 32)
+	if _, err := io.ReadFull(a.d.Random, b); err != nil {
+		return "", err
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+const shownOnce = "the secret is shown only in the response that created it"
+
+func (a *API) createKey(w http.ResponseWriter, r *http.Request, p principal) {
+	var in struct {
+		Name   string   `json:"name"`
+		Models []string `json:"models"`
+	}
+	if !decode(w, r, &in) {
+		return
+	}
+	if in.Name == "" {
+		badRequest(w, "name: required")
+		return
+	}
+	secret, err := a.newSecret("sk-rolter-")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "cannot generate a key", "server_error", "internal_error")
+		return
+	}
+	k := cluster.APIKey{Name: in.Name, SHA256: cluster.HashToken(secret), Models: in.Models}
+	cmd := &raftstore.Command{Op: raftstore.Op_OP_CREATE_KEY, Payload: &raftstore.Command_Key{Key: cluster.KeyToPB(k)}}
+	res, ok := a.apply(w, r, p, cmd)
+	if !ok {
+		return
+	}
+	out := keyOut(a.d.Store.State().Keys[in.Name])
+	if res.GetReplayed() {
+		// A retried request: the original response carried the secret;
+		// the one generated now was never stored.
+		out.Note = shownOnce
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	out.Secret, out.Note = secret, shownOnce
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (a *API) listTokens(w http.ResponseWriter, _ *http.Request, _ principal) {
+	out := []tokenJSON{}
+	st := a.d.Store.State()
+	for _, t := range st.Tokens {
+		out = append(out, tokenJSON{Name: t.Name, Role: t.Role.String(), ReadOnly: t.ReadOnly})
+	}
+	sortBy(out, func(t tokenJSON) string { return t.Name })
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+func (a *API) createToken(w http.ResponseWriter, r *http.Request, p principal) {
+	var in struct {
+		Name string `json:"name"`
+		Role string `json:"role"`
+	}
+	if !decode(w, r, &in) {
+		return
+	}
+	role := cluster.ParseRole(in.Role)
+	if in.Name == "" || role == cluster.RoleNone {
+		badRequest(w, "name and role (viewer, admin or superadmin) are required")
+		return
+	}
+	secret, err := a.newSecret("rolter-admin-")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "cannot generate a token", "server_error", "internal_error")
+		return
+	}
+	t := cluster.AdminToken{Name: in.Name, SHA256: cluster.HashToken(secret), Role: role}
+	cmd := &raftstore.Command{Op: raftstore.Op_OP_CREATE_TOKEN, Payload: &raftstore.Command_Token{Token: cluster.TokenToPB(t)}}
+	res, ok := a.apply(w, r, p, cmd)
+	if !ok {
+		return
+	}
+	out := tokenJSON{Name: t.Name, Role: role.String(), Note: shownOnce}
+	if res.GetReplayed() {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	out.Secret = secret
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// deleteByName handles DELETE of any resource addressed by name.
+func (a *API) deleteByName(op raftstore.Op) handler {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
+		cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Name{Name: mux.Vars(r)["name"]}}
+		if _, ok := a.apply(w, r, p, cmd); ok {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}
+}
+
+func randRead(p []byte) (int, error) { return rand.Read(p) }

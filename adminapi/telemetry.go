@@ -1,0 +1,324 @@
+package adminapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rolter/rolter/strategies"
+)
+
+// Telemetry limits and windows (compat.md).
+const (
+	FreshWindow       = 60 * time.Second
+	PruneAfter        = time.Hour
+	PushInterval      = 15 * time.Second
+	MaxReportRoutes   = 500
+	MaxReportTargets  = 256
+	maxTelemetryBytes = 4 << 20
+)
+
+// TargetSample is one target's adaptive scores as a router reports them.
+type TargetSample struct {
+	Target          string  `json:"target"`
+	Provider        string  `json:"provider"`
+	UpstreamModel   string  `json:"upstream_model"`
+	Score           float64 `json:"score"`
+	LatencyScore    float64 `json:"latency_score"`
+	CostScore       float64 `json:"cost_score"`
+	LoadScore       float64 `json:"load_score"`
+	LatencyMs       float64 `json:"latency_ms"`
+	CostPerMtok     float64 `json:"cost_per_mtok"`
+	InFlight        int64   `json:"in_flight"`
+	Samples         int64   `json:"samples"`
+	LastSampleAgeMs int64   `json:"last_sample_age_ms"`
+}
+
+// Decisions is the split of picks between the adaptive modes.
+type Decisions struct {
+	Blend       int64 `json:"blend"`
+	Exploration int64 `json:"exploration"`
+	Fallback    int64 `json:"fallback"`
+}
+
+// RouteSample is one adaptive route's state on one router.
+type RouteSample struct {
+	Model     string                    `json:"model"`
+	Engaged   bool                      `json:"engaged"`
+	Observed  int64                     `json:"observed"`
+	Decisions Decisions                 `json:"decisions"`
+	Policy    strategies.AdaptivePolicy `json:"policy"`
+	Targets   []TargetSample            `json:"targets"`
+}
+
+// Report is the body of POST /internal/adaptive-telemetry: the current
+// state of every adaptive route on the reporting router (empty: it has
+// none any more).
+type Report struct {
+	Routes []RouteSample `json:"routes"`
+}
+
+// Telemetry is the in-memory table of the newest report per (node,
+// route). Safe for concurrent use.
+type Telemetry struct {
+	now func() time.Time
+	mu  sync.Mutex
+	// rows[node][model]
+	rows map[string]map[string]row
+}
+
+type row struct {
+	sample     RouteSample
+	reportedAt time.Time
+}
+
+// NewTelemetry returns an empty table reading time from now.
+func NewTelemetry(now func() time.Time) *Telemetry {
+	if now == nil {
+		now = time.Now
+	}
+	return &Telemetry{now: now, rows: map[string]map[string]row{}}
+}
+
+// Put replaces node's rows with rep (an empty report clears them),
+// applying the route and target caps.
+func (t *Telemetry) Put(node string, rep Report) {
+	now := t.now()
+	routes := rep.Routes
+	if len(routes) > MaxReportRoutes {
+		routes = routes[:MaxReportRoutes]
+	}
+	m := make(map[string]row, len(routes))
+	for _, r := range routes {
+		if len(r.Targets) > MaxReportTargets {
+			r.Targets = r.Targets[:MaxReportTargets]
+		}
+		m[r.Model] = row{sample: r, reportedAt: now}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(m) == 0 {
+		delete(t.rows, node)
+	} else {
+		t.rows[node] = m
+	}
+	t.pruneLocked(now)
+}
+
+func (t *Telemetry) pruneLocked(now time.Time) {
+	for node, m := range t.rows {
+		for model, r := range m {
+			if now.Sub(r.reportedAt) > PruneAfter {
+				delete(m, model)
+			}
+		}
+		if len(m) == 0 {
+			delete(t.rows, node)
+		}
+	}
+}
+
+// nodeView and routeView shape GET /api/v1/adaptive-routing-telemetry.
+type nodeView struct {
+	NodeID     string                    `json:"node_id"`
+	Engaged    bool                      `json:"engaged"`
+	Observed   int64                     `json:"observed"`
+	Decisions  Decisions                 `json:"decisions"`
+	Policy     strategies.AdaptivePolicy `json:"policy"`
+	ReportedAt time.Time                 `json:"reported_at"`
+	Targets    []TargetSample            `json:"targets"`
+}
+
+type routeView struct {
+	Model   string     `json:"model"`
+	Engaged bool       `json:"engaged"`
+	Nodes   []nodeView `json:"nodes"`
+}
+
+type telemetryView struct {
+	GeneratedAt     time.Time   `json:"generated_at"`
+	FreshWindowSecs int         `json:"fresh_window_secs"`
+	Routes          []routeView `json:"routes"`
+}
+
+// View returns the fresh rows grouped by route (sorted by model, then
+// node id); rows older than FreshWindow are left out.
+func (t *Telemetry) View() telemetryView {
+	now := t.now()
+	byModel := map[string]*routeView{}
+	t.mu.Lock()
+	t.pruneLocked(now)
+	for node, m := range t.rows {
+		for model, r := range m {
+			if now.Sub(r.reportedAt) > FreshWindow {
+				continue
+			}
+			rv := byModel[model]
+			if rv == nil {
+				rv = &routeView{Model: model}
+				byModel[model] = rv
+			}
+			targets := r.sample.Targets
+			if targets == nil {
+				targets = []TargetSample{}
+			}
+			rv.Engaged = rv.Engaged || r.sample.Engaged
+			rv.Nodes = append(rv.Nodes, nodeView{NodeID: node, Engaged: r.sample.Engaged, Observed: r.sample.Observed,
+				Decisions: r.sample.Decisions, Policy: r.sample.Policy, ReportedAt: r.reportedAt.UTC(), Targets: targets})
+		}
+	}
+	t.mu.Unlock()
+	out := telemetryView{GeneratedAt: now.UTC(), FreshWindowSecs: int(FreshWindow / time.Second), Routes: []routeView{}}
+	for _, rv := range byModel {
+		sort.Slice(rv.Nodes, func(i, j int) bool { return rv.Nodes[i].NodeID < rv.Nodes[j].NodeID })
+		out.Routes = append(out.Routes, *rv)
+	}
+	sort.Slice(out.Routes, func(i, j int) bool { return out.Routes[i].Model < out.Routes[j].Model })
+	return out
+}
+
+func (a *API) getTelemetry(w http.ResponseWriter, _ *http.Request, _ principal) {
+	writeJSON(w, http.StatusOK, a.d.Telemetry.View())
+}
+
+// NodeIDHeader names the reporting router on node-to-node calls.
+const NodeIDHeader = "x-rolter-node-id"
+
+func (a *API) postTelemetry(w http.ResponseWriter, r *http.Request) {
+	tok, ok := bearer(r)
+	if !ok || a.d.InternalToken == "" || !tokenEqual(tok, a.d.InternalToken) {
+		writeError(w, http.StatusUnauthorized, "invalid internal token", "authentication_error", "invalid_token")
+		return
+	}
+	node := r.Header.Get(NodeIDHeader)
+	if node == "" {
+		badRequest(w, NodeIDHeader+" is required: set ROLTER_NODE_ID on the reporting router")
+		return
+	}
+	var rep Report
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxTelemetryBytes))
+	if err := dec.Decode(&rep); err != nil {
+		badRequest(w, "invalid telemetry report: "+err.Error())
+		return
+	}
+	a.d.Telemetry.Put(node, rep)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// TelemetrySource yields this router's current adaptive sample: one entry
+// per route balanced adaptively (none: no adaptive route). Called from
+// the push loop, never on the request path.
+type TelemetrySource interface {
+	AdaptiveTelemetry() []RouteSample
+}
+
+// Endpoints lists the admin base URLs ("http://host:port") of the routers
+// to report to (from the gossip inventory).
+type Endpoints interface {
+	TelemetryEndpoints() []string
+}
+
+// Pusher reports this router's adaptive telemetry every PushInterval to
+// its own table and to every other router.
+type Pusher struct {
+	NodeID        string
+	InternalToken string
+	Source        TelemetrySource
+	// Local is this router's table (written directly); Peers the other
+	// routers (may be nil).
+	Local  *Telemetry
+	Peers  Endpoints
+	Client *http.Client
+	Logger *slog.Logger
+
+	hadRoutes bool
+}
+
+// ResolveNodeID returns ROLTER_NODE_ID, else the hostname; ok is false
+// (and a warning is logged) when neither resolves.
+func ResolveNodeID(getenv func(string) string, log *slog.Logger) (string, bool) {
+	if id := getenv("ROLTER_NODE_ID"); id != "" {
+		return id, true
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h, true
+	}
+	log.Warn("no node identity: set ROLTER_NODE_ID; adaptive-routing telemetry reports will be refused")
+	return "", false
+}
+
+// Run pushes until ctx ends.
+func (p *Pusher) Run(ctx context.Context) {
+	t := time.NewTicker(PushInterval)
+	defer t.Stop()
+	for {
+		p.PushOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// PushOnce takes one sample and reports it. A router with no adaptive
+// route sends nothing, except one empty report right after its last
+// adaptive route went away (clearing its rows everywhere).
+func (p *Pusher) PushOnce(ctx context.Context) {
+	log := p.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	routes := p.Source.AdaptiveTelemetry()
+	if len(routes) == 0 && !p.hadRoutes {
+		return
+	}
+	p.hadRoutes = len(routes) > 0
+	rep := Report{Routes: routes}
+	if p.Local != nil && p.NodeID != "" {
+		p.Local.Put(p.NodeID, rep)
+	}
+	if p.Peers == nil {
+		return
+	}
+	body, err := json.Marshal(rep)
+	if err != nil {
+		log.Error("adaptive-routing telemetry report failed", "err", err)
+		return
+	}
+	client := p.Client
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Second}
+	}
+	for _, base := range p.Peers.TelemetryEndpoints() {
+		if err := p.post(ctx, client, base, body); err != nil {
+			log.Warn("adaptive-routing telemetry report failed", "endpoint", base, "err", err)
+		}
+	}
+}
+
+func (p *Pusher) post(ctx context.Context, c *http.Client, base string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/internal/adaptive-telemetry", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+p.InternalToken)
+	req.Header.Set(NodeIDHeader, p.NodeID)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+package cluster
+
+import (
+	"slices"
+	"time"
+
+	iradix "github.com/hashicorp/go-immutable-radix"
+	"github.com/rolter/rolter/cluster/raftstore"
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/strategies"
+)
+
+// This file converts between the Go state types and their protobuf wire
+// form (raftstore). Each pair is a total, lossless mapping.
+
+func targetsToPB(ts []config.Target) []*raftstore.Target {
+	out := make([]*raftstore.Target, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, &raftstore.Target{Provider: t.Provider, Model: t.Model, Weight: int64(t.Weight)})
+	}
+	return out
+}
+
+func targetsFromPB(ts []*raftstore.Target) []config.Target {
+	out := make([]config.Target, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, config.Target{Provider: t.GetProvider(), Model: t.GetModel(), Weight: int(t.GetWeight())})
+	}
+	return out
+}
+
+// ProviderToPB converts a provider to its wire form.
+func ProviderToPB(p config.Provider) *raftstore.Provider {
+	return &raftstore.Provider{Name: p.Name, ApiBase: p.APIBase, ApiKeyEnv: p.APIKeyEnv,
+		PriceInPerMtok: p.PriceInPerMtok, PriceOutPerMtok: p.PriceOutPerMtok, Readonly: p.ReadOnly}
+}
+
+func providerFromPB(p *raftstore.Provider) config.Provider {
+	return config.Provider{Name: p.GetName(), APIBase: p.GetApiBase(), APIKeyEnv: p.GetApiKeyEnv(),
+		PriceInPerMtok: p.GetPriceInPerMtok(), PriceOutPerMtok: p.GetPriceOutPerMtok(), ReadOnly: p.GetReadonly()}
+}
+
+// RouteToPB converts a route to its wire form.
+func RouteToPB(r config.Route) *raftstore.Route {
+	return &raftstore.Route{Model: r.Model, Strategy: r.Strategy, Targets: targetsToPB(r.Targets),
+		Discover: r.Discover, Readonly: r.ReadOnly}
+}
+
+func routeFromPB(r *raftstore.Route) config.Route {
+	return config.Route{Model: r.GetModel(), Strategy: r.GetStrategy(), Targets: targetsFromPB(r.GetTargets()),
+		Discover: r.GetDiscover(), ReadOnly: r.GetReadonly()}
+}
+
+// GroupToPB converts a provider group to its wire form.
+func GroupToPB(g config.ProviderGroup) *raftstore.ProviderGroup {
+	return &raftstore.ProviderGroup{Name: g.Name, Slug: g.Slug, Strategy: g.Strategy,
+		Members: targetsToPB(g.Members), Readonly: g.ReadOnly}
+}
+
+func groupFromPB(g *raftstore.ProviderGroup) config.ProviderGroup {
+	return config.ProviderGroup{Name: g.GetName(), Slug: g.GetSlug(), Strategy: g.GetStrategy(),
+		Members: targetsFromPB(g.GetMembers()), ReadOnly: g.GetReadonly()}
+}
+
+// KeyToPB converts an API key to its wire form.
+func KeyToPB(k APIKey) *raftstore.Key {
+	var created int64
+	if !k.Created.IsZero() {
+		created = k.Created.UnixNano()
+	}
+	return &raftstore.Key{Name: k.Name, Sha256: k.SHA256, Models: slices.Clone(k.Models), Readonly: k.ReadOnly,
+		CreatedUnixNano: created}
+}
+
+func keyFromPB(k *raftstore.Key) APIKey {
+	return APIKey{Name: k.GetName(), SHA256: k.GetSha256(), Models: slices.Clone(k.GetModels()),
+		ReadOnly: k.GetReadonly(), Created: fromNanos(k.GetCreatedUnixNano())}
+}
+
+// TokenToPB converts an admin token to its wire form.
+func TokenToPB(t AdminToken) *raftstore.AdminToken {
+	return &raftstore.AdminToken{Name: t.Name, Sha256: t.SHA256, Role: raftstore.Role(t.Role), Readonly: t.ReadOnly}
+}
+
+func tokenFromPB(t *raftstore.AdminToken) AdminToken {
+	return AdminToken{Name: t.GetName(), SHA256: t.GetSha256(), Role: Role(t.GetRole()), ReadOnly: t.GetReadonly()}
+}
+
+// PolicyToPB converts an adaptive policy to its wire form.
+func PolicyToPB(p strategies.AdaptivePolicy) *raftstore.Policy {
+	return &raftstore.Policy{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
+		LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: int64(p.MinSamples)}
+}
+
+func policyFromPB(p *raftstore.Policy) Policy {
+	return Policy{AdaptivePolicy: strategies.AdaptivePolicy{Enabled: p.GetEnabled(), LatencyWeight: p.GetLatencyWeight(),
+		CostWeight: p.GetCostWeight(), LoadWeight: p.GetLoadWeight(), ExplorationRatio: p.GetExplorationRatio(),
+		MinSamples: int(p.GetMinSamples())}, UpdatedAt: fromNanos(p.GetUpdatedUnixNano())}
+}
+
+func auditToPB(e AuditEntry) *raftstore.AuditEntry {
+	return &raftstore.AuditEntry{Seq: e.Seq, TimeUnixNano: e.Time.UnixNano(), Actor: e.Actor, Action: e.Action,
+		Resource: e.Resource, Outcome: e.Outcome, ConfigVersion: e.ConfigVersion}
+}
+
+func auditFromPB(e *raftstore.AuditEntry) AuditEntry {
+	return AuditEntry{Seq: e.GetSeq(), Time: fromNanos(e.GetTimeUnixNano()), Actor: e.GetActor(), Action: e.GetAction(),
+		Resource: e.GetResource(), Outcome: e.GetOutcome(), ConfigVersion: e.GetConfigVersion()}
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// SeedFromConfig builds the first-bootstrap seed from rolter.toml and the
+// bootstrap superadmin token's SHA-256 (empty: none).
+func SeedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
+	s := &raftstore.Seed{}
+	if c != nil {
+		for _, p := range c.Providers {
+			s.Providers = append(s.Providers, ProviderToPB(p))
+		}
+		for _, r := range c.Routes {
+			s.Routes = append(s.Routes, RouteToPB(r))
+		}
+		for _, g := range c.ProviderGroups {
+			s.Groups = append(s.Groups, GroupToPB(g))
+		}
+		for _, k := range c.Keys {
+			s.Keys = append(s.Keys, KeyToPB(APIKey{Name: k.Name, SHA256: k.SHA256, Models: k.Models, ReadOnly: k.ReadOnly}))
+		}
+		s.Policy = PolicyToPB(c.AdaptiveRouting.Policy())
+	}
+	if superadminSHA256 != "" {
+		s.Tokens = append(s.Tokens, TokenToPB(AdminToken{Name: "bootstrap", SHA256: superadminSHA256,
+			Role: RoleSuperadmin, ReadOnly: true}))
+	}
+	return s
+}
+
+// toSnapshot encodes the whole state.
+func (s *State) toSnapshot() *raftstore.Snapshot {
+	out := &raftstore.Snapshot{ConfigVersion: s.ConfigVersion, Seeded: s.Seeded, AuditSeq: s.auditSeq}
+	for _, p := range s.ProviderList() {
+		out.Providers = append(out.Providers, ProviderToPB(p))
+	}
+	for _, r := range s.RouteList() {
+		out.Routes = append(out.Routes, RouteToPB(r))
+	}
+	for _, g := range s.GroupList() {
+		out.Groups = append(out.Groups, GroupToPB(g))
+	}
+	for _, k := range s.KeyList() {
+		out.Keys = append(out.Keys, KeyToPB(k))
+	}
+	for _, t := range sortedValues(s.Tokens) {
+		out.Tokens = append(out.Tokens, TokenToPB(t))
+	}
+	pol := PolicyToPB(s.Policy.AdaptivePolicy)
+	if !s.Policy.UpdatedAt.IsZero() {
+		pol.UpdatedUnixNano = s.Policy.UpdatedAt.UnixNano()
+	}
+	out.Policy = pol
+	for _, e := range s.Audit {
+		out.Audit = append(out.Audit, auditToPB(e))
+	}
+	for _, k := range s.idem.order {
+		if r, ok := s.idem.get(k); ok {
+			out.Idempotency = append(out.Idempotency, &raftstore.IdempotencyRecord{Key: k, Result: r})
+		}
+	}
+	return out
+}
+
+// stateFromSnapshot decodes a snapshot into a fresh State.
+func stateFromSnapshot(sn *raftstore.Snapshot) *State {
+	s := emptyState()
+	s.ConfigVersion, s.Seeded, s.auditSeq = sn.GetConfigVersion(), sn.GetSeeded(), sn.GetAuditSeq()
+	for _, p := range sn.GetProviders() {
+		s.Providers[p.GetName()] = providerFromPB(p)
+	}
+	for _, r := range sn.GetRoutes() {
+		s.Routes[r.GetModel()] = routeFromPB(r)
+	}
+	for _, g := range sn.GetGroups() {
+		s.Groups[g.GetName()] = groupFromPB(g)
+	}
+	for _, k := range sn.GetKeys() {
+		s.Keys[k.GetName()] = keyFromPB(k)
+	}
+	for _, t := range sn.GetTokens() {
+		s.Tokens[t.GetSha256()] = tokenFromPB(t)
+	}
+	if sn.GetPolicy() != nil {
+		s.Policy = policyFromPB(sn.GetPolicy())
+	}
+	for _, e := range sn.GetAudit() {
+		s.Audit = append(s.Audit, auditFromPB(e))
+	}
+	for _, r := range sn.GetIdempotency() {
+		s.idem = s.idem.put(r.GetKey(), r.GetResult())
+	}
+	return s
+}
+
+// IdempotencyCapacity bounds how many recent idempotency keys the FSM
+// remembers; a retry older than that applies again.
+const IdempotencyCapacity = 10_000
+
+// idemTable is an immutable map of recent idempotency keys to results,
+// with insertion order for eviction. Every put returns a new table; old
+// versions stay valid for snapshots being persisted.
+type idemTable struct {
+	tree  *iradix.Tree
+	order []string
+}
+
+func (t idemTable) get(key string) (*raftstore.Result, bool) {
+	if t.tree == nil {
+		return nil, false
+	}
+	v, ok := t.tree.Get([]byte(key))
+	if !ok {
+		return nil, false
+	}
+	return v.(*raftstore.Result), true
+}
+
+func (t idemTable) put(key string, r *raftstore.Result) idemTable {
+	tree := t.tree
+	if tree == nil {
+		tree = iradix.New()
+	}
+	tree, _, _ = tree.Insert([]byte(key), r)
+	// Appending never overwrites an element an older table can see: the
+	// FSM derives exactly one successor from each state.
+	order := append(t.order, key)
+	for len(order) > IdempotencyCapacity {
+		tree, _, _ = tree.Delete([]byte(order[0]))
+		order = order[1:]
+	}
+	return idemTable{tree: tree, order: order}
+}
