@@ -1,0 +1,65 @@
+package sim
+
+import (
+	"github.com/rolter/rolter/sim/engine"
+	"github.com/rolter/rolter/sim/kvevents"
+)
+
+// Config is everything `rolter sim` takes from its flags.
+type Config struct {
+	HTTPAddr string
+	// Model is the served model name.
+	Model       string
+	Engine      engine.Config
+	Speed       float64
+	Seed        uint64
+	LoraModules []string // adapters registered at start
+	// LoraAny serves any model name as an adapter without loading it first.
+	LoraAny bool
+
+	KVEvents       string // PUB endpoint; "" disables
+	KVEventsReplay string // ROUTER endpoint; "" disables
+	KVEncoding     kvevents.Encoding
+	KVTopic        string
+	KVDial         kvevents.Dial
+	KVFirstSeq     uint64
+	DPRank         int
+
+	// LMCache enables the simulated CPU tier signal (Engine.CPUTierBlocks
+	// sizes it).
+	LMCache bool
+
+	Faults Faults
+}
+
+// DefaultModelName is the model the simulator serves unless told.
+const DefaultModelName = "meta-llama/Llama-3.1-8B-Instruct"
+
+// DefaultConfig returns the defaults of `rolter sim`.
+func DefaultConfig() Config {
+	ec := engine.DefaultConfig
+	return Config{
+		HTTPAddr: "127.0.0.1:8000",
+		Model:    DefaultModelName,
+		Engine:   ec,
+		Speed:    1,
+		Seed:     1,
+		KVTopic:  "",
+		Faults:   Faults{RetryAfter: 5},
+	}
+}
+
+// Faults are the injected failures. Rates are probabilities per request.
+type Faults struct {
+	ErrorRate     float64 `json:"error_rate"`
+	RateLimitRate float64 `json:"rate_limit_rate"`
+	// RetryAfter is the Retry-After of a 429, in seconds.
+	RetryAfter int `json:"retry_after_seconds"`
+	// HangRate requests never get a first token: the response stays open
+	// until the client gives up.
+	HangRate float64 `json:"hang_rate"`
+	// DieRate requests lose their connection half-way through the output.
+	DieRate float64 `json:"die_rate"`
+	// Slowdown multiplies every step's duration (≤ 1: none).
+	Slowdown float64 `json:"slowdown"`
+}
