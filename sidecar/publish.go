@@ -1,0 +1,103 @@
+package sidecar
+
+import "time"
+
+// ViewState says how far the residency a sidecar publishes can be trusted.
+type ViewState uint8
+
+const (
+	// StateUnknown: no event stream seen yet.
+	StateUnknown ViewState = iota
+	// StateExact: every event since the engine's cache was last empty has
+	// been applied in sequence; the residency equals the engine's.
+	StateExact
+	// StateDegraded: events were lost (an unrepaired gap, a malformed batch,
+	// a stream joined mid-way). The residency is a best effort and must
+	// never be scored as exact.
+	StateDegraded
+)
+
+func (s ViewState) String() string {
+	switch s {
+	case StateExact:
+		return "EXACT"
+	case StateDegraded:
+		return "DEGRADED"
+	}
+	return "UNKNOWN"
+}
+
+// Delta is one batch of residency changes of one engine, in block keys
+// (package kvblock). Deltas of one Epoch have consecutive Versions; a
+// consumer that sees a Version other than last+1, or a new Epoch, has missed
+// something and must wait for a Snapshot. Cleared means: drop every key held
+// for this engine before applying Added. The slices belong to the receiver.
+type Delta struct {
+	// Epoch identifies the sidecar incarnation (its start time, unix ns);
+	// it changes when the sidecar restarts.
+	Epoch   uint64
+	Version uint64
+	Added   []uint64
+	Removed []uint64
+	Cleared bool
+	State   ViewState
+}
+
+// Snapshot is the full residency of one engine at Version: applying every
+// later Delta of the same Epoch to Keys gives the current residency.
+type Snapshot struct {
+	Epoch   uint64
+	Version uint64
+	Keys    []uint64
+	State   ViewState
+}
+
+// EngineStatus is what the sidecar learns from the engine's /metrics and the
+// LMCache signal. A zero field means "not reported"; the OK flags say
+// whether the source answered recently enough to be used at all.
+type EngineStatus struct {
+	Running, Waiting uint64
+	// KVUsage is the engine's KV cache usage in [0,1].
+	KVUsage       float64
+	PrefixHits    uint64
+	PrefixQueries uint64
+	BlockSize     int
+	NumGPUBlocks  int
+	MaxLoRAs      int
+	// Adapters are the LoRA adapters known to be resident (sorted,
+	// deduplicated): loaded per a fresh /v1/models, or with running or
+	// waiting requests per fresh /metrics (vllm:lora_requests_info).
+	Adapters []string
+	// Models are the base models the engine serves (/v1/models, last
+	// successful answer).
+	Models []string
+	// MetricsOK: the last scrape succeeded and is younger than the stale
+	// limit; ScrapedAt is when it happened.
+	MetricsOK bool
+	ScrapedAt time.Time
+	// LMCache: occupancy in [0,1], whether the cache accepts entries, and
+	// whether the signal is fresh (LMCacheOK) as of LMCacheAt.
+	LMCacheOccupancy float64
+	LMCacheAvailable bool
+	LMCacheOK        bool
+	LMCacheAt        time.Time
+	// Residency state and size at the time of the status.
+	State          ViewState
+	ResidentBlocks int
+}
+
+// Publisher receives the sidecar's summaries, typically to gossip them.
+// Both methods are called from the sidecar's own goroutines and must not
+// block: queue, coalesce or drop, but return promptly. They are never called
+// concurrently with themselves.
+type Publisher interface {
+	PublishResidency(Delta)
+	PublishStatus(EngineStatus)
+}
+
+// SnapshotPublisher is an optional capability of a Publisher: when
+// implemented, the sidecar also pushes its full residency every
+// Config.FullStateInterval (same non-blocking contract).
+type SnapshotPublisher interface {
+	PublishSnapshot(Snapshot)
+}
