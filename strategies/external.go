@@ -29,3 +29,14 @@ type AdapterResidency interface {
 	// when the mesh has no fresh adapter information for t.
 	AdapterResident(t int, adapter string) (resident, known bool)
 }
+
+// ResidencyBatch is an optional capability of a Residency, checked by type
+// assertion: one call answers for every target, which lets an index keyed
+// by block (key → set of targets holding it) walk the keys once instead of
+// once per target. precise_cache_aware uses it when present.
+type ResidencyBatch interface {
+	// ResidentPrefixes sets out[t], for every target t < len(out), to how
+	// many of keys, from the first, are resident on t, or to -1 when t's
+	// residency view is not EXACT.
+	ResidentPrefixes(keys []uint64, out []int)
+}

@@ -50,14 +50,22 @@ type Spec struct {
 	Stats   []*TargetStats
 	Tracker *Tracker
 	// External state sources, index-aligned with Targets (see external.go).
+	// A Residency that also implements ResidencyBatch is asked once per
+	// pick for every target, which precise_cache_aware needs to stay
+	// within its latency budget on long prompts.
 	Residency Residency
 	Cache     CacheSignal
 	Adapters  AdapterResidency
 	// Policy is the deployment-wide adaptive routing policy; adaptive reads
 	// it on every pick so a policy change needs no rebuild.
 	Policy *PolicyHolder
-	// MaxLoRAs sizes lora_aware's per-target adapter LRU (vLLM --max-loras).
+	// MaxLoRAs sizes lora_aware's per-target adapter LRU (vLLM --max-loras);
+	// 0 means DefaultMaxLoRAs.
 	MaxLoRAs int
+	// PrefixCacheBytes bounds, per target, how many prompt bytes the
+	// prefix index of cache_aware and of the pipeline stacks remembers;
+	// 0 means DefaultPrefixBytes.
+	PrefixCacheBytes int
 }
 
 type factory func(Spec) (LoadBalancer, error)
@@ -65,7 +73,20 @@ type factory func(Spec) (LoadBalancer, error)
 // registry is the explicit list of strategies; there is no init()-time
 // registration.
 var registry = map[string]factory{
-	"round_robin": newRoundRobin,
+	"round_robin":         newRoundRobin,
+	"random":              newRandom,
+	"power_of_two":        newPowerOfTwo,
+	"consistent_hash":     newConsistentHash,
+	"cache_aware":         newCacheAware,
+	"weighted":            newWeighted,
+	"pipeline":            newPipelineStrategy,
+	"cheapest":            newCheapest,
+	"fastest":             newFastest,
+	"precise_cache_aware": newPreciseCacheAware,
+	"lmcache_aware":       newLMCacheAware,
+	"adaptive":            newAdaptive,
+	"lora_aware":          newLoRAAware,
+	"predicted_latency":   newPredictedLatency,
 }
 
 // weightReaders are the strategies that read Target.Weight.

@@ -1,0 +1,105 @@
+package strategies
+
+// The strategies below are pipeline stacks: eligibility filter → weighted
+// scorers → argmax with random ties (MaxScorePicker). Each total is
+// Σ weight · score with every score clamped to [0, 1].
+
+// Scorer weights of the stacks (compat.md; lora_aware's residency weight
+// exceeds the sum of the rest so a resident target always outranks a cold
+// one).
+const (
+	loadBehindWeight  = 0.25 // least load behind a primary signal
+	loraResidentScore = 3.0
+)
+
+// DefaultPipeline builds pipeline's stack over spec:
+//
+//	total_i = 1.0·session_i + 1.0·weight_i/max weight + 1.0·(1 − load_i/max load) + 1.0·prefix_i
+//
+// session_i is 1 for the target that last served the x-session-id within
+// SessionTTL; prefix_i is the fraction of leading prompt bytes target i is
+// remembered to hold. Inputs: SessionKey, Prompt, loads, Target.Weight,
+// Spec.Clock, Spec.Rand. It is also adaptive's fallback stack.
+func DefaultPipeline(name string, s Spec) *Pipeline {
+	n := len(s.Targets)
+	w := StaticWeight{weights: make([]float64, n)}
+	for i, t := range s.Targets {
+		w.weights[i] = float64(max(t.Weight, 1))
+	}
+	return NewPipeline(name, n, nil, []WeightedScorer{
+		{NewSessionAffinity(s.Clock, SessionTTL), 1},
+		{w, 1},
+		{LeastLoad{}, 1},
+		{NewPrefixAffinity(n, s.PrefixCacheBytes), 1},
+	}, MaxScorePicker{s.Rand})
+}
+
+func newPipelineStrategy(s Spec) (LoadBalancer, error) { return DefaultPipeline("pipeline", s), nil }
+
+// newCheapest builds cheapest: total_i = 1.0·cost_i + 0.25·(1 − load_i/max
+// load), cost_i = min price / price_i (CostScore). Inputs: catalog prices,
+// loads.
+func newCheapest(s Spec) (LoadBalancer, error) {
+	return NewPipeline("cheapest", len(s.Targets), nil, []WeightedScorer{
+		{newCostScore(s.Targets), 1},
+		{LeastLoad{}, loadBehindWeight},
+	}, MaxScorePicker{s.Rand}), nil
+}
+
+// newFastest builds fastest: total_i = 1.0·latency_i + 0.25·(1 − load_i/max
+// load), latency_i = min EWMA / EWMA_i (LatencyScore; unsampled targets
+// score 1). Inputs: TargetStats.LatencyEWMA, loads.
+func newFastest(s Spec) (LoadBalancer, error) {
+	return NewPipeline("fastest", len(s.Targets), nil, []WeightedScorer{
+		{LatencyScore{s.Stats}, 1},
+		{LeastLoad{}, loadBehindWeight},
+	}, MaxScorePicker{s.Rand}), nil
+}
+
+// newPreciseCacheAware builds precise_cache_aware: total_i =
+// 1.0·resident_i/len(BlockKeys) + 0.25·(1 − load_i/max load)
+// (PreciseResidency; unknown views score 0, so least load decides).
+// Inputs: BlockKeys, Spec.Residency, loads.
+func newPreciseCacheAware(s Spec) (LoadBalancer, error) {
+	return NewPipeline("precise_cache_aware", len(s.Targets), nil, []WeightedScorer{
+		{PreciseResidency{s.Residency}, 1},
+		{LeastLoad{}, loadBehindWeight},
+	}, MaxScorePicker{s.Rand}), nil
+}
+
+// newLMCacheAware builds lmcache_aware: total_i = 1.0·(1 − occupancy_i) +
+// 0.25·(1 − load_i/max load) (CacheCapacity; empty, saturated, failed and
+// stale caches score 0). Inputs: Spec.Cache, loads.
+func newLMCacheAware(s Spec) (LoadBalancer, error) {
+	return NewPipeline("lmcache_aware", len(s.Targets), nil, []WeightedScorer{
+		{CacheCapacity{s.Cache}, 1},
+		{LeastLoad{}, loadBehindWeight},
+	}, MaxScorePicker{s.Rand}), nil
+}
+
+// newLoRAAware builds lora_aware: total_i = 3.0·resident_i + 1.0·prefix_i +
+// 1.0·(1 − load_i/max load). resident_i ∈ {0, 1} (LoRAResidency) weighs
+// more than the other two together, so residency outranks prefix affinity
+// and load; load stays in the sum so a fleet where every target holds the
+// adapter still balances. Inputs: Adapter, Prompt, loads, Spec.Adapters,
+// Spec.MaxLoRAs.
+func newLoRAAware(s Spec) (LoadBalancer, error) {
+	n := len(s.Targets)
+	return NewPipeline("lora_aware", n, nil, []WeightedScorer{
+		{NewLoRAResidency(n, s.MaxLoRAs, s.Adapters), loraResidentScore},
+		{NewPrefixAffinity(n, s.PrefixCacheBytes), 1},
+		{LeastLoad{}, 1},
+	}, MaxScorePicker{s.Rand}), nil
+}
+
+// newPredictedLatency builds predicted_latency: total_i =
+// 1.0·min pred / pred_i + 0.25·(1 − load_i/max load), pred_i = w0 +
+// w1·queue_depth_i + w2·prompt_ktokens from target i's NLMS model
+// (PredictedLatency; a target below 8 successes scores 0, so a cold route
+// is a least-load pipeline). Inputs: loads, PromptTokens, TargetStats.
+func newPredictedLatency(s Spec) (LoadBalancer, error) {
+	return NewPipeline("predicted_latency", len(s.Targets), nil, []WeightedScorer{
+		{PredictedLatency{s.Stats}, 1},
+		{LeastLoad{}, loadBehindWeight},
+	}, MaxScorePicker{s.Rand}), nil
+}
