@@ -39,6 +39,7 @@ type routeJSON struct {
 	Strategy string       `json:"strategy"`
 	Targets  []targetJSON `json:"targets"`
 	Discover bool         `json:"discover,omitempty"`
+	MaxLoRAs int          `json:"max_loras,omitempty"`
 	ReadOnly bool         `json:"readonly"`
 }
 
@@ -47,6 +48,7 @@ type groupJSON struct {
 	Slug     string       `json:"slug"`
 	Strategy string       `json:"strategy"`
 	Members  []targetJSON `json:"members"`
+	MaxLoRAs int          `json:"max_loras,omitempty"`
 	ReadOnly bool         `json:"readonly"`
 }
 
@@ -95,11 +97,11 @@ func targetsIn(ts []targetJSON, defModel string) []config.Target {
 }
 
 func routeOut(r config.Route) routeJSON {
-	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.ReadOnly}
+	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly}
 }
 
 func groupOut(g config.ProviderGroup) groupJSON {
-	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.ReadOnly}
+	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly}
 }
 
 func keyOut(k cluster.APIKey) keyJSON {
@@ -235,7 +237,7 @@ func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, na
 	if !validStrategy(w, in.Strategy) {
 		return
 	}
-	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targetsIn(in.Targets, in.Model), Discover: in.Discover}
+	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targetsIn(in.Targets, in.Model), Discover: in.Discover, MaxLoRAs: in.MaxLoRAs}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(rt)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
 		writeJSON(w, status, routeOut(rt))
@@ -298,7 +300,7 @@ func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, na
 	if !validStrategy(w, in.Strategy) {
 		return
 	}
-	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: targetsIn(in.Members, "")}
+	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: targetsIn(in.Members, ""), MaxLoRAs: in.MaxLoRAs}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Group{Group: cluster.GroupToPB(g)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
 		writeJSON(w, status, groupOut(g))

@@ -52,6 +52,9 @@ type Route struct {
 	// Discover selects targets by model from the mesh instead of listing
 	// them (engines whose sidecars announce Model).
 	Discover bool `toml:"discover"`
+	// MaxLoRAs sizes lora_aware's per-target adapter set; it should match
+	// the engines' --max-loras (vLLM's default is 1). 0 means that default.
+	MaxLoRAs int  `toml:"max_loras"`
 	ReadOnly bool `toml:"readonly"`
 }
 
@@ -63,7 +66,9 @@ type ProviderGroup struct {
 	Slug     string   `toml:"slug"`
 	Strategy string   `toml:"strategy"`
 	Members  []Target `toml:"members"`
-	ReadOnly bool     `toml:"readonly"`
+	// MaxLoRAs: as Route.MaxLoRAs.
+	MaxLoRAs int  `toml:"max_loras"`
+	ReadOnly bool `toml:"readonly"`
 }
 
 // AdaptiveRouting is the [adaptive_routing] policy.

@@ -111,6 +111,9 @@ func (c *Config) normalize(file string, getenv func(string) string) error {
 			r.Strategy = "round_robin"
 		}
 		v.strategy(entry, r.Strategy)
+		if r.MaxLoRAs < 0 || r.MaxLoRAs > 1024 {
+			v.add(entry, "max_loras", "must be in [0, 1024]")
+		}
 		if len(r.Targets) == 0 && !r.Discover {
 			v.add(entry, "targets", "at least one target is required (or set discover = true)")
 		}
@@ -144,6 +147,9 @@ func (c *Config) normalize(file string, getenv func(string) string) error {
 			g.Strategy = "round_robin"
 		}
 		v.strategy(entry, g.Strategy)
+		if g.MaxLoRAs < 0 || g.MaxLoRAs > 1024 {
+			v.add(entry, "max_loras", "must be in [0, 1024]")
+		}
 		if len(g.Members) == 0 {
 			v.add(entry, "members", "at least one member is required")
 		}

@@ -1,17 +1,19 @@
 #!/bin/sh
 # Installs what rolter's build and tests need on Debian/Ubuntu when it is
-# missing: libzmq3-dev + pkg-config (the sidecar's ZMQ subscriber is cgo).
+# missing: libzmq3-dev + pkg-config (the sidecar's ZMQ subscriber is cgo) and
+# chromium (the dashboard's browser tests drive it headless).
 # Elsewhere it says what to install and fails.
 set -eu
 
 need=""
 pkg-config --exists libzmq 2>/dev/null || need="$need libzmq3-dev pkg-config"
 command -v gcc >/dev/null 2>&1 || need="$need gcc"
+command -v chromium >/dev/null 2>&1 || [ -n "${ROLTER_SKIP_CHROMIUM:-}" ] || need="$need chromium"
 
 [ -z "$need" ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
-	echo "rolter needs:$need (ZeroMQ development files, pkg-config, a C compiler)." >&2
+	echo "rolter needs:$need (ZeroMQ development files, pkg-config, a C compiler, Chromium)." >&2
 	echo "This is not a Debian/Ubuntu machine: install them with your package manager and re-run." >&2
 	exit 1
 fi

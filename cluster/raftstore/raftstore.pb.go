@@ -426,6 +426,7 @@ type Route struct {
 	Targets       []*Target              `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
 	Discover      bool                   `protobuf:"varint,4,opt,name=discover,proto3" json:"discover,omitempty"`
 	Readonly      bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	MaxLoras      int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -495,6 +496,13 @@ func (x *Route) GetReadonly() bool {
 	return false
 }
 
+func (x *Route) GetMaxLoras() int32 {
+	if x != nil {
+		return x.MaxLoras
+	}
+	return 0
+}
+
 type ProviderGroup struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -502,6 +510,7 @@ type ProviderGroup struct {
 	Strategy      string                 `protobuf:"bytes,3,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	Members       []*Target              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
 	Readonly      bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	MaxLoras      int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +578,13 @@ func (x *ProviderGroup) GetReadonly() bool {
 		return x.Readonly
 	}
 	return false
+}
+
+func (x *ProviderGroup) GetMaxLoras() int32 {
+	if x != nil {
+		return x.MaxLoras
+	}
+	return 0
 }
 
 // Key is a client API key; only the SHA-256 of its secret is replicated.
@@ -1617,19 +1633,21 @@ const file_raftstore_proto_rawDesc = "" +
 	"\vapi_key_env\x18\x03 \x01(\tR\tapiKeyEnv\x12)\n" +
 	"\x11price_in_per_mtok\x18\x04 \x01(\x01R\x0epriceInPerMtok\x12+\n" +
 	"\x12price_out_per_mtok\x18\x05 \x01(\x01R\x0fpriceOutPerMtok\x12\x1a\n" +
-	"\breadonly\x18\x06 \x01(\bR\breadonly\"\xa8\x01\n" +
+	"\breadonly\x18\x06 \x01(\bR\breadonly\"\xc5\x01\n" +
 	"\x05Route\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\bstrategy\x18\x02 \x01(\tR\bstrategy\x125\n" +
 	"\atargets\x18\x03 \x03(\v2\x1b.rolter.raftstore.v1.TargetR\atargets\x12\x1a\n" +
 	"\bdiscover\x18\x04 \x01(\bR\bdiscover\x12\x1a\n" +
-	"\breadonly\x18\x05 \x01(\bR\breadonly\"\xa6\x01\n" +
+	"\breadonly\x18\x05 \x01(\bR\breadonly\x12\x1b\n" +
+	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\"\xc3\x01\n" +
 	"\rProviderGroup\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x1a\n" +
 	"\bstrategy\x18\x03 \x01(\tR\bstrategy\x125\n" +
 	"\amembers\x18\x04 \x03(\v2\x1b.rolter.raftstore.v1.TargetR\amembers\x12\x1a\n" +
-	"\breadonly\x18\x05 \x01(\bR\breadonly\"\x91\x01\n" +
+	"\breadonly\x18\x05 \x01(\bR\breadonly\x12\x1b\n" +
+	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\"\x91\x01\n" +
 	"\x03Key\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x16\n" +
