@@ -1,0 +1,130 @@
+package dashboard
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/rolter/rolter/adminapi"
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/config"
+)
+
+// TestAgainstRealAdminAPI drives the dashboard against the real admin API
+// on an in-process three-node Raft cluster: the fake admin API proves the
+// screens, this proves api.js speaks the adminapi dialect (list envelopes,
+// group addressing, strict PUT bodies, the router view).
+func TestAgainstRealAdminAPI(t *testing.T) {
+	const super, internal = "dashboard-super-token", "dashboard-internal-token"
+	seed := config.Default()
+	seed.Providers = []config.Provider{
+		{Name: "gpu-a", APIBase: "http://127.0.0.1:18000/v1"},
+		{Name: "gpu-b", APIBase: "http://127.0.0.1:18001/v1"},
+	}
+	seed.Routes = []config.Route{
+		{Model: "chat", Strategy: "adaptive", Targets: []config.Target{{Provider: "gpu-a", Model: "chat", Weight: 3}, {Provider: "gpu-b", Model: "chat", Weight: 1}}},
+		{Model: "plain", Strategy: "round_robin", Targets: []config.Target{{Provider: "gpu-a", Model: "plain", Weight: 1}}},
+	}
+	seed.ProviderGroups = []config.ProviderGroup{{Name: "fleet", Slug: "fleet", Strategy: "adaptive",
+		Members: []config.Target{{Provider: "gpu-a", Weight: 1}, {Provider: "gpu-b", Weight: 1}}}}
+
+	fake := newFakeAdmin(super) // only its token is used: the page signs in with it
+	p := newPage(t, fake)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := cluster.NewInmemCluster(ctx, 3, cluster.StoreConfig{InternalToken: internal, SuperadminToken: super, Seed: &seed, ForwardWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Serve from a follower, so writes go through leader forwarding.
+	node := (c.Leader() + 1) % c.Len()
+	for !c.Node(node).State().Seeded {
+		if ctx.Err() != nil {
+			t.Fatal("seed never applied")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	api := adminapi.New(adminapi.Deps{Store: c.Node(node), Cluster: c.Node(node), InternalToken: internal})
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", Handler())
+	mux.Handle("/", api)
+
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	p.base = srv.URL
+
+	p.signIn("#/mesh")
+	routers := p.waitText("#routers", "leader")
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if !strings.Contains(routers, id) {
+			t.Errorf("routers table lacks %s:\n%s", id, routers)
+		}
+	}
+
+	// An unrelated edit keeps adaptive, through the strict PUT decoder.
+	p.run("routes", chromedp.Navigate(srv.URL+"/ui/#/routes"))
+	card := `section.editor[data-key="chat"]`
+	p.waitText(card, "chat")
+	if got := p.value(card + " select"); got != "adaptive" {
+		t.Fatalf("picker shows %q for a route on adaptive", got)
+	}
+	p.setValue(card+" input.weight", "5")
+	p.run("save", chromedp.Click(chromedp.CSS(card+" button.save")))
+	p.waitText(card+" .card-msg", "Saved")
+	waitState(t, c, node, func(s *cluster.State) bool {
+		r := s.Routes["chat"]
+		return r.Strategy == "adaptive" && len(r.Targets) == 2 && r.Targets[0].Weight == 5
+	})
+
+	// Groups are addressed by name.
+	group := `section.editor[data-key="fleet"]`
+	p.setValue(group+" input.weight", "2")
+	p.run("save group", chromedp.Click(chromedp.CSS(group+" button.save")))
+	p.waitText(group+" .card-msg", "Saved")
+	waitState(t, c, node, func(s *cluster.State) bool {
+		g := s.Groups["fleet"]
+		return g.Strategy == "adaptive" && len(g.Members) == 2 && g.Members[0].Weight == 2
+	})
+
+	// Policy: a refusal shows the server's words; a change persists.
+	p.run("settings", chromedp.Navigate(srv.URL+"/ui/#/adaptive/settings"))
+	p.run("form", chromedp.WaitVisible(chromedp.CSS("#exploration_pct")))
+	p.setValue("#exploration_pct", "75")
+	p.run("save", chromedp.Click(chromedp.CSS("#save-policy")))
+	p.waitText("#policy-error", "exploration_ratio")
+	p.setValue("#exploration_pct", "20")
+	p.run("save", chromedp.Click(chromedp.CSS("#save-policy")))
+	p.waitText("#policy-ok", "Saved")
+	p.run("reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#exploration_pct")))
+	if got := p.value("#exploration_pct"); got != "20" {
+		t.Errorf("after reload exploration = %q, want 20", got)
+	}
+	p.waitText("#affected-routes", "chat")
+
+	// The kill switch is off by default: the telemetry screen says so.
+	p.run("telemetry", chromedp.Navigate(srv.URL+"/ui/#/adaptive/telemetry"))
+	p.waitText("#empty-kill-switch", "chat")
+
+	p.run("audit", chromedp.Navigate(srv.URL+"/ui/#/audit"))
+	p.waitText("#audit", "adaptive_routing_policy.update")
+}
+
+func waitState(t *testing.T, c *cluster.InmemCluster, node int, ok func(*cluster.State) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok(c.Node(node).State()) {
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster state never reflected the dashboard's write")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

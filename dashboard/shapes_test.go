@@ -1,0 +1,70 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestAPIShapes feeds api.js the JSON adminapi actually sends (as of its
+// first commit) and checks what the screens would see, so a drift between
+// the two shows up here rather than as a blank table.
+func TestAPIShapes(t *testing.T) {
+	p := newPage(t, newFakeAdmin(testToken))
+	p.open("")
+	p.run("page", chromedp.WaitVisible(chromedp.CSS("#token")))
+
+	cases := []struct {
+		name string
+		fn   string
+		in   string
+		want string
+	}{
+		{"cluster from adminapi: raft and gossip routers, no engines yet", "fromCluster",
+			`{"leader":"n1","node_id":"n1","config_version":7,"routers":[
+				{"node_id":"n1","raft_addr":"127.0.0.1:7947","admin_addr":"127.0.0.1:4001","raft_role":"leader","voter":true,"alive":true,"config_version":7},
+				{"node_id":"n2","raft_addr":"127.0.0.1:7957","raft_role":"follower","voter":true,"config_version":null},
+				{"node_id":"n3","raft_role":"none","voter":false,"alive":false,"config_version":6}]}`,
+			`{"leader":"n1","configVersion":7,"routers":[
+				{"nodeId":"n1","address":"127.0.0.1:4001","build":"","raftRole":"leader","appliedConfigVersion":7,"alive":true},
+				{"nodeId":"n2","address":"127.0.0.1:7957","build":"","raftRole":"follower","appliedConfigVersion":null,"alive":true},
+				{"nodeId":"n3","address":"","build":"","raftRole":"none","appliedConfigVersion":6,"alive":false}],"engines":[]}`},
+		{"policy with a null updated_at", "fromPolicy",
+			`{"enabled":false,"latency_weight":1,"cost_weight":0.5,"load_weight":0.25,"exploration_ratio":0.05,"min_samples":50,"updated_at":null,"affected_routes":["a","b"]}`,
+			`{"enabled":false,"latencyWeight":1,"costWeight":0.5,"loadWeight":0.25,"explorationRatio":0.05,"minSamples":50,"updatedAt":"","affectedRoutes":["a","b"]}`},
+		{"audit from adminapi", "fromAudit",
+			`{"data":[{"seq":9,"time":"2026-11-29T10:00:00Z","actor":"ops","action":"adaptive_routing_policy.update","resource":"adaptive-routing-policy","outcome":"ok","config_version":12}]}`,
+			`[{"seq":9,"time":"2026-11-29T10:00:00Z","actor":"ops","action":"adaptive_routing_policy.update","resource":"adaptive-routing-policy","outcome":"ok","configVersion":12,"detail":""}]`},
+		{"route with omitted weight and discover", "fromRoute",
+			`{"model":"m","strategy":"adaptive","targets":[{"provider":"p"}],"readonly":false}`,
+			`{"raw":{"model":"m","strategy":"adaptive","targets":[{"provider":"p"}],"readonly":false},"key":"m","model":"m","strategy":"adaptive",
+				"targets":[{"provider":"p","model":"","weight":1}],"discover":false,"readonly":false}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			js := fmt.Sprintf(`import('./api.js').then((m) => JSON.stringify(m.%s(%s)))`, tc.fn, tc.in)
+			ctx, cancel := context.WithTimeout(p.ctx, 15*time.Second)
+			defer cancel()
+			got, err := chromedp.Run(ctx, chromedp.Evaluate[string](js, chromedp.EvalAwaitPromise))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var g, w any
+			if err := json.Unmarshal([]byte(got), &g); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(tc.want), &w); err != nil {
+				t.Fatal(err)
+			}
+			gb, _ := json.Marshal(g)
+			wb, _ := json.Marshal(w)
+			if string(gb) != string(wb) {
+				t.Errorf("%s:\n got %s\nwant %s", tc.fn, gb, wb)
+			}
+		})
+	}
+}
