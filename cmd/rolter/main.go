@@ -35,6 +35,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"version": {"print version, commit and Go version", runVersion},
+		"router":  {"run the data plane: the OpenAI-compatible API with streaming and retries", runRouter},
 		"sim":     {"run a simulated vLLM engine; 'sim replay' replays a trace or synthetic load", runSim},
 	}
 }

@@ -1,0 +1,20 @@
+// Package router owns rolter's data plane: the OpenAI-compatible HTTP
+// surface (/v1/chat/completions, /v1/completions, /v1/embeddings,
+// /v1/models), API-key checks, prompt extraction into a
+// strategies.RouteContext, per-attempt eligibility (tried, parked, healthy,
+// breaker), the streaming proxy with retries before the first byte, circuit
+// breakers, active health checks, in-flight load tracking and the immutable
+// routing snapshot that a config change swaps in atomically.
+//
+// Concurrency: a Server is safe for concurrent use. Requests read the
+// current *snapshot through an atomic pointer and never lock on the hot
+// path except for the small per-provider state transitions (breaker).
+// Apply may be called at any time from any goroutine (the control plane
+// pushes new configs); learned state (strategies.Tracker, breaker, health,
+// parking) lives in the Server and survives Apply.
+//
+// Cluster state reaches the router only through the consumer interfaces
+// declared in mesh.go (EngineView, SourceFactory); a nil value means "no
+// mesh": loads are this router's in-flight counts and the cache/adapter
+// signals are absent, which every strategy treats as neutral.
+package router

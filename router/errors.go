@@ -1,0 +1,90 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Sentinel errors of the data plane. Handlers map them to HTTP status only
+// at the edge (writeError).
+var (
+	ErrBadRequest    = errors.New("bad request")
+	ErrUnknownModel  = errors.New("unknown model")
+	ErrTooLarge      = errors.New("request body too large")
+	ErrUnauthorized  = errors.New("missing or invalid API key")
+	ErrForbidden     = errors.New("model not allowed for this API key")
+	ErrNoTarget      = errors.New("no eligible target")
+	ErrTooManyStream = errors.New("too many concurrent streams for this API key")
+	ErrUpstream      = errors.New("upstream failed")
+	ErrNotFound      = errors.New("not found")
+	ErrMethod        = errors.New("method not allowed")
+	ErrNoConfig      = errors.New("router has no configuration yet")
+)
+
+// apiError is the OpenAI error shape {"error":{"message","type","code"}}.
+type apiError struct {
+	Error apiErrorBody `json:"error"`
+}
+
+type apiErrorBody struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+}
+
+// errorClass maps a sentinel to status, OpenAI type and code.
+func errorClass(err error) (status int, typ, code string) {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large"
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest, "invalid_request_error", "invalid_request"
+	case errors.Is(err, ErrUnknownModel):
+		return http.StatusNotFound, "invalid_request_error", "model_not_found"
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized, "authentication_error", "invalid_api_key"
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden, "permission_error", "model_not_allowed"
+	case errors.Is(err, ErrTooManyStream):
+		return http.StatusTooManyRequests, "rate_limit_error", "too_many_streams"
+	case errors.Is(err, ErrNoTarget):
+		return http.StatusServiceUnavailable, "server_error", "no_eligible_target"
+	case errors.Is(err, ErrNoConfig):
+		return http.StatusServiceUnavailable, "server_error", "not_ready"
+	case errors.Is(err, ErrUpstream):
+		return http.StatusBadGateway, "server_error", "upstream_error"
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, "invalid_request_error", "not_found"
+	case errors.Is(err, ErrMethod):
+		return http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed"
+	}
+	return http.StatusInternalServerError, "server_error", "internal_error"
+}
+
+// writeError writes err in the OpenAI error shape. retryAfter > 0 adds a
+// Retry-After header (rounded up to whole seconds).
+func writeError(w http.ResponseWriter, err error, retryAfter time.Duration) int {
+	status, typ, code := errorClass(err)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
+	}
+	w.WriteHeader(status)
+	b, _ := json.Marshal(apiError{Error: apiErrorBody{Message: err.Error(), Type: typ, Code: code}})
+	_, _ = w.Write(append(b, '\n'))
+	return status
+}
+
+// sseError is the terminal event of a stream that failed after bytes went
+// to the client: an OpenAI-shaped error and no [DONE].
+func sseError(msg string) []byte {
+	b, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: "server_error", Code: "upstream_stream_error"}})
+	out := make([]byte, 0, len(b)+8)
+	out = append(out, "data: "...)
+	out = append(out, b...)
+	return append(out, '\n', '\n')
+}

@@ -1,0 +1,156 @@
+package router
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// healthManager runs one active-probe goroutine per provider while Run is
+// active, and reconciles that set on every Apply.
+type healthManager struct {
+	s         *Server
+	newTicker func(time.Duration) (<-chan time.Time, func())
+
+	mu    sync.Mutex
+	ctx   context.Context // nil while not running
+	loops map[string]context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+func newHealthManager(s *Server, newTicker func(time.Duration) (<-chan time.Time, func())) *healthManager {
+	if newTicker == nil {
+		newTicker = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		}
+	}
+	return &healthManager{s: s, newTicker: newTicker, loops: map[string]context.CancelFunc{}}
+}
+
+// run starts the probes of the current snapshot and blocks until ctx ends
+// and every probe goroutine has returned.
+func (h *healthManager) run(ctx context.Context) {
+	h.mu.Lock()
+	h.ctx = ctx
+	h.mu.Unlock()
+	if sn := h.s.snap.Load(); sn != nil {
+		h.reconcile(sn)
+	}
+	<-ctx.Done()
+	h.mu.Lock()
+	h.ctx = nil
+	for k, cancel := range h.loops {
+		cancel()
+		delete(h.loops, k)
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// reconcile starts probes for new providers and stops removed ones. With
+// [health] enabled = false every probe stops and providers count as
+// healthy.
+func (h *healthManager) reconcile(sn *snapshot) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil {
+		return
+	}
+	cfg := sn.cfg.Health
+	want := map[string]*provider{}
+	if cfg.Enabled {
+		for _, p := range sn.providers {
+			want[p.name+"\x00"+p.apiBase+"\x00"+cfg.Interval.String()] = p
+		}
+	} else {
+		for _, p := range sn.providers {
+			p.up.healthy.Store(true)
+		}
+	}
+	for k, cancel := range h.loops {
+		if _, ok := want[k]; !ok {
+			cancel()
+			delete(h.loops, k)
+		}
+	}
+	for k, p := range want {
+		if _, ok := h.loops[k]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(h.ctx)
+		h.loops[k] = cancel
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.loop(ctx, p, cfg.Interval.Duration)
+		}()
+	}
+}
+
+func (h *healthManager) loop(ctx context.Context, p *provider, every time.Duration) {
+	tick, stop := h.newTicker(every)
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			// Probe with the provider as the running snapshot has it (its
+			// api key may have changed since the loop started).
+			if sn := h.s.snap.Load(); sn != nil {
+				if cur, ok := sn.providers[p.name]; ok && cur.apiBase == p.apiBase {
+					p = cur
+				}
+			}
+			h.s.probe(ctx, p)
+		}
+	}
+}
+
+// probe runs one active health check of p: GET [health] path (default
+// /v1/models), falling back to /health, each bounded by [health] timeout.
+// A 2xx from either is a success.
+func (s *Server) probe(ctx context.Context, p *provider) {
+	sn := s.snap.Load()
+	if sn == nil {
+		return
+	}
+	cfg := sn.cfg.Health
+	ok := s.get(ctx, p, cfg.Path, cfg.Timeout.Duration)
+	if !ok && cfg.Path != "/health" {
+		ok = s.get(ctx, p, "/health", cfg.Timeout.Duration)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	healthy, changed := p.up.probed(ok, cfg.DownAfter, cfg.UpAfter)
+	if changed {
+		if healthy {
+			s.log.Info("provider healthy again", "provider", p.name)
+		} else {
+			s.log.Warn("provider marked down by health checks", "provider", p.name, "failures", cfg.DownAfter)
+		}
+	}
+}
+
+func (s *Server) get(ctx context.Context, p *provider, path string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstreamURL(p, path), nil)
+	if err != nil {
+		return false
+	}
+	if p.authHeader != "" {
+		req.Header.Set("Authorization", p.authHeader)
+	}
+	resp, err := s.transport.RoundTrip(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}

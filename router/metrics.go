@@ -1,0 +1,49 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the data plane's Prometheus series (names from compat.md),
+// registered on the Server's own registry. The model label is the pool key
+// (route model, "slug/*", "provider/*"), never a caller-chosen string, so
+// cardinality is bounded by the config.
+type metrics struct {
+	requests      *prometheus.CounterVec   // model, code
+	retries       *prometheus.CounterVec   // model
+	latency       *prometheus.HistogramVec // model
+	ttft          *prometheus.HistogramVec // model
+	targets       *prometheus.CounterVec   // provider, target, outcome
+	configVersion prometheus.Gauge
+	inFlight      *prometheus.GaugeVec // provider
+}
+
+var msBuckets = []float64{5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rolter_requests_total", Help: "Client requests by addressed pool and HTTP status.",
+		}, []string{"model", "code"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rolter_retries_total", Help: "Attempts retried on another target before the first byte.",
+		}, []string{"model"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rolter_request_latency_ms", Help: "Client request latency in milliseconds.", Buckets: msBuckets,
+		}, []string{"model"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rolter_request_ttft_ms", Help: "Time to the first response byte in milliseconds.", Buckets: msBuckets,
+		}, []string{"model"}),
+		targets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rolter_target_requests_total", Help: "Upstream attempts by target and outcome.",
+		}, []string{"provider", "target", "outcome"}),
+		configVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rolter_config_version", Help: "Version of the config the data plane runs.",
+		}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rolter_target_in_flight", Help: "This router's in-flight attempts per provider.",
+		}, []string{"provider"}),
+	}
+	reg.MustRegister(m.requests, m.retries, m.latency, m.ttft, m.targets, m.configVersion, m.inFlight)
+	return m
+}

@@ -1,0 +1,45 @@
+package router
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelInfo `json:"data"`
+}
+
+type modelInfo struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// serveModels answers GET /v1/models with the addresses the caller's key
+// may use: every route's model name; for each provider group, one
+// "slug/<model>" per distinct model its members declare, plus "slug/*"
+// when a member is passthrough (any model name after "slug/" is then
+// forwarded as is). Provider pins ("provider/model") work but are not
+// listed: they bypass balancing and are an operator's tool.
+func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
+	sn := s.snap.Load()
+	if sn == nil {
+		writeError(w, ErrNoConfig, 0)
+		return
+	}
+	key, err := sn.authenticate(r)
+	if err != nil {
+		writeError(w, err, 0)
+		return
+	}
+	out := modelList{Object: "list", Data: make([]modelInfo, 0, len(sn.models))}
+	for _, m := range sn.models {
+		if key.allows(m) {
+			out.Data = append(out.Data, modelInfo{ID: m, Object: "model", OwnedBy: "rolter"})
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}

@@ -1,0 +1,472 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rolter/rolter/strategies"
+)
+
+// statusClientClosed is logged/counted when the client went away (nginx's
+// 499); nothing is written to the client then.
+const statusClientClosed = 499
+
+// serveInference handles POST /v1/chat/completions, /v1/completions and
+// /v1/embeddings.
+func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
+	start := s.clock.Now()
+	sn := s.snap.Load()
+	if sn == nil {
+		writeError(w, ErrNoConfig, time.Second)
+		return
+	}
+	label, code := "", 0
+	defer func() {
+		if code != 0 {
+			s.metrics.requests.WithLabelValues(label, strconv.Itoa(code)).Inc()
+		}
+	}()
+	fail := func(err error, retryAfter time.Duration) { code = writeError(w, err, retryAfter) }
+
+	key, err := sn.authenticate(r)
+	if err != nil {
+		fail(err, 0)
+		return
+	}
+	limit := sn.cfg.Limits.MaxBodyBytes
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		fail(fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, r.ContentLength, limit), 0)
+		return
+	}
+	// A client that trickles its body is cut after [timeouts] read_body;
+	// the deadline is lifted again for the (long) streaming response.
+	ctl := http.NewResponseController(w)
+	_ = ctl.SetReadDeadline(time.Now().Add(sn.cfg.Timeouts.ReadBody.Duration))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	_ = ctl.SetReadDeadline(time.Time{})
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			fail(fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit), 0)
+			return
+		}
+		fail(fmt.Errorf("%w: reading body: %v", ErrBadRequest, err), 0)
+		return
+	}
+	req, err := parseRequest(body)
+	if err != nil {
+		fail(err, 0)
+		return
+	}
+	res, err := sn.resolve(req.model)
+	if err != nil {
+		fail(err, 0)
+		return
+	}
+	label = res.pool.key
+	if !key.allows(req.model) {
+		fail(fmt.Errorf("%w: %q", ErrForbidden, req.model), 0)
+		return
+	}
+	if req.stream && key != nil && sn.cfg.Limits.MaxStreamsPerKey > 0 {
+		v, _ := s.streams.LoadOrStore(key.name, new(atomic.Int64))
+		open := v.(*atomic.Int64)
+		if open.Add(1) > int64(sn.cfg.Limits.MaxStreamsPerKey) {
+			open.Add(-1)
+			fail(fmt.Errorf("%w (limit %d)", ErrTooManyStream, sn.cfg.Limits.MaxStreamsPerKey), time.Second)
+			return
+		}
+		defer open.Add(-1)
+	}
+	var rc strategies.RouteContext
+	if err := buildRouteContext(&rc, r.Header, body, req.model, res.adapter); err != nil {
+		fail(err, 0)
+		return
+	}
+	s.budget.Load().deposit()
+	a := attempt{s: s, sn: sn, w: w, r: r, res: res, req: &req, rc: &rc, start: start}
+	code = a.run()
+	s.metrics.latency.WithLabelValues(label).Observe(ms(s.clock.Now().Sub(start)))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// attempt is one client request's journey through the targets of its pool.
+type attempt struct {
+	s     *Server
+	sn    *snapshot
+	w     http.ResponseWriter
+	r     *http.Request
+	res   resolved
+	req   *request
+	rc    *strategies.RouteContext
+	start time.Time
+
+	tried   []bool
+	loads   []uint64
+	lastErr error
+}
+
+// run picks, proxies and retries; it returns the status sent to the
+// client (499 when the client left first).
+func (a *attempt) run() int {
+	p := a.res.pool
+	if p.lb == nil {
+		return writeError(a.w, fmt.Errorf("%w: %q has no targets", ErrNoTarget, p.key), time.Second)
+	}
+	cfg := a.sn.cfg
+	size := len(p.targets)
+	var triedBuf [16]bool
+	var loadBuf [16]uint64
+	a.tried, a.loads = triedBuf[:0], loadBuf[:0]
+	if size > len(triedBuf) {
+		a.tried, a.loads = make([]bool, 0, size), make([]uint64, 0, size)
+	}
+	a.tried, a.loads = a.tried[:size], a.loads[:size]
+
+	ctx, cancel := context.WithTimeout(a.r.Context(), cfg.Timeouts.Request.Duration)
+	defer cancel()
+	var pending *http.Response // a failed response kept to relay if no retry happens
+	defer func() {
+		if pending != nil {
+			pending.Body.Close()
+		}
+	}()
+	maxAttempts := 1 + cfg.Retry.Attempts
+	for n := 1; ; n++ {
+		idx, ok := a.pick()
+		if !ok {
+			if pending != nil {
+				resp := pending
+				pending = nil
+				return a.relayFailure(resp)
+			}
+			if a.lastErr != nil {
+				return writeError(a.w, fmt.Errorf("%w: %v", ErrUpstream, a.lastErr), 0)
+			}
+			reason, wait := a.noTargetReason()
+			return writeError(a.w, fmt.Errorf("%w for %q: %s", ErrNoTarget, a.req.model, reason), wait)
+		}
+		if pending != nil {
+			pending.Body.Close()
+			pending = nil
+		}
+		resp, status, done := a.try(ctx, idx)
+		if done {
+			return status
+		}
+		// The attempt failed before any byte reached the client.
+		if ctx.Err() != nil {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			if a.r.Context().Err() != nil {
+				return statusClientClosed
+			}
+			return writeError(a.w, fmt.Errorf("%w: request timed out", ErrUpstream), 0)
+		}
+		retry := n < maxAttempts && a.anyEligible() && a.s.budget.Load().spend()
+		if !retry {
+			if resp != nil {
+				return a.relayFailure(resp)
+			}
+			return writeError(a.w, fmt.Errorf("%w: %v", ErrUpstream, a.lastErr), 0)
+		}
+		pending = resp
+		a.s.metrics.retries.WithLabelValues(p.key).Inc()
+		d := backoff(n, cfg.Retry.BackoffBase.Duration, cfg.Retry.BackoffMax.Duration, a.s.rand.Float64)
+		if err := a.s.sleep(ctx, d); err != nil {
+			if a.r.Context().Err() != nil {
+				return statusClientClosed
+			}
+			if pending != nil {
+				resp := pending
+				pending = nil
+				return a.relayFailure(resp)
+			}
+			return writeError(a.w, fmt.Errorf("%w: request timed out", ErrUpstream), 0)
+		}
+	}
+}
+
+// anyEligible reports whether some untried target could take a retry now.
+func (a *attempt) anyEligible() bool {
+	now := a.s.clock.Now()
+	for i, t := range a.res.pool.targets {
+		if !a.tried[i] && t.provider.up.unavailable(now) == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// pick chooses an eligible, untried target and claims its breaker probe
+// slot when half-open.
+func (a *attempt) pick() (int, bool) {
+	p := a.res.pool
+	now := a.s.clock.Now()
+	for i := range p.targets {
+		t := &p.targets[i]
+		a.loads[i] = t.stats.InFlight()
+		if a.s.engine != nil {
+			// The engine's queue already holds this router's own
+			// requests (as of the last summary): take the larger of the
+			// two rather than counting ours twice.
+			if q, ok := a.s.engine.Load(t.provider.apiBase); ok {
+				a.loads[i] = max(a.loads[i], q)
+			}
+		}
+	}
+	eligible := func(i int) bool {
+		return !a.tried[i] && p.targets[i].provider.up.unavailable(now) == ""
+	}
+	for range p.targets {
+		idx, ok := p.lb.PickEligible(a.rc, a.loads, eligible)
+		if !ok || idx < 0 || idx >= len(p.targets) || !eligible(idx) {
+			return 0, false
+		}
+		if p.targets[idx].provider.up.admit(now) {
+			a.tried[idx] = true
+			return idx, true
+		}
+		a.tried[idx] = true // another request holds the half-open probe
+	}
+	return 0, false
+}
+
+// noTargetReason summarises why nothing was eligible and when to retry.
+func (a *attempt) noTargetReason() (string, time.Duration) {
+	now := a.s.clock.Now()
+	counts := map[string]int{}
+	wait := time.Duration(0)
+	for i, t := range a.res.pool.targets {
+		why := t.provider.up.unavailable(now)
+		if why == "" && a.tried[i] {
+			why = "already_tried"
+		}
+		if why == "" {
+			why = "not_picked"
+		}
+		counts[why]++
+		if d := t.provider.up.retryIn(now); d > 0 && (wait == 0 || d < wait) {
+			wait = d
+		}
+	}
+	parts := make([]string, 0, len(counts))
+	for k, v := range counts {
+		parts = append(parts, fmt.Sprintf("%d %s", v, k))
+	}
+	sort.Strings(parts)
+	if wait == 0 {
+		wait = time.Second
+	}
+	return fmt.Sprintf("%d target(s): %s", len(a.res.pool.targets), strings.Join(parts, ", ")), wait
+}
+
+// try runs one upstream attempt on target idx. done is true when the
+// response went to the client (status is what it got) or the client left.
+// Otherwise the attempt failed before the first byte: resp is the failed
+// upstream response (nil after a transport error, see a.lastErr), to be
+// relayed if no retry follows.
+func (a *attempt) try(ctx context.Context, idx int) (resp *http.Response, status int, done bool) {
+	s := a.s
+	t := &a.res.pool.targets[idx]
+	up := t.provider.up
+	a.res.pool.lb.Observe(idx, a.rc)
+	body := a.req.withModel(t.upstreamModel(a.res.requested))
+	queue := t.stats.Begin()
+	inflight := s.metrics.inFlight.WithLabelValues(t.provider.name)
+	inflight.Inc()
+	begin := s.clock.Now()
+	end := func(success bool, outcome string) {
+		now := s.clock.Now()
+		t.stats.End(strategies.Outcome{Success: success, Latency: now.Sub(begin), QueueDepth: queue,
+			PromptTokens: a.rc.PromptTokens, At: now})
+		inflight.Dec()
+		s.metrics.targets.WithLabelValues(t.provider.name, t.label, outcome).Inc()
+	}
+
+	actx, cancelAttempt := context.WithCancel(ctx)
+	out, err := http.NewRequestWithContext(actx, http.MethodPost, upstreamURL(t.provider, a.r.URL.Path), bytes.NewReader(body))
+	if err != nil {
+		cancelAttempt()
+		end(false, "error")
+		a.lastErr = err
+		return nil, 0, false
+	}
+	out.Header = outboundHeader(a.r.Header, t.provider)
+	out.ContentLength = int64(len(body))
+	firstByte := time.AfterFunc(a.sn.cfg.Timeouts.FirstByte.Duration, cancelAttempt)
+	resp, err = s.transport.RoundTrip(out)
+	firstByte.Stop()
+	if err != nil {
+		cancelAttempt()
+		if a.r.Context().Err() != nil {
+			up.release()
+			end(false, "canceled")
+			return nil, statusClientClosed, true
+		}
+		a.breakerFailure(up)
+		end(false, "connect_error")
+		// Clients learn which provider failed, not its address.
+		a.lastErr = fmt.Errorf("provider %s did not answer", t.provider.name)
+		s.log.Warn("upstream attempt failed", "provider", t.provider.name, "err", err)
+		return nil, 0, false
+	}
+	if retryable(resp.StatusCode) {
+		if resp.StatusCode == http.StatusTooManyRequests {
+			up.release()
+			if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()); ok {
+				c := a.sn.cfg.Retry
+				d := min(max(ra, c.ParkMin.Duration), c.ParkMax.Duration)
+				up.park(s.clock.Now(), d)
+				s.log.Info("provider parked", "provider", t.provider.name, "for", d)
+			}
+		} else {
+			a.breakerFailure(up)
+		}
+		end(false, "http_"+strconv.Itoa(resp.StatusCode))
+		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancelAttempt}
+		a.lastErr = fmt.Errorf("%s: HTTP %d", t.provider.name, resp.StatusCode)
+		return resp, 0, false
+	}
+	if from, changed := up.success(); changed {
+		s.log.Info("circuit breaker closed", "provider", t.provider.name, "was", from.String())
+	}
+	status, ok, outcome := a.relay(resp, begin)
+	resp.Body.Close()
+	cancelAttempt()
+	if ok && resp.StatusCode >= 300 {
+		outcome = "http_" + strconv.Itoa(resp.StatusCode)
+	}
+	if outcome == "stream_error" || outcome == "abort" {
+		if up.failure(s.clock.Now(), a.sn.cfg.Breaker.Failures, a.sn.cfg.Breaker.Open.Duration) {
+			s.log.Warn("circuit breaker opened", "provider", t.provider.name)
+		}
+	}
+	end(ok && resp.StatusCode < 300, outcome)
+	if outcome == "abort" {
+		panic(http.ErrAbortHandler)
+	}
+	return nil, status, true
+}
+
+func (a *attempt) breakerFailure(up *upstream) {
+	c := a.sn.cfg.Breaker
+	if up.failure(a.s.clock.Now(), c.Failures, c.Open.Duration) {
+		a.s.log.Warn("circuit breaker opened", "provider", up.name, "for", c.Open.Duration)
+	}
+}
+
+// cancelOnClose ends an attempt's context when its kept response closes.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+// relayFailure passes a failed upstream response to the client as is.
+func (a *attempt) relayFailure(resp *http.Response) int {
+	defer resp.Body.Close()
+	copyHeader(a.w.Header(), resp.Header)
+	a.w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(a.w, resp.Body)
+	return resp.StatusCode
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
+	for _, k := range hopHeaders {
+		dst.Del(k)
+	}
+}
+
+// relay streams resp to the client, flushing after every read when the
+// response is an event stream so each SSE event leaves as it arrives.
+// outcome is "success", "canceled", "stream_error" (the upstream broke
+// after bytes went out; SSE got a terminal error event) or "abort" (a
+// non-SSE body broke midway: the caller aborts the connection so the
+// client cannot mistake a truncated body for a whole one).
+func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bool, outcome string) {
+	s := a.s
+	h := a.w.Header()
+	copyHeader(h, resp.Header)
+	sse := isEventStream(resp.Header.Get("Content-Type"))
+	if sse {
+		h.Del("Content-Length")
+		h.Set("Cache-Control", "no-cache")
+	}
+	a.w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(a.w)
+	if sse {
+		_ = rc.Flush()
+	}
+	bufp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bufp)
+	buf := *bufp
+	first := true
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if first {
+				first = false
+				s.metrics.ttft.WithLabelValues(a.res.pool.key).Observe(ms(s.clock.Now().Sub(a.start)))
+			}
+			if _, werr := a.w.Write(buf[:n]); werr != nil {
+				return statusClientClosed, false, "canceled"
+			}
+			if sse {
+				if ferr := rc.Flush(); ferr != nil {
+					return statusClientClosed, false, "canceled"
+				}
+			}
+		}
+		if err == io.EOF {
+			return resp.StatusCode, true, "success"
+		}
+		if err != nil {
+			if a.r.Context().Err() != nil {
+				return statusClientClosed, false, "canceled"
+			}
+			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err)
+			if sse {
+				_, _ = a.w.Write(sseError("upstream stream failed: " + err.Error()))
+				_ = rc.Flush()
+				return resp.StatusCode, false, "stream_error"
+			}
+			return resp.StatusCode, false, "abort"
+		}
+	}
+}
+
+// isEventStream reports whether a Content-Type names an SSE stream
+// (parameters such as "; charset=utf-8" allowed).
+func isEventStream(ct string) bool {
+	const sse = "text/event-stream"
+	ct = strings.TrimSpace(ct)
+	if len(ct) < len(sse) || !strings.EqualFold(ct[:len(sse)], sse) {
+		return false
+	}
+	rest := strings.TrimSpace(ct[len(sse):])
+	return rest == "" || rest[0] == ';'
+}
+
+// copyBufs recycles relay buffers across requests.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

@@ -1,0 +1,291 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/strategies"
+)
+
+// Options are a Server's collaborators. Every field is optional; the zero
+// value runs a real router with the system clock.
+type Options struct {
+	Logger *slog.Logger
+	// Clock drives breaker, parking and latency measurement.
+	Clock strategies.Clock
+	// Rand seeds the balancers and draws retry jitter.
+	Rand strategies.Rand
+	// Sleep waits out a retry backoff; tests record instead of sleeping.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Transport carries upstream requests and health probes.
+	Transport http.RoundTripper
+	// Getenv resolves providers' api_key_env (default os.Getenv).
+	Getenv func(string) string
+	// Registry receives the data plane's metrics (default: a new one).
+	Registry *prometheus.Registry
+	// Engine and Sources connect the mesh's view of the engines (nil: none).
+	Engine  EngineView
+	Sources SourceFactory
+	// NewTicker drives the health probes (default time.NewTicker).
+	NewTicker func(d time.Duration) (tick <-chan time.Time, stop func())
+}
+
+// Server is one router's data plane. Create it with New, give it a config
+// with Apply, serve Handler (and AdminHandler), and run the background
+// health checks with Run (or all of it with Serve).
+type Server struct {
+	log       *slog.Logger
+	clock     strategies.Clock
+	rand      strategies.Rand
+	sleep     func(context.Context, time.Duration) error
+	transport http.RoundTripper
+	getenv    func(string) string
+	reg       *prometheus.Registry
+	engine    EngineView
+	sources   SourceFactory
+
+	tracker *strategies.Tracker
+	policy  *strategies.PolicyHolder
+	metrics *metrics
+	health  *healthManager
+
+	snap     atomic.Pointer[snapshot]
+	budget   atomic.Pointer[retryBudget]
+	draining atomic.Bool
+	applyMu  sync.Mutex // serialises Apply
+
+	upMu      sync.Mutex
+	upstreams map[string]*upstream // by provider name + "\x00" + api_base
+
+	streams sync.Map // API key name → *atomic.Int64 open streams
+}
+
+// New returns a Server with no config: requests get 503 until Apply.
+func New(o Options) *Server {
+	s := &Server{
+		log: o.Logger, clock: o.Clock, rand: o.Rand, sleep: o.Sleep, transport: o.Transport,
+		getenv: o.Getenv, reg: o.Registry, engine: o.Engine, sources: o.Sources,
+		tracker:   strategies.NewTracker(),
+		policy:    strategies.NewPolicyHolder(strategies.DefaultAdaptivePolicy()),
+		upstreams: map[string]*upstream{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clock == nil {
+		s.clock = systemClock{}
+	}
+	if s.rand == nil {
+		s.rand = strategies.NewRand(uint64(time.Now().UnixNano()))
+	}
+	if s.sleep == nil {
+		s.sleep = sleepCtx
+	}
+	if s.transport == nil {
+		s.transport = newTransport(s)
+	}
+	if s.getenv == nil {
+		s.getenv = envLookup
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	s.metrics = newMetrics(s.reg)
+	s.health = newHealthManager(s, o.NewTicker)
+	s.budget.Store(newRetryBudget(0.2))
+	return s
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Tracker returns the learned per-target state shared by every snapshot.
+func (s *Server) Tracker() *strategies.Tracker { return s.tracker }
+
+// Registry returns the registry holding the data plane's metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// ConfigVersion returns the version of the running snapshot (0: none).
+func (s *Server) ConfigVersion() uint64 {
+	if sn := s.snap.Load(); sn != nil {
+		return sn.version
+	}
+	return 0
+}
+
+// Apply builds a snapshot from cfg and swaps it in atomically with the
+// next config version. In-flight requests finish on the snapshot they
+// started with. On error the running snapshot is kept.
+func (s *Server) Apply(cfg *config.Config) error {
+	return s.ApplyVersion(cfg, 0)
+}
+
+// ApplyVersion is Apply with an explicit config version (the control
+// plane's commit index); 0 means "previous + 1".
+func (s *Server) ApplyVersion(cfg *config.Config, version uint64) error {
+	if cfg == nil {
+		return errors.New("router: nil config")
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if version == 0 {
+		version = s.ConfigVersion() + 1
+	}
+	b := builder{tracker: s.tracker, rand: s.rand, clock: s.clock, policy: s.policy,
+		sources: s.sources, getenv: s.getenv, upstream: s.upstreamFor}
+	sn, err := b.build(cfg, version)
+	if err != nil {
+		return err
+	}
+	s.policy.Store(cfg.AdaptiveRouting.Policy())
+	if old := s.budget.Load(); old.ratio != int64(cfg.Retry.Budget*1000) {
+		s.budget.Store(newRetryBudget(cfg.Retry.Budget))
+	}
+	s.snap.Store(sn)
+	s.pruneUpstreams(sn)
+	s.health.reconcile(sn)
+	s.metrics.configVersion.Set(float64(version))
+	if len(sn.keys) == 0 {
+		s.log.Warn("no API keys configured: the router is open to every client")
+	}
+	s.log.Info("config applied", "version", version, "routes", len(sn.routes), "groups", len(sn.groups), "providers", len(sn.providers))
+	return nil
+}
+
+func (s *Server) upstreamFor(name, apiBase string) *upstream {
+	k := name + "\x00" + apiBase
+	s.upMu.Lock()
+	defer s.upMu.Unlock()
+	u, ok := s.upstreams[k]
+	if !ok {
+		u = newUpstream(name)
+		s.upstreams[k] = u
+	}
+	return u
+}
+
+func (s *Server) pruneUpstreams(sn *snapshot) {
+	s.upMu.Lock()
+	defer s.upMu.Unlock()
+	for k, u := range s.upstreams {
+		if p, ok := sn.providers[u.name]; !ok || k != p.name+"\x00"+p.apiBase {
+			delete(s.upstreams, k)
+		}
+	}
+}
+
+// Handler is the OpenAI-compatible API.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveAPI) }
+
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, fmt.Errorf("%w: use POST", ErrMethod), 0)
+			return
+		}
+		s.serveInference(w, r)
+	case "/v1/models":
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			writeError(w, fmt.Errorf("%w: use GET", ErrMethod), 0)
+			return
+		}
+		s.serveModels(w, r)
+	default:
+		writeError(w, fmt.Errorf("%w: %s", ErrNotFound, r.URL.Path), 0)
+	}
+}
+
+// AdminHandler serves /metrics, /healthz (the process is up) and /readyz
+// (a config is applied and the server is not draining).
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case s.draining.Load():
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+		case s.snap.Load() == nil:
+			http.Error(w, "no config applied", http.StatusServiceUnavailable)
+		default:
+			_, _ = io.WriteString(w, "ready\n")
+		}
+	})
+	return mux
+}
+
+// Run runs the active health checks until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	s.health.run(ctx)
+}
+
+// Serve runs the API on api and the admin endpoints on admin (nil: none)
+// until ctx ends, then drains: listeners close at once, /readyz turns 503,
+// and requests in flight (streams included) get up to [timeouts] drain to
+// finish before their connections are closed.
+func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
+	sn := s.snap.Load()
+	if sn == nil {
+		return ErrNoConfig
+	}
+	t, l := sn.cfg.Timeouts, sn.cfg.Limits
+	base := context.WithoutCancel(ctx)
+	mk := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader.Duration, IdleTimeout: t.Idle.Duration,
+			MaxHeaderBytes: l.MaxHeaderBytes, BaseContext: func(net.Listener) context.Context { return base },
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	}
+	servers := []*http.Server{mk(s.Handler())}
+	lns := []net.Listener{api}
+	if admin != nil {
+		servers = append(servers, mk(s.AdminHandler()))
+		lns = append(lns, admin)
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(lns[i]) }()
+	}
+	hctx, stopHealth := context.WithCancel(ctx)
+	healthDone := make(chan struct{})
+	go func() { s.Run(hctx); close(healthDone) }()
+	defer func() { stopHealth(); <-healthDone }()
+	s.log.Info("router serving", "api", api.Addr().String())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+	}
+	s.draining.Store(true)
+	drain := s.snap.Load().cfg.Timeouts.Drain.Duration
+	s.log.Info("draining", "deadline", drain)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+	defer cancel()
+	for _, srv := range servers {
+		if e := srv.Shutdown(dctx); e != nil {
+			s.log.Warn("drain deadline passed; closing remaining connections", "err", e)
+			_ = srv.Close()
+		}
+	}
+	return err
+}

@@ -1,0 +1,245 @@
+package router
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/strategies"
+)
+
+// snapshot is the immutable routing state built from one config. Requests
+// load it once and use it to the end; Apply swaps in a new one.
+type snapshot struct {
+	version   uint64
+	cfg       *config.Config
+	routes    map[string]*pool // by public model name
+	groups    map[string]*pool // by group slug
+	pins      map[string]*pool // by provider name ("provider/model")
+	providers map[string]*provider
+	keys      []apiKey
+	models    []string // GET /v1/models ids, sorted
+}
+
+// provider is one upstream endpoint as the snapshot sees it.
+type provider struct {
+	name       string
+	apiBase    string
+	base       *url.URL
+	authHeader string // "Bearer …" when api_key_env is set; never logged
+	priceIn    float64
+	priceOut   float64
+	up         *upstream
+}
+
+// target is one entry of a pool.
+type target struct {
+	provider *provider
+	// model is the upstream model forwarded; "" for a passthrough member,
+	// which forwards whatever model the caller asked for.
+	model string
+	// label names the target in metrics: provider/model (or provider/*).
+	label string
+	stats *strategies.TargetStats
+}
+
+// pool is a balancer over a fixed target list: a route, a provider group
+// (shared by every group-slug/model address, seed 000) or a provider pin.
+type pool struct {
+	// key names the pool in metrics and allowlists: the route model,
+	// "slug/*" for a group, "provider/*" for a pin.
+	key      string
+	strategy string
+	lb       strategies.LoadBalancer // nil when the pool has no targets
+	targets  []target
+	// adapter is true on group pools with a passthrough member: the
+	// requested model is then the LoRA adapter (RouteContext.Adapter).
+	adapter bool
+}
+
+// upstreamModel is the model forwarded to t for a request that asked for
+// requested.
+func (t *target) upstreamModel(requested string) string {
+	if t.model == "" {
+		return requested
+	}
+	return t.model
+}
+
+// resolved is a request's address resolved against a snapshot.
+type resolved struct {
+	pool      *pool
+	requested string // the model a passthrough target forwards
+	adapter   string
+}
+
+// resolve maps a public address to a pool: a route's model name, then
+// "group-slug/model", then "provider-name/model".
+func (s *snapshot) resolve(model string) (resolved, error) {
+	if p, ok := s.routes[model]; ok {
+		return resolved{pool: p, requested: model}, nil
+	}
+	if prefix, rest, ok := strings.Cut(model, "/"); ok && rest != "" {
+		if p, ok := s.groups[prefix]; ok {
+			r := resolved{pool: p, requested: rest}
+			if p.adapter {
+				r.adapter = rest
+			}
+			return r, nil
+		}
+		if p, ok := s.pins[prefix]; ok {
+			return resolved{pool: p, requested: rest}, nil
+		}
+	}
+	return resolved{}, fmt.Errorf("%w: %q (GET /v1/models lists the addresses)", ErrUnknownModel, model)
+}
+
+// builder carries what building a snapshot needs from the Server.
+type builder struct {
+	tracker  *strategies.Tracker
+	rand     strategies.Rand
+	clock    strategies.Clock
+	policy   *strategies.PolicyHolder
+	sources  SourceFactory
+	getenv   func(string) string
+	upstream func(name, apiBase string) *upstream
+}
+
+func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
+	s := &snapshot{
+		version:   version,
+		cfg:       cfg,
+		routes:    make(map[string]*pool, len(cfg.Routes)),
+		groups:    make(map[string]*pool, len(cfg.ProviderGroups)),
+		pins:      make(map[string]*pool, len(cfg.Providers)),
+		providers: make(map[string]*provider, len(cfg.Providers)),
+	}
+	for _, pc := range cfg.Providers {
+		u, err := url.Parse(pc.APIBase)
+		if err != nil {
+			return nil, fmt.Errorf("router: provider %q: api_base: %w", pc.Name, err)
+		}
+		p := &provider{name: pc.Name, apiBase: pc.APIBase, base: u, priceIn: pc.PriceInPerMtok,
+			priceOut: pc.PriceOutPerMtok, up: b.upstream(pc.Name, pc.APIBase)}
+		if pc.APIKeyEnv != "" {
+			if k := b.getenv(pc.APIKeyEnv); k != "" {
+				p.authHeader = "Bearer " + k
+			}
+		}
+		s.providers[pc.Name] = p
+	}
+	mkTarget := func(t config.Target, passthrough bool) (target, error) {
+		p, ok := s.providers[t.Provider]
+		if !ok {
+			return target{}, fmt.Errorf("no provider named %q", t.Provider)
+		}
+		m := t.Model
+		if passthrough {
+			m = ""
+		}
+		label := p.name + "/" + m
+		if m == "" {
+			label = p.name + "/*"
+		}
+		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label)}, nil
+	}
+	for _, rc := range cfg.Routes {
+		p := &pool{key: rc.Model, strategy: rc.Strategy}
+		for _, tc := range rc.Targets {
+			t, err := mkTarget(tc, false)
+			if err != nil {
+				return nil, fmt.Errorf("router: route %q: %w", rc.Model, err)
+			}
+			p.targets = append(p.targets, t)
+		}
+		if err := b.balance(p, weights(rc.Targets), rc.MaxLoRAs); err != nil {
+			return nil, fmt.Errorf("router: route %q: %w", rc.Model, err)
+		}
+		s.routes[rc.Model] = p
+		s.models = append(s.models, rc.Model)
+	}
+	for _, gc := range cfg.ProviderGroups {
+		p := &pool{key: gc.Slug + "/*", strategy: gc.Strategy}
+		declared := map[string]bool{}
+		for _, mc := range gc.Members {
+			t, err := mkTarget(mc, mc.Model == "")
+			if err != nil {
+				return nil, fmt.Errorf("router: provider group %q: %w", gc.Slug, err)
+			}
+			if t.model == "" {
+				p.adapter = true
+			} else {
+				declared[t.model] = true
+			}
+			p.targets = append(p.targets, t)
+		}
+		if err := b.balance(p, weights(gc.Members), gc.MaxLoRAs); err != nil {
+			return nil, fmt.Errorf("router: provider group %q: %w", gc.Slug, err)
+		}
+		s.groups[gc.Slug] = p
+		if p.adapter {
+			s.models = append(s.models, gc.Slug+"/*")
+		}
+		for m := range declared {
+			s.models = append(s.models, gc.Slug+"/"+m)
+		}
+	}
+	for _, pc := range cfg.Providers {
+		t, _ := mkTarget(config.Target{Provider: pc.Name, Weight: 1}, true)
+		p := &pool{key: pc.Name + "/*", strategy: "round_robin", targets: []target{t}}
+		if err := b.balance(p, []int{1}, 0); err != nil {
+			return nil, fmt.Errorf("router: provider %q: %w", pc.Name, err)
+		}
+		s.pins[pc.Name] = p
+	}
+	sort.Strings(s.models)
+	for _, kc := range cfg.Keys {
+		k := apiKey{name: kc.Name, models: kc.Models}
+		if _, err := hex.Decode(k.sum[:], []byte(kc.SHA256)); err != nil {
+			return nil, fmt.Errorf("router: key %q: sha256: %w", kc.Name, err)
+		}
+		s.keys = append(s.keys, k)
+	}
+	return s, nil
+}
+
+func weights(ts []config.Target) []int {
+	w := make([]int, len(ts))
+	for i, t := range ts {
+		w[i] = max(t.Weight, 1)
+	}
+	return w
+}
+
+// balance builds p's balancer once for the snapshot's life. A pool with no
+// targets (a discover route the mesh has not filled) has none.
+func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
+	if len(p.targets) == 0 {
+		return nil
+	}
+	spec := strategies.Spec{
+		Targets: make([]strategies.Target, len(p.targets)),
+		Stats:   make([]*strategies.TargetStats, len(p.targets)),
+		Rand:    b.rand, Clock: b.clock, Tracker: b.tracker, Policy: b.policy,
+		MaxLoRAs: maxLoRAs,
+	}
+	bases := make([]string, len(p.targets))
+	for i, t := range p.targets {
+		spec.Targets[i] = strategies.Target{ID: t.label, Provider: t.provider.name, UpstreamModel: t.model, Weight: w[i],
+			CostInPerMtok: t.provider.priceIn, CostOutPerMtok: t.provider.priceOut}
+		spec.Stats[i] = t.stats
+		bases[i] = t.provider.apiBase
+	}
+	if b.sources != nil {
+		spec.Residency, spec.Cache, spec.Adapters = b.sources.Sources(bases)
+	}
+	lb, err := strategies.Build(p.strategy, spec)
+	if err != nil {
+		return err
+	}
+	p.lb = lb
+	return nil
+}

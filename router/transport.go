@@ -1,0 +1,75 @@
+package router
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+var envLookup = os.Getenv
+
+// newTransport is the default upstream transport: pooled keep-alive
+// connections, the connect timeout of the running config, no transparent
+// compression (bytes pass through as the engine sent them).
+func newTransport(s *Server) *http.Transport {
+	d := &net.Dialer{KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			timeout := 5 * time.Second
+			if sn := s.snap.Load(); sn != nil {
+				timeout = sn.cfg.Timeouts.Connect.Duration
+			}
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			return d.DialContext(ctx, network, addr)
+		},
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+}
+
+// upstreamURL joins a provider's api_base with an API path. An api_base
+// that already ends in /v1 (the OpenAI convention) is not given a second.
+func upstreamURL(p *provider, path string) string {
+	base := strings.TrimSuffix(p.base.Path, "/")
+	if strings.HasSuffix(base, "/v1") {
+		path = strings.TrimPrefix(path, "/v1")
+	}
+	u := *p.base
+	u.Path = base + path
+	u.RawPath = ""
+	u.RawQuery = ""
+	u.Fragment = ""
+	return u.String()
+}
+
+// hopHeaders are connection-scoped and never forwarded.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// outboundHeader copies the client's headers for the upstream, minus
+// hop-by-hop headers, the client's credentials and the body framing.
+func outboundHeader(in http.Header, p *provider) http.Header {
+	h := make(http.Header, len(in)+1)
+	for k, v := range in {
+		h[k] = v
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+	h.Del("Authorization")
+	h.Del("Content-Length")
+	h.Del("Accept-Encoding")
+	h.Del("Host")
+	if p.authHeader != "" {
+		h.Set("Authorization", p.authHeader)
+	}
+	return h
+}
