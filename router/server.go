@@ -39,6 +39,15 @@ type Options struct {
 	Sources SourceFactory
 	// NewTicker drives the health probes (default time.NewTicker).
 	NewTicker func(d time.Duration) (tick <-chan time.Time, stop func())
+	// Base supplies the HTTP server timeouts and limits Serve uses when it
+	// starts before any config is applied (default config.Default()).
+	Base *config.Config
+	// Ready is an extra /readyz condition (the control plane's): a non-nil
+	// error makes /readyz answer 503 with the error's text.
+	Ready func() error
+	// AdminExtra serves every admin-port path AdminHandler does not own
+	// itself (the admin API, the dashboard); nil: 404.
+	AdminExtra http.Handler
 }
 
 // Server is one router's data plane. Create it with New, give it a config
@@ -54,6 +63,9 @@ type Server struct {
 	reg       *prometheus.Registry
 	engine    EngineView
 	sources   SourceFactory
+	base      *config.Config
+	ready     func() error
+	extra     http.Handler
 
 	tracker *strategies.Tracker
 	policy  *strategies.PolicyHolder
@@ -76,6 +88,7 @@ func New(o Options) *Server {
 	s := &Server{
 		log: o.Logger, clock: o.Clock, rand: o.Rand, sleep: o.Sleep, transport: o.Transport,
 		getenv: o.Getenv, reg: o.Registry, engine: o.Engine, sources: o.Sources,
+		base: o.Base, ready: o.Ready, extra: o.AdminExtra,
 		tracker:   strategies.NewTracker(),
 		policy:    strategies.NewPolicyHolder(strategies.DefaultAdaptivePolicy()),
 		upstreams: map[string]*upstream{},
@@ -101,7 +114,12 @@ func New(o Options) *Server {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
+	if s.base == nil {
+		d := config.Default()
+		s.base = &d
+	}
 	s.metrics = newMetrics(s.reg)
+	s.reg.MustRegister(newAdaptiveCollector(s))
 	s.health = newHealthManager(s, o.NewTicker)
 	s.budget.Store(newRetryBudget(0.2))
 	return s
@@ -211,7 +229,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 }
 
 // AdminHandler serves /metrics, /healthz (the process is up) and /readyz
-// (a config is applied and the server is not draining).
+// (a config is applied, the server is not draining and Options.Ready
+// agrees); every other path goes to Options.AdminExtra.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -225,10 +244,28 @@ func (s *Server) AdminHandler() http.Handler {
 		case s.snap.Load() == nil:
 			http.Error(w, "no config applied", http.StatusServiceUnavailable)
 		default:
+			if s.ready != nil {
+				if err := s.ready(); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+			}
 			_, _ = io.WriteString(w, "ready\n")
 		}
 	})
+	if s.extra != nil {
+		mux.Handle("/", s.extra)
+	}
 	return mux
+}
+
+// serveConfig is the running snapshot's config, or Options.Base before
+// the first Apply.
+func (s *Server) serveConfig() *config.Config {
+	if sn := s.snap.Load(); sn != nil {
+		return sn.cfg
+	}
+	return s.base
 }
 
 // Run runs the active health checks until ctx ends.
@@ -237,15 +274,12 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // Serve runs the API on api and the admin endpoints on admin (nil: none)
-// until ctx ends, then drains: listeners close at once, /readyz turns 503,
+// until ctx ends; before the first Apply the API answers 503. Then it
+// drains: listeners close at once, /readyz turns 503,
 // and requests in flight (streams included) get up to [timeouts] drain to
 // finish before their connections are closed.
 func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
-	sn := s.snap.Load()
-	if sn == nil {
-		return ErrNoConfig
-	}
-	t, l := sn.cfg.Timeouts, sn.cfg.Limits
+	t, l := s.serveConfig().Timeouts, s.serveConfig().Limits
 	base := context.WithoutCancel(ctx)
 	mk := func(h http.Handler) *http.Server {
 		return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader.Duration, IdleTimeout: t.Idle.Duration,
@@ -277,7 +311,7 @@ func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
 		}
 	}
 	s.draining.Store(true)
-	drain := s.snap.Load().cfg.Timeouts.Drain.Duration
+	drain := s.serveConfig().Timeouts.Drain.Duration
 	s.log.Info("draining", "deadline", drain)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer cancel()

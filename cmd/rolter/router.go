@@ -14,13 +14,19 @@ import (
 	"github.com/rolter/rolter/router"
 )
 
-// runRouter is `rolter router`: the data plane on --http and its metrics
-// and probes on --admin, until SIGINT/SIGTERM, then a drain.
+// runRouter is `rolter router`: the Raft replica of the control plane, the
+// data plane on --http (rebuilt on every config_version) and, on --admin,
+// the admin API, the dashboard, /metrics, /healthz and /readyz, until
+// SIGINT/SIGTERM, then a drain. --standalone runs the data plane alone
+// from --config.
 func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("router", stderr)
-	cfgPath := fs.String("config", "rolter.toml", "path of rolter.toml")
+	cfgPath := fs.String("config", "rolter.toml", "path of rolter.toml (seeds the replicated state at the first bootstrap; "+
+		"its retry, breaker, health, timeouts and limits sections stay local to this router)")
 	httpAddr := fs.String("http", "127.0.0.1:4000", "address of the OpenAI-compatible API")
-	adminAddr := fs.String("admin", "127.0.0.1:4001", "address of /metrics, /healthz and /readyz")
+	adminAddr := fs.String("admin", "127.0.0.1:4001", "address of the admin API, /ui/, /metrics, /healthz and /readyz")
+	var cf clusterFlags
+	cf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -29,28 +35,71 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	srv := router.New(router.Options{Logger: log})
-	if err := srv.Apply(cfg); err != nil {
-		return err
+	if cf.standalone {
+		return runStandalone(ctx, cfg, *cfgPath, *httpAddr, *adminAddr, stdout, log)
 	}
+	sc, err := cf.storeConfig(cfg, os.Getenv, log)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	peerAdmin, err := parsePeerAdmin(cf.peerAdmin)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	sc.Logger = log // the store adds node_id itself
 	api, err := net.Listen("tcp", *httpAddr)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
+	defer api.Close()
 	admin, err := net.Listen("tcp", *adminAddr)
+	if err != nil {
+		return fmt.Errorf("--admin: %w", err)
+	}
+	defer admin.Close()
+
+	log.Info("opening the raft store", "node_id", sc.NodeID, "raft", sc.RaftAddr, "data_dir", sc.DataDir, "bootstrap_expect", sc.BootstrapExpect)
+	cp, err := openControlPlane(ctx, sc, cfg, peerAdmin)
+	if err != nil {
+		return err
+	}
+	hup, stopHUP := context.WithCancel(ctx)
+	defer stopHUP()
+	go reloadOnHUP(hup, *cfgPath, log, cp.setBase)
+	fmt.Fprintf(stdout, "rolter router %s: API on http://%s/v1, admin on http://%s (api, ui, metrics, healthz, readyz), raft on %s\n",
+		sc.NodeID, api.Addr(), admin.Addr(), cp.store.RaftAddr())
+	return cp.run(ctx, api, admin)
+}
+
+// runStandalone serves the data plane from the config file alone,
+// reloading it on SIGHUP.
+func runStandalone(ctx context.Context, cfg *config.Config, path, httpAddr, adminAddr string, stdout io.Writer, log *slog.Logger) error {
+	srv := router.New(router.Options{Logger: log, Base: cfg})
+	if err := srv.Apply(cfg); err != nil {
+		return err
+	}
+	api, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	admin, err := net.Listen("tcp", adminAddr)
 	if err != nil {
 		api.Close()
 		return fmt.Errorf("--admin: %w", err)
 	}
-	fmt.Fprintf(stdout, "rolter router: API on http://%s/v1, admin on http://%s (metrics, healthz, readyz)\n",
+	fmt.Fprintf(stdout, "rolter router (standalone): API on http://%s/v1, admin on http://%s (metrics, healthz, readyz)\n",
 		api.Addr(), admin.Addr())
-	go reloadOnHUP(ctx, srv, *cfgPath, log)
+	go reloadOnHUP(ctx, path, log, func(c *config.Config) {
+		if err := srv.Apply(c); err != nil {
+			log.Error("config reload failed; keeping the running config", "path", path, "err", err)
+		}
+	})
 	return srv.Serve(ctx, api, admin)
 }
 
-// reloadOnHUP re-reads the config file on SIGHUP and applies it without a
-// restart; a config that fails to load or build leaves the running one.
-func reloadOnHUP(ctx context.Context, srv *router.Server, path string, log *slog.Logger) {
+// reloadOnHUP re-reads the config file on SIGHUP and hands it to apply; a
+// file that fails to load leaves the running config.
+func reloadOnHUP(ctx context.Context, path string, log *slog.Logger, apply func(*config.Config)) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -60,12 +109,11 @@ func reloadOnHUP(ctx context.Context, srv *router.Server, path string, log *slog
 			return
 		case <-hup:
 			cfg, err := config.Load(path)
-			if err == nil {
-				err = srv.Apply(cfg)
-			}
 			if err != nil {
 				log.Error("config reload failed; keeping the running config", "path", path, "err", err)
+				continue
 			}
+			apply(cfg)
 		}
 	}
 }

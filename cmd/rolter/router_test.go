@@ -30,7 +30,7 @@ func TestRouterSubcommand(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"router", "--config", cfg, "--http", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, outW, io.Discard)
+		done <- run(ctx, []string{"router", "--standalone", "--config", cfg, "--http", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, outW, io.Discard)
 		outW.Close()
 	}()
 	line, err := bufio.NewReader(outR).ReadString('\n')

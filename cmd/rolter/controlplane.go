@@ -1,0 +1,374 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/rolter/rolter/adminapi"
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/dashboard"
+	"github.com/rolter/rolter/router"
+)
+
+// clusterFlags are `rolter router`'s control-plane flags.
+type clusterFlags struct {
+	standalone        bool
+	nodeID            string
+	raftAddr          string
+	raftAdvertise     string
+	join              string
+	peerAdmin         string
+	bootstrapExpect   int
+	dataDir           string
+	tlsCert           string
+	tlsKey            string
+	tlsCA             string
+	insecureDev       bool
+	adminTokenFile    string
+	internalTokenFile string
+	raftTimeout       time.Duration
+}
+
+func (f *clusterFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.standalone, "standalone", false,
+		"run the data plane alone from --config (reloaded on SIGHUP): no Raft, no admin API")
+	fs.StringVar(&f.nodeID, "node-id", "", "this router's id (default $ROLTER_NODE_ID, else the hostname)")
+	fs.StringVar(&f.raftAddr, "raft", "127.0.0.1:7947", "HOST:PORT for Raft and leader forwarding")
+	fs.StringVar(&f.raftAdvertise, "raft-advertise", "", "HOST:PORT other routers dial (default: --raft)")
+	fs.StringVar(&f.join, "join", "", "comma-separated Raft peers as id=host:port (the other routers' --raft addresses)")
+	fs.StringVar(&f.peerAdmin, "peer-admin", "",
+		"comma-separated admin addresses (host:port or http://host:port) of the other routers; adaptive telemetry is pushed there")
+	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0,
+		"bootstrap a new cluster once this many routers (this one included) are known; 0 or 1 with no --join: alone")
+	fs.StringVar(&f.dataDir, "data-dir", "", "directory of the Raft log and snapshots (default ./rolter-data/<node-id>)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate of this router for Raft mutual TLS")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "PEM CA that signs every router's certificate")
+	fs.BoolVar(&f.insecureDev, "insecure-dev", false, "allow plaintext Raft (development and tests only)")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "",
+		"file holding the bootstrap superadmin token (default $ROLTER_ADMIN_TOKEN)")
+	fs.StringVar(&f.internalTokenFile, "internal-token-file", "",
+		"file holding the node-to-node token shared by every router (default $ROLTER_INTERNAL_TOKEN)")
+	fs.DurationVar(&f.raftTimeout, "raft-timeout", 500*time.Millisecond,
+		"Raft heartbeat and election timeout: a dead leader is replaced within about 2-3x this (raise it across a WAN)")
+}
+
+// errFlags marks an unusable combination of control-plane flags.
+var errFlags = errors.New("bad control-plane flags")
+
+// joinList is the parsed --join flag: Raft peers given as id=host:port, and
+// bare host:port entries, which name gossip seeds once gossip discovery is
+// wired (today they are refused with a message saying so).
+type joinList struct {
+	raft  cluster.StaticPeers
+	seeds []string
+}
+
+// parseJoin splits --join into Raft peers and gossip seeds.
+func parseJoin(s string) (joinList, error) {
+	var out joinList
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if strings.Contains(part, "=") {
+			ps, err := cluster.ParsePeers(part)
+			if err != nil {
+				return joinList{}, fmt.Errorf("--join: %w", err)
+			}
+			out.raft = append(out.raft, ps...)
+			continue
+		}
+		if _, _, err := net.SplitHostPort(part); err != nil {
+			return joinList{}, fmt.Errorf("--join %q: want id=host:port: %v", part, err)
+		}
+		out.seeds = append(out.seeds, part)
+	}
+	return out, nil
+}
+
+// parsePeerAdmin turns --peer-admin into admin base URLs.
+func parsePeerAdmin(s string) ([]string, error) {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		hostport := strings.TrimPrefix(strings.TrimPrefix(part, "http://"), "https://")
+		if _, _, err := net.SplitHostPort(strings.TrimSuffix(hostport, "/")); err != nil {
+			return nil, fmt.Errorf("--peer-admin %q: want host:port: %v", part, err)
+		}
+		if !strings.HasPrefix(part, "http://") && !strings.HasPrefix(part, "https://") {
+			part = "http://" + part
+		}
+		out = append(out, strings.TrimSuffix(part, "/"))
+	}
+	return out, nil
+}
+
+// readToken returns the trimmed content of file, else getenv(env).
+func readToken(file, env string, getenv func(string) string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", errFlags, err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", fmt.Errorf("%w: %s is empty", errFlags, file)
+		}
+		return tok, nil
+	}
+	return strings.TrimSpace(getenv(env)), nil
+}
+
+// storeConfig resolves the control-plane flags into a StoreConfig: node
+// identity, data dir, TLS and tokens. It refuses plaintext Raft without
+// --insecure-dev and a multi-router cluster without an internal token.
+func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) string, log *slog.Logger) (cluster.StoreConfig, error) {
+	sc := cluster.StoreConfig{RaftAddr: f.raftAddr, Advertise: f.raftAdvertise, BootstrapExpect: f.bootstrapExpect,
+		InsecureDev: f.insecureDev, Seed: seed, Logger: log}
+	if f.raftTimeout > 0 {
+		if f.raftTimeout < 20*time.Millisecond {
+			return sc, fmt.Errorf("%w: --raft-timeout %v is below 20ms", errFlags, f.raftTimeout)
+		}
+		t := f.raftTimeout
+		sc.RaftConfig = func(c *raft.Config) {
+			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = t, t, t/2
+		}
+	}
+	sc.NodeID = f.nodeID
+	if sc.NodeID == "" {
+		id, ok := adminapi.ResolveNodeID(getenv, log)
+		if !ok {
+			return sc, fmt.Errorf("%w: no node id: pass --node-id or set ROLTER_NODE_ID", errFlags)
+		}
+		sc.NodeID = id
+	}
+	if f.raftAddr == "" {
+		return sc, fmt.Errorf("%w: --raft is required (or run --standalone)", errFlags)
+	}
+	join, err := parseJoin(f.join)
+	if err != nil {
+		return sc, fmt.Errorf("%w: %v", errFlags, err)
+	}
+	if len(join.seeds) > 0 {
+		return sc, fmt.Errorf("%w: --join %s: gossip discovery is not wired into this build yet; name Raft peers as id=host:port",
+			errFlags, strings.Join(join.seeds, ","))
+	}
+	if len(join.raft) > 0 {
+		sc.Peers = join.raft
+	}
+	sc.DataDir = f.dataDir
+	if sc.DataDir == "" {
+		sc.DataDir = filepath.Join("rolter-data", sc.NodeID)
+	}
+	if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
+		if f.tlsCert == "" || f.tlsKey == "" || f.tlsCA == "" {
+			return sc, fmt.Errorf("%w: --tls-cert, --tls-key and --tls-ca go together", errFlags)
+		}
+		var tc *tls.Config
+		if tc, err = cluster.LoadTLS(f.tlsCert, f.tlsKey, f.tlsCA); err != nil {
+			return sc, fmt.Errorf("%w: %v", errFlags, err)
+		}
+		sc.TLS = tc
+	} else if !f.insecureDev {
+		return sc, fmt.Errorf("%w: Raft traffic needs mutual TLS: pass --tls-cert, --tls-key and --tls-ca "+
+			"(or --insecure-dev to allow plaintext on a development machine)", errFlags)
+	}
+	if sc.SuperadminToken, err = readToken(f.adminTokenFile, "ROLTER_ADMIN_TOKEN", getenv); err != nil {
+		return sc, err
+	}
+	if sc.SuperadminToken == "" {
+		log.Warn("no bootstrap superadmin token: set ROLTER_ADMIN_TOKEN or --admin-token-file before the first start, " +
+			"or the admin API has no superadmin")
+	}
+	if sc.InternalToken, err = readToken(f.internalTokenFile, "ROLTER_INTERNAL_TOKEN", getenv); err != nil {
+		return sc, err
+	}
+	if sc.InternalToken == "" {
+		if len(join.raft) > 0 || f.bootstrapExpect > 1 {
+			return sc, fmt.Errorf("%w: a cluster of routers needs the same internal token on every router: "+
+				"set ROLTER_INTERNAL_TOKEN or --internal-token-file", errFlags)
+		}
+		var b [32]byte
+		_, _ = crand.Read(b[:])
+		sc.InternalToken = hex.EncodeToString(b[:])
+		log.Warn("no internal token: generated a random one for this single router; " +
+			"other routers cannot join it until every router shares ROLTER_INTERNAL_TOKEN")
+	}
+	return sc, nil
+}
+
+// controlPlane ties the Raft store to the data plane: it applies every
+// config_version to the router, serves the admin API and pushes adaptive
+// telemetry.
+type controlPlane struct {
+	store  *cluster.Store
+	srv    *router.Server
+	api    *adminapi.API
+	pusher *adminapi.Pusher
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	base    *config.Config // process-local sections (retry, breaker, health, timeouts, limits)
+	applied uint64         // config_version last applied to srv
+	stale   bool           // base changed since the last apply
+	reload  chan struct{}
+}
+
+// openControlPlane opens the Raft store described by sc and builds the
+// data plane, the admin API and the telemetry pusher around it; base is
+// rolter.toml (the process-local sections), peerAdmin the other routers'
+// admin URLs. Start it with run.
+func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.Config, peerAdmin []string) (*controlPlane, error) {
+	if sc.Logger == nil {
+		sc.Logger = slog.New(slog.DiscardHandler)
+	}
+	log := sc.Logger.With("node_id", sc.NodeID)
+	store, err := cluster.Open(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	cp := &controlPlane{store: store, base: base, log: log, reload: make(chan struct{}, 1)}
+	cp.api = adminapi.New(adminapi.Deps{Store: store, Cluster: store, InternalToken: sc.InternalToken,
+		Limits: base.Limits, Logger: log})
+	cp.srv = router.New(router.Options{Logger: log, Base: base, Ready: cp.ready, AdminExtra: cp.adminHandler()})
+	cp.pusher = &adminapi.Pusher{NodeID: sc.NodeID, InternalToken: sc.InternalToken, Source: cp,
+		Local: cp.api.Telemetry(), Peers: staticEndpoints(peerAdmin), Logger: log}
+	return cp, nil
+}
+
+// run serves the data plane on api and the admin port on admin, follows
+// the replicated state and pushes telemetry until ctx ends; then it
+// drains and closes the store.
+func (cp *controlPlane) run(ctx context.Context, api, admin net.Listener) error {
+	defer func() {
+		if err := cp.store.Close(); err != nil {
+			cp.log.Warn("closing the raft store", "err", err)
+		}
+	}()
+	bg, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	wg.Add(2)
+	go func() { defer wg.Done(); cp.follow(bg) }()
+	go func() { defer wg.Done(); cp.pusher.Run(bg) }()
+	return cp.srv.Serve(ctx, api, admin)
+}
+
+// adminHandler serves the admin API and the dashboard next to the router's
+// own /metrics, /healthz and /readyz.
+func (cp *controlPlane) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", cp.api)
+	mux.Handle("/internal/", cp.api)
+	mux.Handle(dashboard.Prefix, dashboard.Handler())
+	mux.Handle("/ui", dashboard.Handler())
+	return mux
+}
+
+// ready is the control plane's /readyz condition: a Raft leader is known
+// and the data plane runs a snapshot of the replicated config.
+func (cp *controlPlane) ready() error {
+	if cp.store.Info().Leader == "" {
+		return errors.New("no raft leader")
+	}
+	cp.mu.Lock()
+	applied := cp.applied
+	cp.mu.Unlock()
+	if applied == 0 {
+		return errors.New("replicated config not applied yet")
+	}
+	return nil
+}
+
+// setBase replaces the process-local config sections (SIGHUP) and asks
+// follow to re-apply.
+func (cp *controlPlane) setBase(base *config.Config) {
+	cp.mu.Lock()
+	cp.base, cp.stale = base, true
+	cp.mu.Unlock()
+	select {
+	case cp.reload <- struct{}{}:
+	default:
+	}
+}
+
+// follow applies the replicated state to the data plane now and after
+// every config_version bump, until ctx ends.
+func (cp *controlPlane) follow(ctx context.Context) {
+	watch := cp.store.Watch()
+	for {
+		cp.applyState()
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-cp.reload:
+		}
+	}
+}
+
+// applyState builds a snapshot from the current state when its
+// config_version (or the local base) changed. A state that fails to build
+// keeps the running snapshot.
+func (cp *controlPlane) applyState() {
+	st := cp.store.State()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if !st.Seeded || st.ConfigVersion == 0 || (st.ConfigVersion == cp.applied && !cp.stale) {
+		return
+	}
+	if err := cp.srv.ApplyVersion(st.Config(cp.base), st.ConfigVersion); err != nil {
+		cp.log.Error("replicated config does not build; keeping the running snapshot",
+			"config_version", st.ConfigVersion, "err", err)
+		return
+	}
+	cp.applied, cp.stale = st.ConfigVersion, false
+}
+
+// AdaptiveTelemetry implements adminapi.TelemetrySource over the running
+// snapshot's adaptive balancers.
+func (cp *controlPlane) AdaptiveTelemetry() []adminapi.RouteSample {
+	routes := cp.srv.AdaptiveTelemetry()
+	out := make([]adminapi.RouteSample, 0, len(routes))
+	for _, r := range routes {
+		rs := adminapi.RouteSample{Model: r.Model, Engaged: r.Engaged, Observed: int64(r.Observed), Policy: r.Policy,
+			Decisions: adminapi.Decisions{Blend: int64(r.Decisions.Blend), Exploration: int64(r.Decisions.Exploration),
+				Fallback: int64(r.Decisions.Fallback)},
+			Targets: make([]adminapi.TargetSample, len(r.Targets))}
+		for i, t := range r.Targets {
+			rs.Targets[i] = adminapi.TargetSample{Target: t.Target, Provider: t.Provider, UpstreamModel: t.UpstreamModel,
+				Score: t.Score, LatencyScore: t.LatencyScore, CostScore: t.CostScore, LoadScore: t.LoadScore,
+				LatencyMs: t.LatencyMs, CostPerMtok: t.CostPerMtok, InFlight: int64(t.InFlight), Samples: int64(t.Samples),
+				LastSampleAgeMs: t.LastSampleAgeMs}
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+// staticEndpoints is adminapi.Endpoints over --peer-admin.
+type staticEndpoints []string
+
+// TelemetryEndpoints implements adminapi.Endpoints.
+func (e staticEndpoints) TelemetryEndpoints() []string { return e }

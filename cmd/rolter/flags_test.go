@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rolter/rolter/config"
+)
+
+func TestParseJoin(t *testing.T) {
+	for _, tc := range []struct {
+		name, in  string
+		raft      []string // id=addr
+		seeds     []string
+		wantError string
+	}{
+		{name: "empty", in: ""},
+		{name: "raft peers", in: "r1=127.0.0.1:7947, r2=10.0.0.2:7947,", raft: []string{"r1=127.0.0.1:7947", "r2=10.0.0.2:7947"}},
+		{name: "gossip seeds kept apart", in: "r1=127.0.0.1:7947,peers.svc:7946", raft: []string{"r1=127.0.0.1:7947"}, seeds: []string{"peers.svc:7946"}},
+		{name: "raft peer without port", in: "r1=127.0.0.1", wantError: "r1=127.0.0.1"},
+		{name: "peer without id", in: "=127.0.0.1:7947", wantError: "want id=host:port"},
+		{name: "garbage", in: "nonsense", wantError: "nonsense"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseJoin(tc.in)
+			if tc.wantError != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+					t.Fatalf("err %v, want one naming %q", err, tc.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raft []string
+			for _, p := range got.raft {
+				raft = append(raft, p.ID+"="+p.Addr)
+			}
+			if strings.Join(raft, ",") != strings.Join(tc.raft, ",") || strings.Join(got.seeds, ",") != strings.Join(tc.seeds, ",") {
+				t.Fatalf("raft %v seeds %v, want %v %v", raft, got.seeds, tc.raft, tc.seeds)
+			}
+		})
+	}
+}
+
+func TestParsePeerAdmin(t *testing.T) {
+	got, err := parsePeerAdmin("127.0.0.1:4001, http://10.0.0.2:4001/,https://r3.example:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "http://127.0.0.1:4001 http://10.0.0.2:4001 https://r3.example:443"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("got %v, want %s", got, want)
+	}
+	if _, err := parsePeerAdmin("http://no-port"); err == nil {
+		t.Fatal("an address without a port was accepted")
+	}
+}
+
+// TestStoreConfigFlags: the control-plane flags resolve to a usable store
+// config, or to a message that says what to do.
+func TestStoreConfigFlags(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := filepath.Join(dir, "tok")
+	if err := os.WriteFile(tokFile, []byte("  file-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"ROLTER_ADMIN_TOKEN": "env-admin", "ROLTER_INTERNAL_TOKEN": "env-internal", "ROLTER_NODE_ID": "env-node"}
+	getenv := func(k string) string { return env[k] }
+	noenv := func(string) string { return "" }
+	base := clusterFlags{raftAddr: "127.0.0.1:7947", insecureDev: true}
+	for _, tc := range []struct {
+		name      string
+		edit      func(*clusterFlags)
+		getenv    func(string) string
+		wantError string
+		check     func(t *testing.T, f clusterFlags)
+	}{
+		{name: "env supplies node id and tokens", getenv: getenv, check: func(t *testing.T, f clusterFlags) {
+			sc, _ := f.storeConfig(&config.Config{}, getenv, slog.New(slog.DiscardHandler))
+			if sc.NodeID != "env-node" || sc.SuperadminToken != "env-admin" || sc.InternalToken != "env-internal" {
+				t.Fatalf("%+v", sc)
+			}
+			if sc.DataDir != filepath.Join("rolter-data", "env-node") {
+				t.Fatalf("default data dir %q", sc.DataDir)
+			}
+		}},
+		{name: "files win over env", getenv: getenv, edit: func(f *clusterFlags) {
+			f.nodeID, f.adminTokenFile, f.internalTokenFile, f.dataDir = "r9", tokFile, tokFile, "/tmp/x"
+		}, check: func(t *testing.T, f clusterFlags) {
+			sc, _ := f.storeConfig(&config.Config{}, getenv, slog.New(slog.DiscardHandler))
+			if sc.NodeID != "r9" || sc.SuperadminToken != "file-token" || sc.InternalToken != "file-token" || sc.DataDir != "/tmp/x" {
+				t.Fatalf("%+v", sc)
+			}
+		}},
+		{name: "plaintext raft refused without --insecure-dev", getenv: getenv, edit: func(f *clusterFlags) { f.insecureDev = false },
+			wantError: "--insecure-dev"},
+		{name: "partial TLS refused", getenv: getenv, edit: func(f *clusterFlags) { f.tlsCert = "c.pem" },
+			wantError: "go together"},
+		{name: "cluster without internal token refused", getenv: noenv, edit: func(f *clusterFlags) {
+			f.nodeID, f.join = "r1", "r2=127.0.0.1:7948"
+		}, wantError: "ROLTER_INTERNAL_TOKEN"},
+		{name: "bootstrap-expect without internal token refused", getenv: noenv, edit: func(f *clusterFlags) {
+			f.nodeID, f.bootstrapExpect = "r1", 3
+		}, wantError: "same internal token"},
+		{name: "single router generates an internal token and says so", getenv: noenv, edit: func(f *clusterFlags) { f.nodeID = "r1" },
+			check: func(t *testing.T, f clusterFlags) {
+				var buf bytes.Buffer
+				sc, err := f.storeConfig(&config.Config{}, noenv, slog.New(slog.NewTextHandler(&buf, nil)))
+				if err != nil || len(sc.InternalToken) != 64 {
+					t.Fatalf("%v %q", err, sc.InternalToken)
+				}
+				if !strings.Contains(buf.String(), "generated a random one") || strings.Contains(buf.String(), sc.InternalToken) {
+					t.Fatalf("log: %s", buf.String())
+				}
+				if !strings.Contains(buf.String(), "no bootstrap superadmin token") {
+					t.Fatalf("missing superadmin warning: %s", buf.String())
+				}
+			}},
+		{name: "gossip seeds refused until gossip is wired", getenv: getenv, edit: func(f *clusterFlags) { f.join = "peers:7946" },
+			wantError: "gossip discovery"},
+		{name: "empty token file refused", getenv: getenv, edit: func(f *clusterFlags) {
+			empty := filepath.Join(dir, "empty")
+			_ = os.WriteFile(empty, nil, 0o600)
+			f.adminTokenFile = empty
+		}, wantError: "is empty"},
+		{name: "tiny raft timeout refused", getenv: getenv, edit: func(f *clusterFlags) { f.raftTimeout = 1 },
+			wantError: "--raft-timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := base
+			if tc.edit != nil {
+				tc.edit(&f)
+			}
+			_, err := f.storeConfig(&config.Config{}, tc.getenv, slog.New(slog.DiscardHandler))
+			if tc.wantError != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+					t.Fatalf("err %v, want one mentioning %q", err, tc.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, f)
+		})
+	}
+}
+
+// TestRouterRefusesPlaintextRaft: the command line says what is missing and
+// exits 2 before opening anything.
+func TestRouterRefusesPlaintextRaft(t *testing.T) {
+	example := filepath.Join("..", "..", "examples", "rolter.toml")
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"router", "--config", example, "--node-id", "r1",
+		"--http", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--raft", "127.0.0.1:0", "--data-dir", t.TempDir()}, io.Discard, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--tls-cert") || !strings.Contains(stderr.String(), "--insecure-dev") {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+}

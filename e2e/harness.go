@@ -1,0 +1,377 @@
+// Package e2e owns rolter's multi-process tests: it starts real `rolter`
+// processes (routers with their Raft stores, sim engines) on loopback
+// ports, drives them over HTTP as an operator and a client would, and
+// measures what issue 6 promises (policy propagation, leader election,
+// write durability through a leader kill, data-plane availability).
+//
+// The harness here is importable by other packages' tests (cmd/rolter runs
+// a short version on every `go test`); the full acceptance run lives in
+// files with the `e2e` build tag: go test -tags e2e ./e2e/.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binary is how to run `rolter`: the executable and the arguments and
+// environment put before a subcommand's (a test binary re-executing itself
+// as rolter needs both).
+type Binary struct {
+	Path string
+	Args []string
+	Env  []string
+}
+
+// BuildRolter builds ./cmd/rolter of the enclosing module into a temporary
+// directory, once per call.
+func BuildRolter(t testing.TB) Binary {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	bin := filepath.Join(t.TempDir(), "rolter")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/rolter")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/rolter: %v\n%s", err, b)
+	}
+	return Binary{Path: bin}
+}
+
+// FreeAddrs returns n distinct loopback host:port addresses that were free
+// a moment ago.
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	lns := make([]net.Listener, n)
+	out := make([]string, n)
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], out[i] = ln, ln.Addr().String()
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+// Proc is a child process whose output goes to a log file.
+type Proc struct {
+	Name string
+	Log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start runs bin with args; t.Cleanup kills it (SIGKILL) and waits.
+func Start(t testing.TB, bin Binary, name, logDir string, args ...string) *Proc {
+	t.Helper()
+	logPath := filepath.Join(logDir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin.Path, append(append([]string{}, bin.Args...), args...)...)
+	cmd.Env = append(os.Environ(), bin.Env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &Proc{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Kill sends SIGKILL and waits for the process to exit.
+func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Tail returns the last n bytes of the process log, for failure messages.
+func (p *Proc) Tail(n int) string {
+	b, _ := os.ReadFile(p.Log)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// Client talks HTTP to the processes with a bounded timeout.
+var Client = &http.Client{Timeout: 5 * time.Second}
+
+// Do makes one request and returns the status and body. hdr is a list of
+// header name, value pairs.
+func Do(ctx context.Context, method, url, token, body string, hdr ...string) (int, []byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := Client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// Eventually polls check every interval until it returns nil or timeout
+// passes; it returns the last error then.
+func Eventually(timeout, interval time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v: %w", timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// StartSim starts `rolter sim --instant` and waits until it answers; it
+// returns the engine's base URL.
+func StartSim(t testing.TB, bin Binary, name, logDir string) string {
+	t.Helper()
+	addr := FreeAddrs(t, 1)[0]
+	p := Start(t, bin, name, logDir, "sim", "--http", addr, "--instant")
+	base := "http://" + addr
+	err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+		if p.Exited() {
+			return errors.New("exited")
+		}
+		code, _, err := Do(context.Background(), http.MethodGet, base+"/v1/models", "", "")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("status %d", code)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("sim %s: %v\n%s", name, err, p.Tail(2000))
+	}
+	return base
+}
+
+// Router is one `rolter router` process.
+type Router struct {
+	ID    string
+	API   string // http://host:port
+	Admin string // http://host:port
+	Raft  string // host:port
+	Proc  *Proc
+}
+
+// Cluster is a set of routers sharing a Raft store.
+type Cluster struct {
+	Routers []*Router
+	// Token is the bootstrap superadmin token.
+	Token string
+}
+
+// ClusterOptions configures StartCluster.
+type ClusterOptions struct {
+	Bin Binary
+	N   int
+	// Config is the rolter.toml every router starts with.
+	Config string
+	Dir    string
+}
+
+// StartCluster starts N routers with static --join, --bootstrap-expect N
+// and --insecure-dev, and waits until every one is ready (leader known,
+// replicated config applied).
+func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
+	c := &Cluster{Token: "e2e-superadmin-token"}
+	files := map[string]string{"rolter.toml": o.Config, "admin-token": c.Token, "internal-token": "e2e-internal-token"}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(o.Dir, name), []byte(content+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addrs := FreeAddrs(t, 3*o.N)
+	var join []string
+	for i := range o.N {
+		r := &Router{ID: fmt.Sprintf("r%d", i+1), API: "http://" + addrs[3*i], Admin: "http://" + addrs[3*i+1], Raft: addrs[3*i+2]}
+		c.Routers = append(c.Routers, r)
+		join = append(join, r.ID+"="+r.Raft)
+	}
+	for _, r := range c.Routers {
+		var peers []string
+		for _, o := range c.Routers {
+			if o != r {
+				peers = append(peers, o.Admin)
+			}
+		}
+		r.Proc = Start(t, o.Bin, r.ID, o.Dir, "router",
+			"--config", filepath.Join(o.Dir, "rolter.toml"),
+			"--http", strings.TrimPrefix(r.API, "http://"), "--admin", strings.TrimPrefix(r.Admin, "http://"),
+			"--node-id", r.ID, "--raft", r.Raft, "--join", strings.Join(join, ","),
+			"--peer-admin", strings.Join(peers, ","),
+			"--bootstrap-expect", fmt.Sprint(o.N), "--data-dir", filepath.Join(o.Dir, "data-"+r.ID),
+			"--insecure-dev", "--admin-token-file", filepath.Join(o.Dir, "admin-token"),
+			"--internal-token-file", filepath.Join(o.Dir, "internal-token"))
+	}
+	for _, r := range c.Routers {
+		err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+			if r.Proc.Exited() {
+				return errors.New("exited")
+			}
+			code, body, err := Do(context.Background(), http.MethodGet, r.Admin+"/readyz", "", "")
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("%d %s", code, bytes.TrimSpace(body))
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("router %s not ready: %v\n%s", r.ID, err, r.Proc.Tail(3000))
+		}
+	}
+	return c
+}
+
+// Live returns the routers whose process is running.
+func (c *Cluster) Live() []*Router {
+	var out []*Router
+	for _, r := range c.Routers {
+		if !r.Proc.Exited() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Router returns the router with id (nil when none).
+func (c *Cluster) Router(id string) *Router {
+	for _, r := range c.Routers {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// LeaderSeenBy returns the leader id r reports in GET /api/v1/cluster
+// ("" when it knows none).
+func (c *Cluster) LeaderSeenBy(ctx context.Context, r *Router) (string, error) {
+	code, body, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/cluster", c.Token, "")
+	if err != nil {
+		return "", err
+	}
+	if code != http.StatusOK {
+		return "", fmt.Errorf("GET /api/v1/cluster on %s: %d %s", r.ID, code, body)
+	}
+	return jsonString(body, "leader")
+}
+
+// Leader returns the leader every live router agrees on.
+func (c *Cluster) Leader(ctx context.Context) (string, error) {
+	var leader string
+	for _, r := range c.Live() {
+		l, err := c.LeaderSeenBy(ctx, r)
+		if err != nil {
+			return "", err
+		}
+		if l == "" || (leader != "" && l != leader) {
+			return "", fmt.Errorf("no agreed leader (%s sees %q, others %q)", r.ID, l, leader)
+		}
+		leader = l
+	}
+	return leader, nil
+}
+
+// LoadResult counts a load loop's requests.
+type LoadResult struct {
+	Requests, Failed int
+	FirstErrors      []string
+}
+
+// ChatLoad sends non-streaming chat requests for model round-robin over
+// targets (API base URLs) from workers goroutines until ctx ends, and
+// counts the failures (transport errors and non-200 answers).
+func ChatLoad(ctx context.Context, targets []string, model string, workers int) LoadResult {
+	var mu sync.Mutex
+	var res LoadResult
+	var wg sync.WaitGroup
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"ping"}],"max_tokens":4}`, model)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ctx.Err() == nil; i++ {
+				base := targets[i%len(targets)]
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				code, b, err := Do(rctx, http.MethodPost, base+"/v1/chat/completions", "", body)
+				cancel()
+				mu.Lock()
+				res.Requests++
+				if err != nil || code != http.StatusOK {
+					res.Failed++
+					if len(res.FirstErrors) < 5 {
+						res.FirstErrors = append(res.FirstErrors, fmt.Sprintf("%s: %d %.200s %v", base, code, b, err))
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return res
+}
