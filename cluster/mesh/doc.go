@@ -1,0 +1,70 @@
+// Package mesh owns rolter's gossip membership (hashicorp/memberlist, one
+// pool for routers and sidecars), the summary wire format sidecars and
+// routers speak, and the router's cluster view: per engine, its resident
+// KV block keys, queue, KV usage, LMCache occupancy and resident adapters,
+// each with an age and a state (EXACT, DEGRADED, STALE, UNKNOWN).
+//
+// # What travels how
+//
+// memberlist's epidemic broadcast queue carries roughly 20 KB/s per node
+// and delivers every message to every member. Only routers need engine
+// summaries, so nothing of ours rides it: memberlist gossip carries
+// membership and node meta (role, engine URL, models, build, protocol
+// range; under 512 B) and every summary is a direct send.
+//
+//   - Residency deltas (sidecar → each router): changes are batched every
+//     FlushInterval (50 ms, or as soon as 150 keys are pending), sequenced
+//     per sidecar epoch, and sent by UDP (SendBestEffort); a batch that does
+//     not fit a packet goes by TCP (SendReliable). A key costs 8 bytes:
+//     sorted keys are written as varint gaps or fixed64, whichever is
+//     smaller (a sparse batch of random keys has gaps needing 9 varint
+//     bytes; a dense full state has gaps of about 7).
+//   - Every delta and every status carries the count and an
+//     order-independent digest of the set after it. A router that sees a
+//     sequence gap buffers what follows and, if the gap outlives a short
+//     reordering wait, asks for the missing sequence numbers (resync),
+//     which the sidecar resends from a window of recent deltas; a
+//     digest mismatch, an unknown epoch or a gap beyond the window gets a
+//     full state over a TCP stream. So a late joiner or a lossy link
+//     converges without any periodic full push; FullInterval (5 min) is
+//     only a safety net. A router that joins gets a full state at once.
+//   - Engine status (running, waiting, KV usage, prefix counters, block
+//     size, LoRA slots and resident adapters, LMCache) goes to each router
+//     by UDP every 250 ms; its loss is repaired by the next one.
+//   - Routers send each other their per-engine in-flight counts (every
+//     250 ms) and learned records (prefix observations, session pins; every
+//     50 ms) by UDP.
+//
+// # Wire format
+//
+// Each message is one type byte and a protobuf message (schema:
+// mesh.proto). It is encoded by hand with
+// google.golang.org/protobuf/encoding/protowire rather than generated code:
+// the messages are few and flat, the residency key lists need a custom
+// packed encoding (gap-varint or fixed64) that generated code would copy
+// through []uint64 anyway, decoding must enforce bounds field by field as
+// it goes (a hostile peer must not make a router allocate), and the build
+// needs no protoc. mesh.proto stays the reference for other
+// implementations; unknown fields are skipped, and field 1 (protocol
+// version) must lie in [ProtocolMin, ProtocolMax].
+//
+// # Trust
+//
+// Gossip is encrypted with memberlist's keyring (key from a file or
+// ROLTER_GOSSIP_KEY, base64), required unless InsecureDev. Encryption
+// authenticates the pool, not a member, so every received value is bounded:
+// strings, adapters, engines and blocks per engine and in total are
+// capped; floats are clamped to [0,1] and NaN refused; counts are clamped.
+// Dropped messages and keys are counted in Stats.
+//
+// # Router view
+//
+// View keeps one entry per engine URL (as the sidecar announces it, see
+// NormalizeURL). Strategies read it through Targets, which implements
+// strategies.Residency, CacheSignal and AdapterResidency for a route's
+// target list without locks or allocation: the residency index is an
+// open-addressing uint64 set whose slots are atomics (one writer per
+// engine, lock-free readers), everything else is atomics or immutable
+// snapshots. An engine whose sidecar left, died or fell silent for
+// StaleAfter (3 s) is STALE, its index is freed, and it reads as unknown.
+package mesh

@@ -1,0 +1,631 @@
+package mesh
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// eventually polls cond every 20ms until it holds or within elapses.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func newHarness(t *testing.T, cfg HarnessConfig) *Harness {
+	t.Helper()
+	h, err := NewHarness(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	waitMembers(t, h)
+	return h
+}
+
+func waitMembers(t *testing.T, h *Harness) {
+	t.Helper()
+	want := len(h.Routers) + len(h.Sidecars)
+	eventually(t, 10*time.Second, "every node sees the whole pool", func() bool {
+		for _, n := range append(slices.Clone(h.Routers), h.Sidecars...) {
+			if n.NumMembers() != want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// viewMatches reports whether router r's view of sidecar i's engine is EXACT
+// and holds exactly truth (checked key by key, plus the size).
+func viewMatches(r *Node, url string, truth []uint64) bool {
+	tg := r.View().Targets([]string{url})
+	if tg.State(0) != StateExact {
+		return false
+	}
+	e := tg.engines[0]
+	set := e.set.Load()
+	if set == nil || set.Len() != len(truth) {
+		return false
+	}
+	for _, k := range truth {
+		if n, ok := tg.ResidentPrefix(0, []uint64{k}); !ok || n != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestResidencyReachesEveryRouter(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 3, Sidecars: 2, Seed: 1})
+	r := rand.New(rand.NewPCG(11, 12))
+	truth := map[int][]uint64{}
+	for i, s := range h.Sidecars {
+		keys := randomKeys(r, 300)
+		s.Publisher().Apply(ResidencyDelta{Added: keys, State: StateExact})
+		truth[i] = keys
+	}
+	check := func(what string) {
+		t.Helper()
+		eventually(t, 5*time.Second, what, func() bool {
+			for _, rt := range h.Routers {
+				for i := range h.Sidecars {
+					if !viewMatches(rt, EngineURL(i), truth[i]) {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	}
+	check("initial residency on every router")
+
+	t.Run("removals and additions", func(t *testing.T) {
+		s := h.Sidecars[0]
+		gone := truth[0][:100]
+		fresh := randomKeys(r, 50)
+		s.Publisher().Apply(ResidencyDelta{Removed: gone, Added: fresh})
+		truth[0] = append(slices.Clone(truth[0][100:]), fresh...)
+		check("delta applied on every router")
+		for _, rt := range h.Routers {
+			tg := rt.View().Targets([]string{EngineURL(0)})
+			if n, ok := tg.ResidentPrefix(0, []uint64{fresh[0], gone[0]}); !ok || n != 1 {
+				t.Errorf("%s: ResidentPrefix = %d,%v, want 1,true (removed key must stop the prefix)", rt.Name(), n, ok)
+			}
+		}
+	})
+	t.Run("cleared", func(t *testing.T) {
+		keys := randomKeys(r, 10)
+		h.Sidecars[1].Publisher().Apply(ResidencyDelta{Cleared: true, Added: keys})
+		truth[1] = keys
+		check("clear applied on every router")
+	})
+	t.Run("degraded is never exact", func(t *testing.T) {
+		h.Sidecars[1].Publisher().Apply(ResidencyDelta{State: StateDegraded})
+		eventually(t, 5*time.Second, "DEGRADED on every router", func() bool {
+			for _, rt := range h.Routers {
+				tg := rt.View().Targets([]string{EngineURL(1)})
+				if _, ok := tg.ResidentPrefix(0, truth[1][:1]); ok || tg.State(0) != StateDegraded {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}
+
+func TestLateJoinerConvergesFromFullState(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 2, Seed: 2})
+	r := rand.New(rand.NewPCG(13, 14))
+	truth := [][]uint64{randomKeys(r, 5000), randomKeys(r, 20)}
+	for i, s := range h.Sidecars {
+		s.Publisher().Apply(ResidencyDelta{Added: truth[i]})
+	}
+	eventually(t, 5*time.Second, "first router converges", func() bool { return viewMatches(h.Routers[0], EngineURL(0), truth[0]) })
+
+	late, err := h.AddRouter(t.Context(), "router-late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "late router converges via full state", func() bool {
+		return viewMatches(late, EngineURL(0), truth[0]) && viewMatches(late, EngineURL(1), truth[1])
+	})
+	if late.Stats().FullsApplied.Load() == 0 {
+		t.Error("late router applied no full state")
+	}
+}
+
+func TestSidecarKilledGoesStaleAndNeutral(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 2, Sidecars: 2, Seed: 3})
+	keys := randomKeys(rand.New(rand.NewPCG(1, 5)), 50)
+	dead := h.Sidecars[0]
+	dead.Publisher().Apply(ResidencyDelta{Added: keys})
+	dead.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 3, Waiting: 1})
+	rt := h.Routers[0]
+	tg := rt.View().Targets([]string{EngineURL(0), EngineURL(1)})
+	eventually(t, 5*time.Second, "engine EXACT with load", func() bool {
+		q, ok := tg.Load(0)
+		return viewMatches(rt, EngineURL(0), keys) && ok && q == 4
+	})
+	if got := rt.View().Engines("m"); len(got) != 2 {
+		t.Fatalf("discovered %d engines, want 2", len(got))
+	}
+	changed := rt.View().Changed()
+
+	start := time.Now()
+	dead.Close() // killed: no leave message
+	eventually(t, 10*time.Second, "killed sidecar's engine STALE", func() bool { return tg.State(0) == StateStale })
+	t.Logf("STALE after %v", time.Since(start).Round(time.Millisecond))
+	if n, ok := tg.ResidentPrefix(0, keys); ok || n != 0 {
+		t.Errorf("stale engine ResidentPrefix = %d,%v, want neutral 0,false", n, ok)
+	}
+	if _, ok := tg.Load(0); ok {
+		t.Error("stale engine still reports load")
+	}
+	if _, _, ok := tg.Occupancy(0); ok {
+		t.Error("stale engine still reports occupancy")
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Error("discovery change not signalled")
+	}
+	if got := rt.View().Engines("m"); len(got) != 1 || got[0].EngineURL != EngineURL(1) {
+		t.Errorf("discovery after kill = %+v, want only %s", got, EngineURL(1))
+	}
+	if set := tg.engines[0].set.Load(); set != nil {
+		t.Errorf("stale engine index still holds %d bytes", set.Bytes())
+	}
+}
+
+func TestLossyLinksConvergeWithoutFalseDeaths(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 2, Sidecars: 3, Seed: 4})
+	for _, tr := range h.Transports {
+		tr.SetLoss(0.2)
+	}
+	r := rand.New(rand.NewPCG(15, 16))
+	truth := make([][]uint64, len(h.Sidecars))
+	for round := range 20 {
+		for i, s := range h.Sidecars {
+			add := randomKeys(r, 40)
+			var rm []uint64
+			if len(truth[i]) > 20 {
+				rm = truth[i][:20]
+				truth[i] = truth[i][20:]
+			}
+			s.Publisher().Apply(ResidencyDelta{Added: add, Removed: rm})
+			truth[i] = append(truth[i], add...)
+		}
+		if round%5 == 0 {
+			time.Sleep(60 * time.Millisecond) // spread the load over several flushes
+		}
+	}
+	eventually(t, 20*time.Second, "every router converges despite 20% loss", func() bool {
+		for _, rt := range h.Routers {
+			for i := range h.Sidecars {
+				if !viewMatches(rt, EngineURL(i), truth[i]) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	var dropped uint64
+	for _, tr := range h.Transports {
+		dropped += tr.PacketsDropped.Load()
+	}
+	if dropped == 0 {
+		t.Fatal("the lossy transport dropped nothing")
+	}
+	for _, n := range append(slices.Clone(h.Routers), h.Sidecars...) {
+		if got := n.NumMembers(); got != len(h.Routers)+len(h.Sidecars) {
+			t.Errorf("%s sees %d members: a live node was declared dead", n.Name(), got)
+		}
+	}
+	for _, rt := range h.Routers {
+		if got := len(rt.View().Engines("")); got != len(h.Sidecars) {
+			t.Errorf("%s discovers %d engines, want %d", rt.Name(), got, len(h.Sidecars))
+		}
+	}
+}
+
+func TestEncryption(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	t.Run("required unless insecure", func(t *testing.T) {
+		_, err := Start(t.Context(), Config{Name: "x", Meta: Meta{Role: RoleRouter}}, nil)
+		if !errors.Is(err, ErrNoGossipKey) {
+			t.Fatalf("err = %v, want ErrNoGossipKey", err)
+		}
+		_, err = Start(t.Context(), Config{Name: "x", Meta: Meta{Role: RoleRouter}, Key: []byte("short")}, nil)
+		if !errors.Is(err, ErrBadGossipKey) {
+			t.Fatalf("err = %v, want ErrBadGossipKey", err)
+		}
+	})
+	t.Run("key from env and file", func(t *testing.T) {
+		enc := base64.StdEncoding.EncodeToString(key)
+		got, err := LoadKey("", func(k string) string {
+			if k == KeyEnv {
+				return enc
+			}
+			return ""
+		})
+		if err != nil || string(got) != string(key) {
+			t.Fatalf("env key = %q, %v", got, err)
+		}
+		path := filepath.Join(t.TempDir(), "gossip.key")
+		if err := os.WriteFile(path, []byte(enc+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := LoadKey(path, nil); err != nil || string(got) != string(key) {
+			t.Fatalf("file key = %q, %v", got, err)
+		}
+		if _, err := LoadKey("", func(string) string { return "not base64!" }); !errors.Is(err, ErrBadGossipKey) {
+			t.Fatalf("bad key err = %v", err)
+		}
+		if got, err := LoadKey("", func(string) string { return "" }); got != nil || err != nil {
+			t.Fatalf("no key = %q, %v", got, err)
+		}
+	})
+	t.Run("same key joins, other key cannot", func(t *testing.T) {
+		h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 1, Seed: 5, Key: key})
+		keys := []uint64{1, 2, 3}
+		h.Sidecars[0].Publisher().Apply(ResidencyDelta{Added: keys})
+		eventually(t, 5*time.Second, "encrypted pool converges", func() bool { return viewMatches(h.Routers[0], EngineURL(0), keys) })
+
+		tr, err := NewLoopbackTransport(99)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Start(t.Context(), Config{Name: "intruder", Meta: Meta{Role: RoleSidecar, EngineURL: "http://evil"},
+			Key: []byte("fedcba9876543210"), Transport: tr, Tune: FastTune}, []string{h.Routers[0].Addr()})
+		if err == nil {
+			t.Fatal("a node with another key joined the pool")
+		}
+	})
+}
+
+func TestHostileSummariesDroppedAndCapped(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 1, Seed: 6, Configure: func(c *Config) {
+		c.Router.MaxBlocksPerEngine = 1000
+	}})
+	rt, sc := h.Routers[0], h.Sidecars[0]
+	sc.Publisher().Apply(ResidencyDelta{Added: []uint64{1}})
+	tg := rt.View().Targets([]string{EngineURL(0)})
+	eventually(t, 5*time.Second, "engine EXACT", func() bool { return tg.State(0) == StateExact })
+	deliver := (*delegate)(rt).NotifyMsg
+
+	t.Run("malformed messages counted", func(t *testing.T) {
+		before := rt.Stats().Malformed.Load()
+		bad := [][]byte{
+			{},
+			{msgResidencyDelta, 0xff, 0xff},
+			{99, 1, 2, 3},
+			append([]byte{msgEngineStatus}, 0x0a, 0x05),
+			{msgResync, 0x08, 0x01, 0x12, 0x01, 's'}, // resync is not for routers
+		}
+		for _, b := range bad {
+			deliver(b)
+		}
+		if got := rt.Stats().Malformed.Load() - before; got != uint64(len(bad)) {
+			t.Errorf("malformed counter rose by %d, want %d", got, len(bad))
+		}
+		if tg.State(0) != StateExact {
+			t.Errorf("state = %v after junk, want EXACT", tg.State(0))
+		}
+	})
+	t.Run("exported as metrics", func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		if err := reg.Register(rt.Collector()); err != nil {
+			t.Fatal(err)
+		}
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var malformed float64
+		for _, f := range fams {
+			if f.GetName() == "rolter_gossip_malformed_total" {
+				malformed = f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		if malformed != float64(rt.Stats().Malformed.Load()) || malformed == 0 {
+			t.Errorf("rolter_gossip_malformed_total = %v, stats say %d", malformed, rt.Stats().Malformed.Load())
+		}
+	})
+	t.Run("unknown sender ignored", func(t *testing.T) {
+		before := rt.Stats().UnknownSender.Load()
+		deliver(encodeStatus(&statusMsg{From: "nobody", Seq: 1, Status: EngineStatus{Running: 5}}))
+		if rt.Stats().UnknownSender.Load() != before+1 {
+			t.Error("status from an unknown node not counted")
+		}
+	})
+	t.Run("absurd values clamped", func(t *testing.T) {
+		deliver(encodeStatus(&statusMsg{From: sc.Name(), Seq: 1 << 40, Epoch: 1, Status: EngineStatus{
+			MetricsOK: true, Running: 1 << 62, Waiting: 1 << 62, KVUsage: 50, LMCacheKnown: true, LMCacheOccupancy: -2}}))
+		q, ok := tg.Load(0)
+		if !ok || q != 2*maxCount {
+			t.Errorf("Load = %d,%v, want clamped %d", q, ok, 2*maxCount)
+		}
+		if occ, _, ok := tg.Occupancy(0); !ok || occ != 0 {
+			t.Errorf("Occupancy = %v,%v, want 0,true", occ, ok)
+		}
+		if u, ok := tg.KVUsage(0); !ok || u != 1 {
+			t.Errorf("KVUsage = %v,%v, want 1,true", u, ok)
+		}
+	})
+	t.Run("block count capped", func(t *testing.T) {
+		r := rand.New(rand.NewPCG(17, 18))
+		sc.Publisher().Apply(ResidencyDelta{Added: randomKeys(r, 5000)})
+		eventually(t, 5*time.Second, "over-cap engine DEGRADED", func() bool { return tg.State(0) == StateDegraded })
+		if n := tg.engines[0].set.Load().Len(); n > 1000 {
+			t.Errorf("router holds %d blocks, cap is 1000", n)
+		}
+		if rt.Stats().KeysDropped.Load() == 0 {
+			t.Error("dropped keys not counted")
+		}
+		if _, ok := tg.ResidentPrefix(0, []uint64{1}); ok {
+			t.Error("a capped (partial) view is scored as exact")
+		}
+	})
+}
+
+func TestEngineCapRefusesFloods(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 3, Seed: 7, Configure: func(c *Config) { c.Router.MaxEngines = 2 }})
+	rt := h.Routers[0]
+	if got := len(*rt.View().engines.Load()); got > 2 {
+		t.Errorf("router holds %d engines, cap is 2", got)
+	}
+	if rt.Stats().EnginesRefused.Load() == 0 {
+		t.Error("refused engine not counted")
+	}
+}
+
+func TestRoutersShareInflightAndLearned(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 3, Sidecars: 1, Seed: 8})
+	sc := h.Sidecars[0]
+	sc.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 2, Waiting: 1})
+	a, b, c := h.Routers[0].View(), h.Routers[1].View(), h.Routers[2].View()
+	url := EngineURL(0)
+	b.PublishInflight(map[string]uint64{url: 5})
+	c.PublishInflight(map[string]uint64{url: 7})
+	eventually(t, 5*time.Second, "router a folds queue with b's and c's in-flight", func() bool {
+		q, ok := a.Load(url)
+		return ok && q == 3+5+7
+	})
+	if q, _ := b.Load(url); q != 3+7 {
+		t.Errorf("router b sees %d, want its peers' 7 plus queue 3 (not its own 5)", q)
+	}
+	c.PublishInflight(map[string]uint64{})
+	eventually(t, 5*time.Second, "c's in-flight drops to zero", func() bool { q, _ := a.Load(url); return q == 3+5 })
+
+	rec := Learned{Kind: LearnedPin, Model: "m", Target: url, Key: 42, TTL: time.Minute}
+	a.Share(rec)
+	for _, v := range []*View{b, c} {
+		select {
+		case got := <-v.Learned():
+			if got.Key != 42 || got.Kind != LearnedPin || got.Target != url || got.From != h.Routers[0].Name() {
+				t.Errorf("received %+v", got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("learned record not received")
+		}
+	}
+}
+
+func TestClusterSnapshotHandler(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 2, Sidecars: 1, Seed: 9})
+	sc := h.Sidecars[0]
+	sc.Publisher().Apply(ResidencyDelta{Added: []uint64{10, 11, 12}})
+	sc.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1, Waiting: 2, KVUsage: 0.5, MaxLoras: 2,
+		Adapters: []string{"sql"}, LMCacheKnown: true, LMCacheOccupancy: 0.75})
+	v := h.Routers[0].View()
+	tg := v.Targets([]string{EngineURL(0)})
+	eventually(t, 5*time.Second, "engine known", func() bool {
+		res, known := tg.AdapterResident(0, "sql")
+		return tg.State(0) == StateExact && res && known
+	})
+	srv := httptest.NewServer(v)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var snap Snapshot
+	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Routers) != 2 || len(snap.Engines) != 1 {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	e := snap.Engines[0]
+	if e.EngineURL != EngineURL(0) || e.State != "EXACT" || e.ResidentBlocks != 3 || e.Running != 1 || e.Waiting != 2 ||
+		e.KVUsage != 0.5 || e.LMCacheOccupancy == nil || *e.LMCacheOccupancy != 0.75 || !slices.Equal(e.Adapters, []string{"sql"}) ||
+		!slices.Equal(e.Models, []string{"m"}) || e.AgeMS < 0 || e.AgeMS > 3000 {
+		t.Errorf("engine snapshot = %+v", e)
+	}
+	if res, known := tg.AdapterResident(0, "other"); res || !known {
+		t.Errorf("AdapterResident(other) = %v,%v, want false,true", res, known)
+	}
+	post, err := http.Post(srv.URL, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post.Body.Close()
+	if post.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST status %d", post.StatusCode)
+	}
+}
+
+// BenchmarkHotPath measures the reads strategies make on every pick; each
+// must report 0 allocs/op.
+func BenchmarkHotPath(b *testing.B) {
+	h, err := NewHarness(context.Background(), HarnessConfig{Routers: 1, Sidecars: 1, Seed: 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	keys := randomKeys(rand.New(rand.NewPCG(1, 2)), 50000)
+	h.Sidecars[0].Publisher().Apply(ResidencyDelta{Added: keys})
+	h.Sidecars[0].Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1, Adapters: []string{"a", "b", "c"}, LMCacheKnown: true})
+	v := h.Routers[0].View()
+	tg := v.Targets([]string{EngineURL(0)})
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, _, ok := tg.Occupancy(0); ok && tg.State(0) == StateExact {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	query := keys[:32]
+	out := make([]int, 1)
+	url := EngineURL(0)
+	cases := []struct {
+		name string
+		f    func(*testing.B)
+	}{
+		{"ResidentPrefix/32", func(b *testing.B) {
+			if n, ok := tg.ResidentPrefix(0, query); !ok || n != 32 {
+				b.Fatal(fmt.Sprint(n, ok))
+			}
+		}},
+		{"ResidentPrefixes/32", func(*testing.B) { tg.ResidentPrefixes(query, out) }},
+		{"Load", func(*testing.B) { v.Load(url) }},
+		{"Occupancy", func(*testing.B) { tg.Occupancy(0) }},
+		{"AdapterResident", func(*testing.B) { tg.AdapterResident(0, "c") }},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.f(b)
+			}
+		})
+	}
+}
+
+func TestDivergedViewRepairedByDigest(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 1, Seed: 12})
+	rt := h.Routers[0]
+	keys := randomKeys(rand.New(rand.NewPCG(21, 22)), 500)
+	h.Sidecars[0].Publisher().Apply(ResidencyDelta{Added: keys})
+	eventually(t, 5*time.Second, "converged", func() bool { return viewMatches(rt, EngineURL(0), keys) })
+
+	// Corrupt the router's copy behind the protocol's back, as a lost
+	// update that no sequence number noticed would.
+	e := rt.View().lookup(EngineURL(0))
+	e.mu.Lock()
+	e.set.Load().Remove(keys[7])
+	e.set.Load().Add(12345)
+	e.mu.Unlock()
+	eventually(t, 5*time.Second, "status digest detects the divergence and a full state repairs it", func() bool {
+		return viewMatches(rt, EngineURL(0), keys)
+	})
+	if rt.Stats().Divergences.Load() == 0 || rt.Stats().FullsApplied.Load() < 2 {
+		t.Errorf("divergences %d, fulls %d: repair did not go through the digest check",
+			rt.Stats().Divergences.Load(), rt.Stats().FullsApplied.Load())
+	}
+	if n, ok := rt.View().Targets([]string{EngineURL(0)}).ResidentPrefix(0, []uint64{12345}); !ok || n != 0 {
+		t.Errorf("the stray key is still resident: %d,%v", n, ok)
+	}
+}
+
+func TestResidentPrefixesBatch(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 2, Seed: 13})
+	h.Sidecars[0].Publisher().Apply(ResidencyDelta{Added: []uint64{1, 2, 3}})
+	h.Sidecars[1].Publisher().Apply(ResidencyDelta{Added: []uint64{1}, State: StateDegraded})
+	tg := h.Routers[0].View().Targets([]string{EngineURL(0), EngineURL(1), "http://127.0.0.1:1/"})
+	out := make([]int, 3)
+	eventually(t, 5*time.Second, "batch answers per target", func() bool {
+		tg.ResidentPrefixes([]uint64{1, 2, 9, 3}, out)
+		return slices.Equal(out, []int{2, -1, -1})
+	})
+}
+
+func TestPublisherResetSendsOnlyTheDifference(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 1, Seed: 14})
+	p := h.Sidecars[0].Publisher()
+	r := rand.New(rand.NewPCG(23, 24))
+	keys := randomKeys(r, 2000)
+	p.Reset(keys, StateExact)
+	eventually(t, 5*time.Second, "first snapshot applied", func() bool { return viewMatches(h.Routers[0], EngineURL(0), keys) })
+	sent := h.Sidecars[0].Stats().AppBytesSent.Load()
+	next := append(slices.Clone(keys[10:]), randomKeys(r, 10)...)
+	p.Reset(next, StateExact)
+	eventually(t, 5*time.Second, "second snapshot applied", func() bool { return viewMatches(h.Routers[0], EngineURL(0), next) })
+	if grew := h.Sidecars[0].Stats().AppBytesSent.Load() - sent; grew > 2000 {
+		t.Errorf("a snapshot differing in 20 keys cost %d bytes; the difference should be ~200", grew)
+	}
+}
+
+func TestEngineOwnershipAndHandover(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 1, Seed: 15})
+	rt := h.Routers[0]
+	orig := h.Sidecars[0]
+	orig.Publisher().Apply(ResidencyDelta{Added: []uint64{1, 2}})
+	eventually(t, 5*time.Second, "owner's residency", func() bool { return viewMatches(rt, EngineURL(0), []uint64{1, 2}) })
+
+	second, err := h.AddSidecar(t.Context(), "sidecar-restarted", EngineURL(0), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Publisher().Apply(ResidencyDelta{Added: []uint64{7}})
+	eventually(t, 5*time.Second, "claim counted as a conflict", func() bool { return rt.Stats().Conflicts.Load() > 0 })
+	if !viewMatches(rt, EngineURL(0), []uint64{1, 2}) {
+		t.Fatal("a second sidecar claiming the URL displaced the live owner")
+	}
+
+	if err := orig.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the other sidecar takes over after the owner leaves", func() bool {
+		return viewMatches(rt, EngineURL(0), []uint64{7})
+	})
+}
+
+func TestDiscoveryFollowsJoins(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 1, Seed: 16})
+	v := h.Routers[0].View()
+	changed := v.Changed()
+	if got := v.Engines("llama"); len(got) != 0 {
+		t.Fatalf("engines for llama before any joined: %+v", got)
+	}
+	if _, err := h.AddSidecar(t.Context(), "sidecar-llama", "HTTP://127.0.0.1:30000/", "llama", "llama-lora"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change notification for a joining engine")
+	}
+	eventually(t, 5*time.Second, "new engine discovered", func() bool {
+		got := v.Engines("llama")
+		return len(got) == 1 && got[0].EngineURL == "http://127.0.0.1:30000" && got[0].NodeID == "sidecar-llama"
+	})
+	if got := v.Engines("m"); len(got) != 1 || got[0].EngineURL != EngineURL(0) {
+		t.Errorf("engines for m = %+v", got)
+	}
+}

@@ -1,0 +1,205 @@
+package mesh
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+)
+
+// routerShare is what a router tells the other routers: its in-flight count
+// per engine (so replicas do not herd) and learned records (prefix
+// observations, session pins). Both go by direct UDP to each router: only
+// routers need them, and the epidemic queue would push them through every
+// sidecar too.
+type routerShare struct {
+	n   *Node
+	cfg RouterConfig
+
+	mu       sync.Mutex
+	inflight map[string]uint64 // latest published own counts
+	sentNZ   map[string]bool   // URLs sent non-zero last round
+	outbox   []Learned
+
+	inbox chan Learned
+}
+
+func newRouterShare(n *Node, cfg RouterConfig) *routerShare {
+	cfg.defaults()
+	return &routerShare{n: n, cfg: cfg, inflight: map[string]uint64{}, sentNZ: map[string]bool{},
+		inbox: make(chan Learned, cfg.LearnedBuffer)}
+}
+
+// PublishInflight sets this router's in-flight request count per engine URL;
+// the latest map is sent to the other routers every InflightInterval. The
+// map is copied.
+func (v *View) PublishInflight(counts map[string]uint64) {
+	s := v.n.router
+	s.mu.Lock()
+	s.inflight = maps.Clone(counts)
+	s.mu.Unlock()
+}
+
+// Share queues a learned record for the other routers. It never blocks; a
+// full queue drops the record (counted).
+func (v *View) Share(r Learned) {
+	s := v.n.router
+	if r.TTL > maxLearnedTTL {
+		r.TTL = maxLearnedTTL
+	}
+	s.mu.Lock()
+	if len(s.outbox) < s.cfg.LearnedBuffer {
+		s.outbox = append(s.outbox, r)
+	} else {
+		v.n.stats.LearnedDropped.Add(1)
+	}
+	s.mu.Unlock()
+}
+
+// Learned returns the channel of records other routers shared. Records
+// arrive in batches; when the consumer falls behind, new ones are dropped
+// (counted) rather than blocking the gossip receive loop.
+func (v *View) Learned() <-chan Learned { return v.n.router.inbox }
+
+func (s *routerShare) run(ctx context.Context) {
+	inflight := time.NewTicker(s.cfg.InflightInterval)
+	defer inflight.Stop()
+	learned := time.NewTicker(s.cfg.LearnedInterval)
+	defer learned.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-inflight.C:
+			s.sendInflight()
+		case <-learned.C:
+			s.sendLearned()
+		}
+	}
+}
+
+// sendInflight sends every non-zero count, plus a zero for each URL that
+// was non-zero last round, split into UDP-sized messages.
+func (s *routerShare) sendInflight() {
+	s.mu.Lock()
+	var entries []inflightEntry
+	nz := map[string]bool{}
+	for u, c := range s.inflight {
+		if c > 0 {
+			entries = append(entries, inflightEntry{URL: u, N: c})
+			nz[u] = true
+		} else if s.sentNZ[u] {
+			entries = append(entries, inflightEntry{URL: u})
+		}
+	}
+	for u := range s.sentNZ {
+		if _, still := s.inflight[u]; !still {
+			entries = append(entries, inflightEntry{URL: u})
+		}
+	}
+	s.sentNZ = nz
+	s.mu.Unlock()
+	routers := *s.n.routers.Load()
+	if len(entries) == 0 || len(routers) == 0 {
+		return
+	}
+	for len(entries) > 0 {
+		size, i := 64, 0
+		for ; i < len(entries) && i < maxEntriesPerMsg; i++ {
+			size += len(entries[i].URL) + 16
+			if size > udpBudget && i > 0 {
+				break
+			}
+		}
+		msg := encodeInflight(&inflightMsg{From: s.n.cfg.Name, Entries: entries[:i]})
+		entries = entries[i:]
+		for _, r := range routers {
+			s.n.send(r, msg)
+		}
+	}
+}
+
+func (s *routerShare) sendLearned() {
+	s.mu.Lock()
+	out := s.outbox
+	s.outbox = nil
+	s.mu.Unlock()
+	routers := *s.n.routers.Load()
+	if len(out) == 0 || len(routers) == 0 {
+		return
+	}
+	for len(out) > 0 {
+		size, i := 64, 0
+		for ; i < len(out) && i < maxEntriesPerMsg; i++ {
+			size += learnedSize(&out[i])
+			if size > udpBudget && i > 0 {
+				break
+			}
+		}
+		msg := encodeLearned(&learnedMsg{From: s.n.cfg.Name, Records: out[:i]})
+		out = out[i:]
+		for _, r := range routers {
+			s.n.send(r, msg)
+		}
+	}
+}
+
+// handle applies another router's message; runs on a memberlist goroutine.
+func (s *routerShare) handle(typ byte, body []byte) error {
+	if typ == msgLearned {
+		m, err := decodeLearned(body)
+		if err != nil {
+			return err
+		}
+		if !s.fromRouter(m.From) {
+			return nil
+		}
+		for _, r := range m.Records {
+			r.Target = NormalizeURL(r.Target)
+			select {
+			case s.inbox <- r:
+			default:
+				s.n.stats.LearnedDropped.Add(1)
+			}
+		}
+		return nil
+	}
+	m, err := decodeInflight(body)
+	if err != nil {
+		return err
+	}
+	if !s.fromRouter(m.From) {
+		return nil
+	}
+	v := s.n.view
+	expires := s.n.now().Add(4 * s.cfg.InflightInterval)
+	for _, en := range m.Entries {
+		e := v.lookup(NormalizeURL(en.URL))
+		if e == nil {
+			continue // only engines this router knows; no growth from peers
+		}
+		e.mu.Lock()
+		if en.N == 0 {
+			delete(e.inflight, m.From)
+		} else {
+			e.inflight[m.From] = remoteCount{n: en.N, expires: expires}
+		}
+		var sum uint64
+		for _, c := range e.inflight {
+			sum += c.n
+		}
+		e.remote.Store(int64(sum))
+		e.remoteAny.Store(len(e.inflight) > 0)
+		e.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *routerShare) fromRouter(name string) bool {
+	m, ok := s.n.memberByName(name)
+	if !ok || m.meta.Role != RoleRouter || name == s.n.cfg.Name {
+		s.n.stats.UnknownSender.Add(1)
+		return false
+	}
+	return true
+}

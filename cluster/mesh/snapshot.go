@@ -1,0 +1,140 @@
+package mesh
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Snapshot is the JSON body of GET /api/v1/cluster.
+type Snapshot struct {
+	Self    string           `json:"self"`
+	Routers []RouterInfo     `json:"routers"`
+	Engines []EngineSnapshot `json:"engines"`
+}
+
+// RouterInfo describes one router in the pool.
+type RouterInfo struct {
+	NodeID  string `json:"node_id"`
+	Address string `json:"address"`
+	Build   string `json:"build"`
+}
+
+// EngineSnapshot describes one engine as this router sees it.
+type EngineSnapshot struct {
+	NodeID           string   `json:"node_id"`
+	EngineURL        string   `json:"engine_url"`
+	Models           []string `json:"models"`
+	State            string   `json:"state"`
+	AgeMS            int64    `json:"age_ms"`
+	ResidentBlocks   int      `json:"resident_blocks"`
+	Running          uint64   `json:"running"`
+	Waiting          uint64   `json:"waiting"`
+	KVUsage          float64  `json:"kv_usage"`
+	LMCacheOccupancy *float64 `json:"lmcache_occupancy"`
+	Adapters         []string `json:"adapters"`
+	MaxLoras         int      `json:"max_loras"`
+	RemoteInflight   int64    `json:"remote_inflight"`
+}
+
+// EngineInfo is a discovered engine.
+type EngineInfo struct {
+	NodeID    string
+	EngineURL string
+	Models    []string
+	State     ResidencyState
+}
+
+// Engines lists the live (non-STALE) engines serving model, sorted by URL;
+// an empty model lists every live engine. Pair with Changed to follow
+// discovery.
+func (v *View) Engines(model string) []EngineInfo {
+	var out []EngineInfo
+	for _, e := range *v.engines.Load() {
+		e.mu.Lock()
+		live := e.alive && ResidencyState(e.state.Load()) != StateStale
+		info := EngineInfo{NodeID: e.meta.NodeID, EngineURL: e.url, Models: slices.Clone(e.meta.Models), State: ResidencyState(e.state.Load())}
+		e.mu.Unlock()
+		if live && (model == "" || slices.Contains(info.Models, model)) {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b EngineInfo) int { return strings.Compare(a.EngineURL, b.EngineURL) })
+	return out
+}
+
+// Snapshot returns the view for the admin API.
+func (v *View) Snapshot() Snapshot {
+	n := v.n
+	s := Snapshot{Self: n.cfg.Name, Routers: []RouterInfo{}, Engines: []EngineSnapshot{}}
+	n.mu.RLock()
+	for _, m := range n.members {
+		if m.meta.Role == RoleRouter {
+			s.Routers = append(s.Routers, RouterInfo{NodeID: m.meta.NodeID, Address: m.node.Address(), Build: m.meta.Build})
+		}
+	}
+	n.mu.RUnlock()
+	now := n.now().UnixNano()
+	for _, e := range *v.engines.Load() {
+		e.mu.Lock()
+		es := EngineSnapshot{
+			NodeID: e.meta.NodeID, EngineURL: e.url, Models: slices.Clone(e.meta.Models),
+			State: ResidencyState(e.state.Load()).String(), Adapters: []string{},
+			RemoteInflight: e.remote.Load(),
+		}
+		if es.Models == nil {
+			es.Models = []string{}
+		}
+		if last := e.lastMsg.Load(); last > 0 {
+			es.AgeMS = max(now-last, 0) / 1e6
+		} else {
+			es.AgeMS = -1
+		}
+		if set := e.set.Load(); set != nil {
+			es.ResidentBlocks = set.Len()
+		}
+		if e.fresh.Load() {
+			es.Running, es.Waiting = e.running.Load(), e.waiting.Load()
+			es.KVUsage = math.Float64frombits(e.kvUsage.Load())
+			if e.lmKnown.Load() {
+				occ := math.Float64frombits(e.lmOcc.Load())
+				es.LMCacheOccupancy = &occ
+			}
+			if a := e.adapters.Load(); a != nil {
+				es.Adapters = append(es.Adapters, a.names...)
+				es.MaxLoras = a.maxLoras
+			}
+		}
+		e.mu.Unlock()
+		s.Engines = append(s.Engines, es)
+	}
+	slices.SortFunc(s.Routers, func(a, b RouterInfo) int { return strings.Compare(a.NodeID, b.NodeID) })
+	slices.SortFunc(s.Engines, func(a, b EngineSnapshot) int { return strings.Compare(a.EngineURL, b.EngineURL) })
+	return s
+}
+
+// ServeHTTP serves Snapshot as JSON (GET /api/v1/cluster; the admin API
+// mounts it behind its own auth).
+func (v *View) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, `{"error":{"message":"method not allowed","type":"invalid_request_error","code":"method_not_allowed"}}`, http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v.Snapshot())
+}
+
+// ResidencyBytes returns the memory held by every engine's residency index
+// and the number of resident (engine, block) pairs it holds.
+func (v *View) ResidencyBytes() (bytes, blocks int) {
+	for _, e := range *v.engines.Load() {
+		if set := e.set.Load(); set != nil {
+			bytes += set.Bytes()
+			blocks += set.Len()
+		}
+	}
+	return bytes, blocks
+}
