@@ -186,7 +186,7 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 			}
 			alive := ri.Alive
 			rv.Alive, rv.AdminAddr = &alive, ri.AdminAddr
-			if ri.NodeID != in.NodeID {
+			if ri.NodeID != in.NodeID && ri.ConfigVersion > 0 { // 0: not known here
 				cv := ri.ConfigVersion
 				rv.ConfigVersion = &cv
 			}
@@ -197,8 +197,13 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 		routers = append(routers, *rv)
 	}
 	sort.Slice(routers, func(i, j int) bool { return routers[i].NodeID < routers[j].NodeID })
+	engines := []EngineInfo{}
+	if a.d.Engines != nil {
+		engines = append(engines, a.d.Engines.Engines()...)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"leader": in.Leader, "node_id": in.NodeID, "config_version": in.ConfigVersion, "routers": routers,
+		"engines": engines,
 	})
 }
 

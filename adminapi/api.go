@@ -51,12 +51,42 @@ type RouterInfo struct {
 	NodeID        string `json:"node_id"`
 	AdminAddr     string `json:"admin_addr,omitempty"`
 	Alive         bool   `json:"alive"`
-	ConfigVersion uint64 `json:"config_version"`
+	ConfigVersion uint64 `json:"config_version"` // 0: not known
 }
 
 // Inventory lists the routers gossip knows (optional).
 type Inventory interface {
 	Routers() []RouterInfo
+}
+
+// EngineInfo is one engine as the gossip view sees it, for GET
+// /api/v1/cluster (the dashboard's mesh page reads these fields).
+type EngineInfo struct {
+	NodeID           string   `json:"node_id"`
+	EngineURL        string   `json:"engine_url"`
+	Models           []string `json:"models"`
+	State            string   `json:"state"`
+	AgeMS            int64    `json:"age_ms"`
+	ResidentBlocks   int      `json:"resident_blocks"`
+	Running          uint64   `json:"running"`
+	Waiting          uint64   `json:"waiting"`
+	KVUsage          float64  `json:"kv_usage"`
+	LMCacheOccupancy *float64 `json:"lmcache_occupancy"`
+	Adapters         []string `json:"adapters"`
+	MaxLoras         int      `json:"max_loras"`
+	RemoteInflight   int64    `json:"remote_inflight"`
+	// KVEvents: the engine's residency comes from a KV-event stream
+	// (EXACT or DEGRADED); LMCache: an LMCache signal is fresh.
+	KVEvents bool `json:"kv_events"`
+	LMCache  bool `json:"lmcache"`
+	// PrefixCacheHitRate is the engine's prefix-cache hit rate in [0,1];
+	// nil when unknown.
+	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
+}
+
+// EngineInventory lists the engines gossip knows (optional).
+type EngineInventory interface {
+	Engines() []EngineInfo
 }
 
 // Deps is what New needs.
@@ -66,6 +96,9 @@ type Deps struct {
 	// Inventory merges gossip's router list into GET /api/v1/cluster
 	// (nil: Raft's view only).
 	Inventory Inventory
+	// Engines adds the gossip view's engines to GET /api/v1/cluster (nil:
+	// an empty list).
+	Engines EngineInventory
 	// Telemetry is this router's adaptive telemetry table (nil: New
 	// creates one; pass the same table to a Pusher's Local).
 	Telemetry *Telemetry

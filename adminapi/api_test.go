@@ -419,3 +419,50 @@ func TestClusterViewNamesTheLeader(t *testing.T) {
 		t.Errorf("roles %v", roles)
 	}
 }
+
+type fakeEngines []EngineInfo
+
+func (f fakeEngines) Engines() []EngineInfo { return f }
+
+// TestClusterViewListsEngines: GET /api/v1/cluster carries the gossip
+// view's engines with the fields the dashboard reads, and an empty list
+// (not null) without gossip.
+func TestClusterViewListsEngines(t *testing.T) {
+	m := newMesh(t)
+	f := m.follower()
+	occ := 0.25
+	for _, tc := range []struct {
+		name    string
+		engines EngineInventory
+		want    []string // engine_url/state
+	}{
+		{name: "no gossip", want: []string{}},
+		{name: "two engines", engines: fakeEngines{
+			{NodeID: "s1", EngineURL: "http://10.0.0.1:8000", State: "EXACT", ResidentBlocks: 12, KVEvents: true, LMCacheOccupancy: &occ, LMCache: true},
+			{NodeID: "s2", EngineURL: "http://10.0.0.2:8000", State: "STALE"},
+		}, want: []string{"http://10.0.0.1:8000/EXACT", "http://10.0.0.2:8000/STALE"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := New(Deps{Store: m.c.Node(f), Cluster: m.c.Node(f), InternalToken: internalToken, Engines: tc.engines})
+			r := call(t, api, http.MethodGet, "/api/v1/cluster", superToken, "")
+			list, ok := r.body["engines"].([]any)
+			if !ok {
+				t.Fatalf("engines = %#v, want a list", r.body["engines"])
+			}
+			got := []string{}
+			for _, x := range list {
+				e := x.(map[string]any)
+				got = append(got, e["engine_url"].(string)+"/"+e["state"].(string))
+				for _, k := range []string{"node_id", "models", "age_ms", "resident_blocks", "running", "waiting", "kv_usage",
+					"lmcache_occupancy", "adapters", "kv_events", "lmcache", "prefix_cache_hit_rate"} {
+					if _, ok := e[k]; !ok {
+						t.Errorf("engine %v lacks %q", e["engine_url"], k)
+					}
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("engines %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

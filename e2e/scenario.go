@@ -116,6 +116,15 @@ type KillResult struct {
 // survive. Afterwards it checks every acknowledged route on every survivor
 // and the audit log for double application.
 func LeaderKill(ctx context.Context, c *Cluster, writes, killAt int, model string) (KillResult, error) {
+	return LeaderKillLoad(ctx, c, writes, killAt, "sim-a", func(ctx context.Context, targets []string) LoadResult {
+		return ChatLoad(ctx, targets, model, 2)
+	})
+}
+
+// LeaderKillLoad is LeaderKill with the routes' target provider named and
+// the data-plane load given by load (run against the API URLs of the
+// routers that survive).
+func LeaderKillLoad(ctx context.Context, c *Cluster, writes, killAt int, provider string, load LoadFunc) (KillResult, error) {
 	var res KillResult
 	leader, err := c.Leader(ctx)
 	if err != nil {
@@ -130,7 +139,7 @@ func LeaderKill(ctx context.Context, c *Cluster, writes, killAt int, model strin
 	}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan LoadResult, 1)
-	go func() { loadDone <- ChatLoad(loadCtx, survivors, model, 2) }()
+	go func() { loadDone <- load(loadCtx, survivors) }()
 	defer stopLoad()
 
 	var electionErr error
@@ -157,7 +166,7 @@ func LeaderKill(ctx context.Context, c *Cluster, writes, killAt int, model strin
 	next := 0
 	for i := range writes {
 		name := fmt.Sprintf("w-%03d", i)
-		body := fmt.Sprintf(`{"model":%q,"strategy":"round_robin","targets":[{"provider":"sim-a","model":"m"}]}`, name)
+		body := fmt.Sprintf(`{"model":%q,"strategy":"round_robin","targets":[{"provider":%q,"model":"m"}]}`, name, provider)
 		deadline := time.Now().Add(20 * time.Second)
 		for attempt := 0; ; attempt++ {
 			r := routers[next%len(routers)]

@@ -14,7 +14,8 @@
 // parking) lives in the Server and survives Apply.
 //
 // Cluster state reaches the router only through the consumer interfaces
-// declared in mesh.go (EngineView, SourceFactory); a nil value means "no
-// mesh": loads are this router's in-flight counts and the cache/adapter
-// signals are absent, which every strategy treats as neutral.
+// declared in mesh.go (EngineView, SourceFactory, Learner); a nil value
+// means "no mesh": loads are this router's in-flight counts, the
+// cache/adapter signals are absent, which every strategy treats as
+// neutral, and nothing learned is shared with other routers.
 package router

@@ -9,12 +9,16 @@ import "github.com/rolter/rolter/strategies"
 // the addressed pool per attempt: it must read in-process state only, never
 // block and never allocate. queue is the engine's running + waiting
 // requests as last reported; ok is false when the mesh has no fresh
-// summary for apiBase (missing, stale or degraded), in which case the
-// router uses its own in-flight count alone. The load a strategy sees for
-// a target is max(own in-flight, engine queue): the engine's queue already
-// counts this router's requests, so adding the two would count them twice,
-// while the maximum still shows other routers' traffic as soon as the
-// summary carries it and our own fresh requests before it does.
+// summary for apiBase (missing or stale), in which case the router uses its
+// own in-flight count alone. The load a strategy sees for a target is own
+// in-flight + queue. The mesh's queue is the engine's running + waiting
+// plus the in-flight counts the *other* routers gossip, never this
+// router's own count: adding ours is what makes replicas see each other's
+// fresh requests without any of them counting its own twice through the
+// gossip. (Requests of ours the engine has already admitted are counted
+// both in our in-flight and in its running; that bias is the same for
+// every target of a pool, so it does not change which one is least
+// loaded.)
 type EngineView interface {
 	Load(apiBase string) (queue uint64, ok bool)
 }
@@ -28,4 +32,43 @@ type EngineView interface {
 // neutral). Implementations must not block for long: Apply runs it inline.
 type SourceFactory interface {
 	Sources(apiBases []string) (strategies.Residency, strategies.CacheSignal, strategies.AdapterResidency)
+}
+
+// Learner carries what the pools' balancers learn between routers: prefix
+// observations and session pins (see the mesh hooks in package
+// strategies). Recall runs once per request before the first pick, so the
+// balancer can import what other routers learned about this request's
+// prompt or session; Observed runs after the balancer observed a pick of
+// the target at apiBase. Both run on the request path: they must not block
+// on the network.
+type Learner interface {
+	Recall(pool string, lb strategies.LoadBalancer, apiBases []string, rc *strategies.RouteContext)
+	Observed(pool string, apiBase string, rc *strategies.RouteContext)
+}
+
+// InflightByBase returns this router's in-flight requests per provider
+// api_base, summed over the running snapshot's targets (a target shared by
+// several pools counts once). The mesh gossips it to the other routers.
+func (s *Server) InflightByBase() map[string]uint64 {
+	sn := s.snap.Load()
+	out := map[string]uint64{}
+	if sn == nil {
+		return out
+	}
+	seen := map[*strategies.TargetStats]bool{}
+	add := func(pools map[string]*pool) {
+		for _, p := range pools {
+			for _, t := range p.targets {
+				if seen[t.stats] {
+					continue
+				}
+				seen[t.stats] = true
+				out[t.provider.apiBase] += t.stats.InFlight()
+			}
+		}
+	}
+	add(sn.routes)
+	add(sn.groups)
+	add(sn.pins)
+	return out
 }

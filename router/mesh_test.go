@@ -2,6 +2,7 @@ package router
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -40,7 +41,7 @@ name = "g"
 slug = "g"
 members = [{provider = "b"}, {provider = "a"}]
 `, nil, func(o *Options) {
-		o.Engine = fakeEngineView{a.URL: 7} // b: no fresh summary
+		o.Engine = fakeEngineView{a.URL: 7, b.URL: 2} // other routers' and the engines' queues
 		o.Sources = src
 	})
 	// Once per pool while building: the route, the group, two pins.
@@ -56,7 +57,56 @@ members = [{provider = "b"}, {provider = "a"}]
 	if _, ok := at.pick(); !ok {
 		t.Fatal("no pick")
 	}
-	if at.loads[0] != 7 || at.loads[1] != 1 {
-		t.Fatalf("loads %v, want [7 (engine queue) 1 (local in-flight)]", at.loads)
+	if at.loads[0] != 7 || at.loads[1] != 3 {
+		t.Fatalf("loads %v, want [7 (mesh queue) 3 (mesh queue 2 + local in-flight 1)]", at.loads)
+	}
+	if got := h.srv.InflightByBase(); got[b.URL] != 1 || got[a.URL] != 0 {
+		t.Fatalf("InflightByBase %v, want %s: 1 (counted once though b is in the route, the group and its pin)", got, b.URL)
+	}
+}
+
+type recordingLearner struct {
+	mu       sync.Mutex
+	recalls  []string // pool + " " + bases
+	observed []string // pool + " " + apiBase + " " + prompt
+}
+
+func (l *recordingLearner) Recall(pool string, lb strategies.LoadBalancer, bases []string, rc *strategies.RouteContext) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lb == nil {
+		panic("nil balancer")
+	}
+	l.recalls = append(l.recalls, pool+" "+strings.Join(bases, ","))
+}
+
+func (l *recordingLearner) Observed(pool, apiBase string, rc *strategies.RouteContext) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.observed = append(l.observed, pool+" "+apiBase+" "+rc.Prompt)
+}
+
+// TestLearnerSeesEveryRoutedRequest: the mesh learner is asked to recall
+// before the pick, with the pool's target bases, and told which target
+// served the prompt after it.
+func TestLearnerSeesEveryRoutedRequest(t *testing.T) {
+	a := newEngine(t, okChat)
+	l := &recordingLearner{}
+	h := newHarnessWith(t, providers("a", a.URL)+`
+[[routes]]
+model = "m"
+strategy = "cache_aware"
+targets = [{provider = "a"}]
+`, nil, func(o *Options) { o.Learn = l })
+	if code, _, body := h.post("/v1/completions", `{"model":"m","prompt":"hello mesh"}`); code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.recalls) != 1 || l.recalls[0] != "m "+a.URL {
+		t.Fatalf("recalls %q", l.recalls)
+	}
+	if len(l.observed) != 1 || l.observed[0] != "m "+a.URL+" hello mesh" {
+		t.Fatalf("observed %q", l.observed)
 	}
 }

@@ -142,6 +142,9 @@ func (a *attempt) run() int {
 			pending.Body.Close()
 		}
 	}()
+	if a.s.learn != nil {
+		a.s.learn.Recall(p.key, p.lb, p.bases, a.rc)
+	}
 	maxAttempts := 1 + cfg.Retry.Attempts
 	for n := 1; ; n++ {
 		idx, ok := a.pick()
@@ -219,11 +222,10 @@ func (a *attempt) pick() (int, bool) {
 		t := &p.targets[i]
 		a.loads[i] = t.stats.InFlight()
 		if a.s.engine != nil {
-			// The engine's queue already holds this router's own
-			// requests (as of the last summary): take the larger of the
-			// two rather than counting ours twice.
+			// The mesh's queue excludes our own in-flight (see
+			// EngineView): add the two.
 			if q, ok := a.s.engine.Load(t.provider.apiBase); ok {
-				a.loads[i] = max(a.loads[i], q)
+				a.loads[i] += q
 			}
 		}
 	}
@@ -283,6 +285,9 @@ func (a *attempt) try(ctx context.Context, idx int) (resp *http.Response, status
 	t := &a.res.pool.targets[idx]
 	up := t.provider.up
 	a.res.pool.lb.Observe(idx, a.rc)
+	if s.learn != nil {
+		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
+	}
 	body := a.req.withModel(t.upstreamModel(a.res.requested))
 	queue := t.stats.Begin()
 	inflight := s.metrics.inFlight.WithLabelValues(t.provider.name)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/strategies"
@@ -32,11 +33,16 @@ type Options struct {
 	Transport http.RoundTripper
 	// Getenv resolves providers' api_key_env (default os.Getenv).
 	Getenv func(string) string
-	// Registry receives the data plane's metrics (default: a new one).
+	// Registry receives the data plane's metrics (default: a new one,
+	// which also carries the Go runtime and process collectors: the
+	// go_memstats_* and process_* series operators watch for leaks).
 	Registry *prometheus.Registry
 	// Engine and Sources connect the mesh's view of the engines (nil: none).
 	Engine  EngineView
 	Sources SourceFactory
+	// Learn shares balancers' prefix observations and session pins with
+	// the other routers (nil: none).
+	Learn Learner
 	// NewTicker drives the health probes (default time.NewTicker).
 	NewTicker func(d time.Duration) (tick <-chan time.Time, stop func())
 	// Base supplies the HTTP server timeouts and limits Serve uses when it
@@ -63,6 +69,7 @@ type Server struct {
 	reg       *prometheus.Registry
 	engine    EngineView
 	sources   SourceFactory
+	learn     Learner
 	base      *config.Config
 	ready     func() error
 	extra     http.Handler
@@ -88,7 +95,8 @@ func New(o Options) *Server {
 	s := &Server{
 		log: o.Logger, clock: o.Clock, rand: o.Rand, sleep: o.Sleep, transport: o.Transport,
 		getenv: o.Getenv, reg: o.Registry, engine: o.Engine, sources: o.Sources,
-		base: o.Base, ready: o.Ready, extra: o.AdminExtra,
+		learn: o.Learn,
+		base:  o.Base, ready: o.Ready, extra: o.AdminExtra,
 		tracker:   strategies.NewTracker(),
 		policy:    strategies.NewPolicyHolder(strategies.DefaultAdaptivePolicy()),
 		upstreams: map[string]*upstream{},
@@ -113,6 +121,7 @@ func New(o Options) *Server {
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if s.base == nil {
 		d := config.Default()

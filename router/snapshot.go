@@ -55,6 +55,8 @@ type pool struct {
 	strategy string
 	lb       strategies.LoadBalancer // nil when the pool has no targets
 	targets  []target
+	// bases are the targets' provider api_base values, in target order.
+	bases []string
 	// adapter is true on group pools with a passthrough member: the
 	// requested model is then the LoRA adapter (RouteContext.Adapter).
 	adapter bool
@@ -233,6 +235,7 @@ func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
 		spec.Stats[i] = t.stats
 		bases[i] = t.provider.apiBase
 	}
+	p.bases = bases
 	if b.sources != nil {
 		spec.Residency, spec.Cache, spec.Adapters = b.sources.Sources(bases)
 	}

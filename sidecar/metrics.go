@@ -15,6 +15,7 @@ import (
 // /healthz endpoints. Every metric reads the live counters at scrape time.
 func (s *Sidecar) newHandler() http.Handler {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.opts.Collectors...)
 	counter := func(name, help string, labels prometheus.Labels, v *atomic.Uint64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return float64(v.Load()) }))

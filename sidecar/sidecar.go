@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options carries a sidecar's injected dependencies; zero values are the
@@ -24,6 +26,9 @@ type Options struct {
 	// When Source is set, Config.KVEvents is ignored.
 	Source   Source
 	Replayer Replayer
+	// Collectors are registered on the sidecar's own /metrics registry
+	// beside its series (the gossip node's, for one).
+	Collectors []prometheus.Collector
 }
 
 // Sidecar runs beside one engine: it applies the engine's KV events to a

@@ -45,6 +45,11 @@ type Meta struct {
 	Build     string
 	ProtoMin  uint32
 	ProtoMax  uint32
+	// Routers: the Raft address (host:port) other routers dial, and the
+	// admin API address (host:port) telemetry is pushed to. An unspecified
+	// host (0.0.0.0) means "my gossip address's host".
+	RaftAddr  string
+	AdminAddr string
 }
 
 // NormalizeURL is the form of an engine URL the view is keyed by: scheme
@@ -64,8 +69,9 @@ func NormalizeURL(raw string) string {
 
 // encodeMeta encodes m under MetaLimit, dropping models that do not fit.
 func encodeMeta(m *Meta) ([]byte, error) {
-	if len(m.NodeID) > 64 || len(m.Build) > 64 || len(m.EngineURL) > maxStringLen {
-		return nil, fmt.Errorf("%w: node id, build or engine URL too long", ErrMetaTooLarge)
+	if len(m.NodeID) > 64 || len(m.Build) > 64 || len(m.EngineURL) > maxStringLen ||
+		len(m.RaftAddr) > 128 || len(m.AdminAddr) > 128 {
+		return nil, fmt.Errorf("%w: node id, build, engine URL or an address too long", ErrMetaTooLarge)
 	}
 	b := []byte{metaFormat}
 	b = appendUint(b, 1, uint64(m.Role))
@@ -74,6 +80,8 @@ func encodeMeta(m *Meta) ([]byte, error) {
 	b = appendString(b, 5, m.Build)
 	b = appendUint(b, 6, uint64(m.ProtoMin))
 	b = appendUint(b, 7, uint64(m.ProtoMax))
+	b = appendString(b, 8, m.RaftAddr)
+	b = appendString(b, 9, m.AdminAddr)
 	if len(b) >= MetaLimit {
 		return nil, ErrMetaTooLarge
 	}
@@ -118,6 +126,10 @@ func decodeMeta(b []byte) (Meta, error) {
 			m.ProtoMin = uint32(min(fl.u, 1<<16))
 		case 7:
 			m.ProtoMax = uint32(min(fl.u, 1<<16))
+		case 8:
+			m.RaftAddr, err = boundedString(fl.b)
+		case 9:
+			m.AdminAddr, err = boundedString(fl.b)
 		}
 		return err
 	})

@@ -233,6 +233,16 @@ func (n *Node) Stats() *Stats { return &n.stats }
 // NumMembers returns the number of live members, this node included.
 func (n *Node) NumMembers() int { return n.ml.NumMembers() }
 
+// Join contacts seeds (host:port list) to join their pool; it succeeds when
+// at least one answers. Start joins its seeds itself; Join is for a node
+// that started before any seed was up.
+func (n *Node) Join(seeds []string) error {
+	if _, err := n.ml.Join(seeds); err != nil {
+		return fmt.Errorf("mesh: join %v: %w", seeds, err)
+	}
+	return nil
+}
+
 // Leave announces departure (bounded by timeout) and stops the node.
 func (n *Node) Leave(timeout time.Duration) error {
 	err := n.ml.Leave(timeout)

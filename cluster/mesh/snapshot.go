@@ -18,8 +18,11 @@ type Snapshot struct {
 // RouterInfo describes one router in the pool.
 type RouterInfo struct {
 	NodeID  string `json:"node_id"`
-	Address string `json:"address"`
+	Address string `json:"address"` // gossip host:port
 	Build   string `json:"build"`
+	// RaftAddr and AdminAddr are as announced (see Meta).
+	RaftAddr  string `json:"raft_addr,omitempty"`
+	AdminAddr string `json:"admin_addr,omitempty"`
 }
 
 // EngineSnapshot describes one engine as this router sees it.
@@ -37,6 +40,10 @@ type EngineSnapshot struct {
 	Adapters         []string `json:"adapters"`
 	MaxLoras         int      `json:"max_loras"`
 	RemoteInflight   int64    `json:"remote_inflight"`
+	// PrefixCacheHitRate is the engine's prefix-cache hits over queries
+	// since it started (its vllm:prefix_cache_* counters); nil when the
+	// status is not fresh or nothing was queried yet.
+	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
 }
 
 // EngineInfo is a discovered engine.
@@ -72,7 +79,8 @@ func (v *View) Snapshot() Snapshot {
 	n.mu.RLock()
 	for _, m := range n.members {
 		if m.meta.Role == RoleRouter {
-			s.Routers = append(s.Routers, RouterInfo{NodeID: m.meta.NodeID, Address: m.node.Address(), Build: m.meta.Build})
+			s.Routers = append(s.Routers, RouterInfo{NodeID: m.meta.NodeID, Address: m.node.Address(), Build: m.meta.Build,
+				RaftAddr: m.meta.RaftAddr, AdminAddr: m.meta.AdminAddr})
 		}
 	}
 	n.mu.RUnlock()
@@ -105,6 +113,10 @@ func (v *View) Snapshot() Snapshot {
 			if a := e.adapters.Load(); a != nil {
 				es.Adapters = append(es.Adapters, a.names...)
 				es.MaxLoras = a.maxLoras
+			}
+			if q := e.status.PrefixQueries; q > 0 {
+				rate := min(float64(e.status.PrefixHits)/float64(q), 1)
+				es.PrefixCacheHitRate = &rate
 			}
 		}
 		e.mu.Unlock()

@@ -239,6 +239,9 @@ func (v *View) memberUp(name string, meta Meta) {
 	e.owner, e.meta, e.alive = name, meta, true
 	e.goneSince = time.Time{}
 	e.lastMsg.Store(v.n.now().UnixNano())
+	// Leave STALE now: Engines lists the engine from this notify on (a
+	// route target's entry is STALE until its sidecar joins).
+	e.refreshLocked(v, v.n.now())
 	e.mu.Unlock()
 	v.byNode.Store(name, e)
 	if changed {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/dashboard"
 	"github.com/rolter/rolter/router"
@@ -43,6 +44,7 @@ type clusterFlags struct {
 	adminTokenFile    string
 	internalTokenFile string
 	raftTimeout       time.Duration
+	gossip            gossipFlags
 }
 
 func (f *clusterFlags) register(fs *flag.FlagSet) {
@@ -51,7 +53,8 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.nodeID, "node-id", "", "this router's id (default $ROLTER_NODE_ID, else the hostname)")
 	fs.StringVar(&f.raftAddr, "raft", "127.0.0.1:7947", "HOST:PORT for Raft and leader forwarding")
 	fs.StringVar(&f.raftAdvertise, "raft-advertise", "", "HOST:PORT other routers dial (default: --raft)")
-	fs.StringVar(&f.join, "join", "", "comma-separated Raft peers as id=host:port (the other routers' --raft addresses)")
+	fs.StringVar(&f.join, "join", "", "comma-separated Raft peers as id=host:port (the other routers' --raft addresses) "+
+		"and gossip seeds as bare HOST:PORT (routers' or sidecars' --gossip; needs --gossip)")
 	fs.StringVar(&f.peerAdmin, "peer-admin", "",
 		"comma-separated admin addresses (host:port or http://host:port) of the other routers; adaptive telemetry is pushed there")
 	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0,
@@ -60,7 +63,9 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate of this router for Raft mutual TLS")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "PEM CA that signs every router's certificate")
-	fs.BoolVar(&f.insecureDev, "insecure-dev", false, "allow plaintext Raft (development and tests only)")
+	fs.BoolVar(&f.insecureDev, "insecure-dev", false, "allow plaintext Raft and unencrypted gossip (development and tests only)")
+	f.gossip.register(fs, "", "HOST:PORT of this router's gossip (memberlist, UDP and TCP): joins the sidecars' "+
+		"pool for engine load, KV residency and discovery (empty: no gossip)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "",
 		"file holding the bootstrap superadmin token (default $ROLTER_ADMIN_TOKEN)")
 	fs.StringVar(&f.internalTokenFile, "internal-token-file", "",
@@ -73,8 +78,7 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 var errFlags = errors.New("bad control-plane flags")
 
 // joinList is the parsed --join flag: Raft peers given as id=host:port, and
-// bare host:port entries, which name gossip seeds once gossip discovery is
-// wired (today they are refused with a message saying so).
+// bare host:port entries, which name gossip seeds (they need --gossip).
 type joinList struct {
 	raft  cluster.StaticPeers
 	seeds []string
@@ -170,8 +174,8 @@ func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) stri
 	if err != nil {
 		return sc, fmt.Errorf("%w: %v", errFlags, err)
 	}
-	if len(join.seeds) > 0 {
-		return sc, fmt.Errorf("%w: --join %s: gossip discovery is not wired into this build yet; name Raft peers as id=host:port",
+	if len(join.seeds) > 0 && f.gossip.addr == "" {
+		return sc, fmt.Errorf("%w: --join %s names gossip seeds, which need --gossip HOST:PORT (Raft peers are id=host:port)",
 			errFlags, strings.Join(join.seeds, ","))
 	}
 	if len(join.raft) > 0 {
@@ -205,7 +209,9 @@ func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) stri
 		return sc, err
 	}
 	if sc.InternalToken == "" {
-		if len(join.raft) > 0 || f.bootstrapExpect > 1 {
+		// A router joining a gossip pool joins the Raft cluster of the
+		// routers it finds there.
+		if len(join.raft) > 0 || len(join.seeds) > 0 || f.bootstrapExpect > 1 {
 			return sc, fmt.Errorf("%w: a cluster of routers needs the same internal token on every router: "+
 				"set ROLTER_INTERNAL_TOKEN or --internal-token-file", errFlags)
 		}
@@ -227,19 +233,27 @@ type controlPlane struct {
 	api    *adminapi.API
 	pusher *adminapi.Pusher
 	log    *slog.Logger
+	mesh   *meshRouter // nil without gossip
 
 	mu      sync.Mutex
 	base    *config.Config // process-local sections (retry, breaker, health, timeouts, limits)
 	applied uint64         // config_version last applied to srv
-	stale   bool           // base changed since the last apply
-	reload  chan struct{}
+	// discovered fingerprints the discover routes' targets last applied.
+	discovered string
+	stale      bool // base changed since the last apply
+	reload     chan struct{}
 }
 
 // openControlPlane opens the Raft store described by sc and builds the
 // data plane, the admin API and the telemetry pusher around it; base is
 // rolter.toml (the process-local sections), peerAdmin the other routers'
 // admin URLs. Start it with run.
-func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.Config, peerAdmin []string) (*controlPlane, error) {
+// node, when non-nil, is this router's gossip member: the data plane reads
+// its view, and inv (over the same view) is the store's PeerSource (set
+// by the caller in sc.Peers), the admin API's inventory and the pusher's
+// endpoints.
+func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.Config, peerAdmin []string,
+	node *mesh.Node, inv *meshInventory) (*controlPlane, error) {
 	if sc.Logger == nil {
 		sc.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -249,11 +263,23 @@ func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.
 		return nil, err
 	}
 	cp := &controlPlane{store: store, base: base, log: log, reload: make(chan struct{}, 1)}
-	cp.api = adminapi.New(adminapi.Deps{Store: store, Cluster: store, InternalToken: sc.InternalToken,
-		Limits: base.Limits, Logger: log})
-	cp.srv = router.New(router.Options{Logger: log, Base: base, Ready: cp.ready, AdminExtra: cp.adminHandler()})
+	deps := adminapi.Deps{Store: store, Cluster: store, InternalToken: sc.InternalToken, Limits: base.Limits, Logger: log}
+	opts := router.Options{Logger: log, Base: base, Ready: cp.ready}
+	var peers adminapi.Endpoints = staticEndpoints(peerAdmin)
+	if node != nil {
+		cp.mesh = newMeshRouter(node.View(), time.Now)
+		opts.Engine, opts.Sources, opts.Learn = cp.mesh, cp.mesh, cp.mesh
+		deps.Inventory, deps.Engines = inv, inv
+		peers = inv
+	}
+	cp.api = adminapi.New(deps)
+	opts.AdminExtra = cp.adminHandler()
+	cp.srv = router.New(opts)
+	if node != nil {
+		cp.srv.Registry().MustRegister(node.Collector(), cp.mesh.learned)
+	}
 	cp.pusher = &adminapi.Pusher{NodeID: sc.NodeID, InternalToken: sc.InternalToken, Source: cp,
-		Local: cp.api.Telemetry(), Peers: staticEndpoints(peerAdmin), Logger: log}
+		Local: cp.api.Telemetry(), Peers: peers, Logger: log}
 	return cp, nil
 }
 
@@ -272,6 +298,12 @@ func (cp *controlPlane) run(ctx context.Context, api, admin net.Listener) error 
 	wg.Add(2)
 	go func() { defer wg.Done(); cp.follow(bg) }()
 	go func() { defer wg.Done(); cp.pusher.Run(bg) }()
+	if cp.mesh != nil {
+		wg.Add(3)
+		go func() { defer wg.Done(); cp.mesh.publishInflight(bg, inflightInterval, cp.srv.InflightByBase) }()
+		go func() { defer wg.Done(); cp.mesh.follow(bg) }()
+		go func() { defer wg.Done(); cp.rediscover(bg) }()
+	}
 	return cp.srv.Serve(ctx, api, admin)
 }
 
@@ -338,12 +370,17 @@ func (cp *controlPlane) applyState() {
 	if !st.Seeded || st.ConfigVersion == 0 || (st.ConfigVersion == cp.applied && !cp.stale) {
 		return
 	}
-	if err := cp.srv.ApplyVersion(st.Config(cp.base), st.ConfigVersion); err != nil {
+	cfg := st.Config(cp.base)
+	if cp.mesh != nil {
+		cfg = discover(cfg, cp.mesh.view.Engines)
+	}
+	discovered := discoveredKey(cfg)
+	if err := cp.srv.ApplyVersion(cfg, st.ConfigVersion); err != nil {
 		cp.log.Error("replicated config does not build; keeping the running snapshot",
 			"config_version", st.ConfigVersion, "err", err)
 		return
 	}
-	cp.applied, cp.stale = st.ConfigVersion, false
+	cp.applied, cp.stale, cp.discovered = st.ConfigVersion, false, discovered
 }
 
 // AdaptiveTelemetry implements adminapi.TelemetrySource over the running

@@ -123,8 +123,8 @@ func TestStoreConfigFlags(t *testing.T) {
 					t.Fatalf("missing superadmin warning: %s", buf.String())
 				}
 			}},
-		{name: "gossip seeds refused until gossip is wired", getenv: getenv, edit: func(f *clusterFlags) { f.join = "peers:7946" },
-			wantError: "gossip discovery"},
+		{name: "gossip seeds refused without --gossip", getenv: getenv, edit: func(f *clusterFlags) { f.join = "peers:7946" },
+			wantError: "need --gossip"},
 		{name: "empty token file refused", getenv: getenv, edit: func(f *clusterFlags) {
 			empty := filepath.Join(dir, "empty")
 			_ = os.WriteFile(empty, nil, 0o600)

@@ -37,6 +37,7 @@ func commands() map[string]command {
 		"version": {"print version, commit and Go version", runVersion},
 		"router":  {"run the data plane: the OpenAI-compatible API with streaming and retries", runRouter},
 		"sim":     {"run a simulated vLLM engine; 'sim replay' replays a trace or synthetic load", runSim},
+		"sidecar": {"run beside one engine: follow its KV events and metrics, gossip summaries to the routers", runSidecar},
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/router"
 )
@@ -58,16 +60,44 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer admin.Close()
 
+	var node *mesh.Node
+	var inv *meshInventory
+	if cf.gossip.addr != "" {
+		join, _ := parseJoin(cf.join) // storeConfig checked it
+		raftAddr := sc.Advertise
+		if raftAddr == "" {
+			raftAddr = sc.RaftAddr
+		}
+		meta := mesh.Meta{Role: mesh.RoleRouter, NodeID: sc.NodeID, Build: version, RaftAddr: raftAddr, AdminAddr: admin.Addr().String()}
+		mcfg, err := cf.gossip.meshConfig(sc.NodeID, meta, cf.insecureDev, os.Getenv, log)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if node, err = startMesh(ctx, mcfg, join.seeds, log); err != nil {
+			return err
+		}
+		defer func() {
+			if err := node.Leave(2 * time.Second); err != nil {
+				log.Warn("leaving the gossip pool", "err", err)
+			}
+		}()
+		inv = newMeshInventory(node.View(), sc.NodeID, join.raft, peerAdmin)
+		sc.Peers = inv
+	}
 	log.Info("opening the raft store", "node_id", sc.NodeID, "raft", sc.RaftAddr, "data_dir", sc.DataDir, "bootstrap_expect", sc.BootstrapExpect)
-	cp, err := openControlPlane(ctx, sc, cfg, peerAdmin)
+	cp, err := openControlPlane(ctx, sc, cfg, peerAdmin, node, inv)
 	if err != nil {
 		return err
 	}
 	hup, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
 	go reloadOnHUP(hup, *cfgPath, log, cp.setBase)
-	fmt.Fprintf(stdout, "rolter router %s: API on http://%s/v1, admin on http://%s (api, ui, metrics, healthz, readyz), raft on %s\n",
-		sc.NodeID, api.Addr(), admin.Addr(), cp.store.RaftAddr())
+	gossip := "off"
+	if node != nil {
+		gossip = node.Addr()
+	}
+	fmt.Fprintf(stdout, "rolter router %s: API on http://%s/v1, admin on http://%s (api, ui, metrics, healthz, readyz), raft on %s, gossip %s\n",
+		sc.NodeID, api.Addr(), admin.Addr(), cp.store.RaftAddr(), gossip)
 	return cp.run(ctx, api, admin)
 }
 

@@ -1,0 +1,654 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rolter/rolter/adminapi"
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/cluster/mesh"
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/strategies"
+)
+
+// gossipFlags are the gossip-pool flags both `rolter router` and `rolter
+// sidecar` take. --join and --insecure-dev are registered by each command
+// (the router's --join also names Raft peers; its --insecure-dev also
+// allows plaintext Raft).
+type gossipFlags struct {
+	addr      string
+	advertise string
+	keyFile   string
+}
+
+func (g *gossipFlags) register(fs *flag.FlagSet, def, help string) {
+	fs.StringVar(&g.addr, "gossip", def, help)
+	fs.StringVar(&g.advertise, "gossip-advertise", "", "HOST:PORT other members reach this node's gossip at (default: --gossip)")
+	fs.StringVar(&g.keyFile, "gossip-key-file", "",
+		"file holding the base64 gossip encryption key (default $"+mesh.KeyEnv+"; required unless --insecure-dev)")
+}
+
+// errGossip marks unusable gossip flags.
+var errGossip = errors.New("bad gossip flags")
+
+// meshConfig resolves the flags into a mesh.Config for a node named name.
+func (g *gossipFlags) meshConfig(name string, meta mesh.Meta, insecure bool, getenv func(string) string, log *slog.Logger) (mesh.Config, error) {
+	cfg := mesh.Config{Name: name, Meta: meta, InsecureDev: insecure, Logger: log}
+	host, port, err := splitHostPort(g.addr)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: --gossip %q: %v", errGossip, g.addr, err)
+	}
+	cfg.BindAddr, cfg.BindPort = host, port
+	if g.advertise != "" {
+		if cfg.AdvertiseAddr, cfg.AdvertisePort, err = splitHostPort(g.advertise); err != nil {
+			return cfg, fmt.Errorf("%w: --gossip-advertise %q: %v", errGossip, g.advertise, err)
+		}
+	}
+	if cfg.Key, err = mesh.LoadKey(g.keyFile, getenv); err != nil {
+		return cfg, fmt.Errorf("%w: %w", errGossip, err)
+	}
+	if len(cfg.Key) == 0 && !insecure {
+		return cfg, fmt.Errorf("%w: %w", errGossip, mesh.ErrNoGossipKey)
+	}
+	return cfg, nil
+}
+
+func splitHostPort(s string) (string, int, error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return host, port, nil
+}
+
+// parseSeeds parses a sidecar's --join: bare HOST:PORT gossip seeds.
+func parseSeeds(s string) ([]string, error) {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(part); err != nil {
+			return nil, fmt.Errorf("%w: --join %q: want HOST:PORT: %v", errGossip, part, err)
+		}
+		out = append(out, part)
+	}
+	return out, nil
+}
+
+// startMesh starts the node and joins seeds. Seeds that are not up yet
+// (a pool starting in any order) do not stop the node: it starts alone and
+// keeps trying to join every joinRetry until one answers or ctx ends.
+func startMesh(ctx context.Context, cfg mesh.Config, seeds []string, log *slog.Logger) (*mesh.Node, error) {
+	n, err := mesh.Start(ctx, cfg, seeds)
+	if err == nil || len(seeds) == 0 {
+		return n, err
+	}
+	log.Warn("gossip seeds not reachable yet; starting alone and retrying", "join", seeds, "err", err)
+	if n, err = mesh.Start(ctx, cfg, nil); err != nil {
+		return nil, err
+	}
+	go func() {
+		t := time.NewTicker(joinRetry)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n.NumMembers() > 1 {
+				return // someone joined us
+			}
+			if err := n.Join(seeds); err == nil {
+				log.Info("joined the gossip pool", "join", seeds, "members", n.NumMembers())
+				return
+			}
+		}
+	}()
+	return n, nil
+}
+
+const joinRetry = time.Second
+
+// engineKey maps a provider's api_base to the engine URL sidecars announce:
+// the /v1 suffix routes may carry is dropped, then mesh.NormalizeURL.
+func engineKey(apiBase string) string {
+	u := mesh.NormalizeURL(apiBase)
+	return strings.TrimSuffix(u, "/v1")
+}
+
+// meshRouter connects one router's data plane to the gossip view: it is the
+// router's EngineView, SourceFactory and Learner.
+type meshRouter struct {
+	view *mesh.View
+	now  func() time.Time
+	keys sync.Map // api_base → engine key (engineKey allocates; Load must not)
+
+	seed maphash.Seed
+	// learned counts records by kind and fate: "received" from other
+	// routers, "imported" into a balancer, "shared" with the others.
+	learned *prometheus.CounterVec
+
+	mu    sync.Mutex
+	table map[uint64]learnedEntry // (pool, prefix or session) hash → where
+	sent  map[uint64]string       // hash → target last shared (dedup)
+}
+
+type learnedEntry struct {
+	target  string // engine key
+	at      time.Time
+	expires time.Time
+}
+
+// Bounds of the learned tables: a full table is cleared of expired entries,
+// then of everything (records are hints; losing them only costs affinity).
+const (
+	maxLearned  = 1 << 16
+	learnedTTL  = 10 * time.Minute
+	minPrefixSz = 64
+)
+
+func newMeshRouter(view *mesh.View, now func() time.Time) *meshRouter {
+	return &meshRouter{view: view, now: now, seed: maphash.MakeSeed(),
+		table: map[uint64]learnedEntry{}, sent: map[uint64]string{},
+		learned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rolter_mesh_learned_records_total",
+			Help: "Prefix observations and session pins shared between routers, by kind and what happened to them " +
+				"(shared: sent to the other routers; received: from them; imported: into a balancer for a request)."},
+			[]string{"kind", "event"})}
+}
+
+func (m *meshRouter) key(apiBase string) string {
+	if k, ok := m.keys.Load(apiBase); ok {
+		return k.(string)
+	}
+	k := engineKey(apiBase)
+	m.keys.Store(apiBase, k)
+	return k
+}
+
+// Load implements router.EngineView.
+func (m *meshRouter) Load(apiBase string) (uint64, bool) { return m.view.Load(m.key(apiBase)) }
+
+// Sources implements router.SourceFactory over the view's Targets.
+func (m *meshRouter) Sources(apiBases []string) (strategies.Residency, strategies.CacheSignal, strategies.AdapterResidency) {
+	urls := make([]string, len(apiBases))
+	for i, b := range apiBases {
+		urls[i] = m.key(b)
+	}
+	t := m.view.Targets(urls)
+	return t, t, t
+}
+
+// publishInflight gossips this router's per-engine in-flight counts every
+// interval until ctx ends.
+func (m *meshRouter) publishInflight(ctx context.Context, interval time.Duration, counts func() map[string]uint64) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		out := map[string]uint64{}
+		for base, n := range counts() {
+			out[m.key(base)] += n
+		}
+		m.view.PublishInflight(out)
+	}
+}
+
+// The balancers' mesh hooks (package strategies).
+type prefixImporter interface {
+	ObservePrefixRemote(target int, prefix string)
+}
+type sessionImporter interface {
+	PinSession(key string, target int, at time.Time)
+}
+
+// Prefix observations are shared at these prompt lengths: powers of two
+// from minPrefixSz, plus the whole prompt. A router serving a prompt that
+// shares one of these prefixes with a prompt another router served finds
+// it (a shared system prompt, an earlier turn of a conversation).
+//
+// The hash that travels must agree between routers, so it is FNV-1a 64
+// over kind, pool, 0 and the prefix, computed in one pass over the prompt.
+const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
+
+func fnvAdd(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
+}
+
+func wireSeed(kind byte, pool string) uint64 {
+	h := (fnvOffset ^ uint64(kind)) * fnvPrime
+	return fnvAdd(h, pool) * fnvPrime // then the 0 separator
+}
+
+// prefixHash is one shared cut of a prompt and its wire hash.
+type prefixHash struct {
+	cut int
+	h   uint64
+}
+
+// appendPrefixHashes appends every shared cut of prompt with its hash.
+func appendPrefixHashes(dst []prefixHash, pool, prompt string) []prefixHash {
+	h, done := wireSeed('p', pool), 0
+	for cut := minPrefixSz; cut < len(prompt); cut *= 2 {
+		h = fnvAdd(h, prompt[done:cut])
+		done = cut
+		dst = append(dst, prefixHash{cut, h})
+	}
+	if len(prompt) > 0 {
+		dst = append(dst, prefixHash{len(prompt), fnvAdd(h, prompt[done:])})
+	}
+	return dst
+}
+
+func sessionHash(pool, key string) uint64 { return fnvAdd(wireSeed('s', pool), key) }
+
+func (m *meshRouter) hash(kind byte, pool string, k uint64) uint64 {
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	h.WriteByte(kind)
+	h.WriteString(pool)
+	h.WriteByte(0)
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(k >> (8 * i))
+	}
+	h.Write(b[:])
+	return h.Sum64()
+}
+
+// Recall implements router.Learner: it imports into lb what other routers
+// shared about rc's prompt prefixes and session.
+func (m *meshRouter) Recall(pool string, lb strategies.LoadBalancer, apiBases []string, rc *strategies.RouteContext) {
+	pi, okP := lb.(prefixImporter)
+	si, okS := lb.(sessionImporter)
+	if (!okP || rc.Prompt == "") && (!okS || rc.SessionKey == "") {
+		return
+	}
+	m.mu.Lock()
+	empty := len(m.table) == 0
+	m.mu.Unlock()
+	if empty {
+		return
+	}
+	// Hash outside the lock: prompts can be long.
+	var buf [32]prefixHash
+	var hs []prefixHash
+	if okP && rc.Prompt != "" {
+		hs = appendPrefixHashes(buf[:0], pool, rc.Prompt)
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ph := range hs {
+		if e, ok := m.table[ph.h]; ok {
+			delete(m.table, ph.h) // the index holds it from now on
+			if i := m.index(apiBases, e.target); i >= 0 && now.Before(e.expires) {
+				pi.ObservePrefixRemote(i, rc.Prompt[:ph.cut])
+				m.learned.WithLabelValues("prefix", "imported").Inc()
+			}
+		}
+	}
+	if okS && rc.SessionKey != "" {
+		h := sessionHash(pool, rc.SessionKey)
+		if e, ok := m.table[h]; ok {
+			delete(m.table, h)
+			if i := m.index(apiBases, e.target); i >= 0 && now.Before(e.expires) {
+				si.PinSession(rc.SessionKey, i, e.at)
+				m.learned.WithLabelValues("session_pin", "imported").Inc()
+			}
+		}
+	}
+}
+
+func (m *meshRouter) index(apiBases []string, target string) int {
+	for i, b := range apiBases {
+		if m.key(b) == target {
+			return i
+		}
+	}
+	return -1
+}
+
+// Observed implements router.Learner: it shares rc's prefixes and session
+// pin with the other routers, each (key, target) pair once.
+func (m *meshRouter) Observed(pool, apiBase string, rc *strategies.RouteContext) {
+	if rc.Prompt == "" && rc.SessionKey == "" {
+		return
+	}
+	target := m.key(apiBase)
+	share := func(kind mesh.LearnedKind, k uint64) {
+		local := m.hash(byte(kind), pool, k)
+		m.mu.Lock()
+		dup := m.sent[local] == target
+		if !dup {
+			if len(m.sent) >= maxLearned {
+				clear(m.sent)
+			}
+			m.sent[local] = target
+		}
+		m.mu.Unlock()
+		if !dup {
+			m.view.Share(mesh.Learned{Kind: kind, Model: pool, Target: target, Key: k, TTL: learnedTTL})
+			m.learned.WithLabelValues(kindLabel(kind), "shared").Inc()
+		}
+	}
+	if rc.Prompt != "" {
+		var buf [32]prefixHash
+		for _, ph := range appendPrefixHashes(buf[:0], pool, rc.Prompt) {
+			share(mesh.LearnedPrefix, ph.h)
+		}
+	}
+	if rc.SessionKey != "" {
+		share(mesh.LearnedPin, sessionHash(pool, rc.SessionKey))
+	}
+}
+
+// follow files every record other routers share until ctx ends.
+func (m *meshRouter) follow(ctx context.Context) {
+	in := m.view.Learned()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-in:
+			m.file(r)
+		}
+	}
+}
+
+func kindLabel(k mesh.LearnedKind) string {
+	if k == mesh.LearnedPin {
+		return "session_pin"
+	}
+	return "prefix"
+}
+
+func (m *meshRouter) file(r mesh.Learned) {
+	m.learned.WithLabelValues(kindLabel(r.Kind), "received").Inc()
+	now := m.now()
+	ttl := r.TTL
+	if ttl <= 0 || ttl > learnedTTL {
+		ttl = learnedTTL
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.table) >= maxLearned {
+		for k, e := range m.table {
+			if !now.Before(e.expires) {
+				delete(m.table, k)
+			}
+		}
+		if len(m.table) >= maxLearned {
+			clear(m.table)
+		}
+	}
+	m.table[r.Key] = learnedEntry{target: engineKey(r.Target), at: now, expires: now.Add(ttl)}
+	// What another router shares, this one need not share back.
+	if len(m.sent) >= maxLearned {
+		clear(m.sent)
+	}
+	m.sent[m.hash(byte(r.Kind), r.Model, r.Key)] = engineKey(r.Target)
+}
+
+// inflightInterval is how often a router gossips its in-flight counts.
+const inflightInterval = 250 * time.Millisecond
+
+// discover returns cfg with every `discover = true` route's targets filled
+// from the engines gossip announces for the route's model: one target per
+// live engine, through the provider whose api_base is that engine when one
+// exists, else through a provider synthesized for it (named after the
+// sidecar's node id, or the engine URL when that name is taken). cfg itself
+// is not modified.
+func discover(cfg *config.Config, engines func(model string) []mesh.EngineInfo) *config.Config {
+	any := false
+	for _, r := range cfg.Routes {
+		any = any || r.Discover
+	}
+	if !any {
+		return cfg
+	}
+	out := *cfg
+	out.Providers = slices.Clone(cfg.Providers)
+	out.Routes = slices.Clone(cfg.Routes)
+	byKey := map[string]string{} // engine key → provider name
+	names := map[string]bool{}
+	for _, p := range out.Providers {
+		names[p.Name] = true
+		if _, ok := byKey[engineKey(p.APIBase)]; !ok {
+			byKey[engineKey(p.APIBase)] = p.Name
+		}
+	}
+	for i, r := range out.Routes {
+		if !r.Discover {
+			continue
+		}
+		targets := slices.Clone(r.Targets)
+		for _, e := range engines(r.Model) {
+			key := engineKey(e.EngineURL)
+			name, ok := byKey[key]
+			if !ok {
+				name = e.NodeID
+				if name == "" || names[name] {
+					name = key
+				}
+				out.Providers = append(out.Providers, config.Provider{Name: name, APIBase: e.EngineURL})
+				names[name], byKey[key] = true, name
+			}
+			if !slices.ContainsFunc(targets, func(t config.Target) bool { return t.Provider == name && t.Model == r.Model }) {
+				targets = append(targets, config.Target{Provider: name, Model: r.Model, Weight: 1})
+			}
+		}
+		out.Routes[i].Targets = targets
+	}
+	return &out
+}
+
+// rediscover re-applies the replicated config whenever the set of live
+// engines (or their models) changes, so discover routes follow the pool.
+func (cp *controlPlane) rediscover(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cp.mesh.view.Changed():
+		}
+		// Rebuilding the snapshot resets the balancers' local state
+		// (cache_aware's prefix index among it): only when a discover
+		// route's targets change.
+		cp.mu.Lock()
+		base, applied := cp.base, cp.discovered
+		cp.mu.Unlock()
+		st := cp.store.State()
+		if !st.Seeded || st.ConfigVersion == 0 {
+			continue
+		}
+		if discoveredKey(discover(st.Config(base), cp.mesh.view.Engines)) != applied {
+			cp.setBase(base)
+		}
+	}
+}
+
+// discoveredKey fingerprints the targets of cfg's discover routes.
+func discoveredKey(cfg *config.Config) string {
+	var b strings.Builder
+	for _, r := range cfg.Routes {
+		if !r.Discover {
+			continue
+		}
+		b.WriteString(r.Model)
+		for _, t := range r.Targets {
+			b.WriteString("\x00")
+			b.WriteString(t.Provider)
+			for _, p := range cfg.Providers {
+				if p.Name == t.Provider {
+					b.WriteString("=" + p.APIBase)
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// meshInventory is adminapi's Inventory and EngineInventory, the Raft
+// store's PeerSource and the telemetry pusher's Endpoints over the gossip
+// view. Routers that left or died stay listed as not alive (the Raft
+// leader removes them after its grace) until forget after they went.
+type meshInventory struct {
+	view   *mesh.View
+	self   string
+	static cluster.StaticPeers // --join id=host:port, kept as given
+	admin  []string            // --peer-admin, kept as given
+	now    func() time.Time
+
+	mu   sync.Mutex
+	seen map[string]seenRouter
+}
+
+type seenRouter struct {
+	info    mesh.RouterInfo
+	goneAt  time.Time // zero while in the pool
+	present bool
+}
+
+// forgetAfter is how long a router gone from the pool is still reported.
+const forgetAfter = 24 * time.Hour
+
+func newMeshInventory(view *mesh.View, self string, static cluster.StaticPeers, admin []string) *meshInventory {
+	return &meshInventory{view: view, self: self, static: static, admin: admin, now: time.Now, seen: map[string]seenRouter{}}
+}
+
+// routers returns every router gossip knows or knew, this one excluded,
+// sorted by node id, and whether each is in the pool now.
+func (m *meshInventory) routers() []seenRouter {
+	snap := m.view.Snapshot()
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, r := range m.seen {
+		r.present = false
+		m.seen[id] = r
+	}
+	for _, r := range snap.Routers {
+		if r.NodeID == m.self || r.NodeID == "" {
+			continue
+		}
+		m.seen[r.NodeID] = seenRouter{info: r, present: true}
+	}
+	out := make([]seenRouter, 0, len(m.seen))
+	for id, r := range m.seen {
+		if !r.present {
+			if r.goneAt.IsZero() {
+				r.goneAt = now
+				m.seen[id] = r
+			} else if now.Sub(r.goneAt) > forgetAfter {
+				delete(m.seen, id)
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b seenRouter) int { return strings.Compare(a.info.NodeID, b.info.NodeID) })
+	return out
+}
+
+// hostFrom fills an unspecified host in addr (0.0.0.0, ::, empty) with the
+// host of the member's gossip address.
+func hostFrom(addr, gossip string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if gh, _, err := net.SplitHostPort(gossip); err == nil {
+			return net.JoinHostPort(gh, port)
+		}
+	}
+	return addr
+}
+
+// RaftPeers implements cluster.PeerSource: the static --join peers, and
+// every router announcing a Raft address in the pool (alive) or gone from
+// it (not alive).
+func (m *meshInventory) RaftPeers() []cluster.Peer {
+	out := slices.Clone(m.static)
+	for _, r := range m.routers() {
+		if r.info.RaftAddr == "" || slices.ContainsFunc(m.static, func(p cluster.Peer) bool { return p.ID == r.info.NodeID }) {
+			continue
+		}
+		out = append(out, cluster.Peer{ID: r.info.NodeID, Addr: hostFrom(r.info.RaftAddr, r.info.Address), Alive: r.present})
+	}
+	return out
+}
+
+// TelemetryEndpoints implements adminapi.Endpoints: --peer-admin and the
+// admin addresses the routers in the pool announce.
+func (m *meshInventory) TelemetryEndpoints() []string {
+	out := slices.Clone(m.admin)
+	for _, r := range m.routers() {
+		if !r.present || r.info.AdminAddr == "" {
+			continue
+		}
+		u := "http://" + hostFrom(r.info.AdminAddr, r.info.Address)
+		if !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Routers implements adminapi.Inventory.
+func (m *meshInventory) Routers() []adminapi.RouterInfo {
+	out := []adminapi.RouterInfo{{NodeID: m.self, Alive: true}}
+	for _, r := range m.routers() {
+		ri := adminapi.RouterInfo{NodeID: r.info.NodeID, Alive: r.present}
+		if r.info.AdminAddr != "" {
+			ri.AdminAddr = hostFrom(r.info.AdminAddr, r.info.Address)
+		}
+		out = append(out, ri)
+	}
+	return out
+}
+
+// Engines implements adminapi.EngineInventory.
+func (m *meshInventory) Engines() []adminapi.EngineInfo {
+	snap := m.view.Snapshot()
+	out := make([]adminapi.EngineInfo, 0, len(snap.Engines))
+	for _, e := range snap.Engines {
+		out = append(out, adminapi.EngineInfo{
+			NodeID: e.NodeID, EngineURL: e.EngineURL, Models: e.Models, State: e.State, AgeMS: e.AgeMS,
+			ResidentBlocks: e.ResidentBlocks, Running: e.Running, Waiting: e.Waiting, KVUsage: e.KVUsage,
+			LMCacheOccupancy: e.LMCacheOccupancy, Adapters: e.Adapters, MaxLoras: e.MaxLoras,
+			RemoteInflight:     e.RemoteInflight,
+			KVEvents:           e.State == mesh.StateExact.String() || e.State == mesh.StateDegraded.String() && e.ResidentBlocks > 0,
+			LMCache:            e.LMCacheOccupancy != nil,
+			PrefixCacheHitRate: e.PrefixCacheHitRate,
+		})
+	}
+	return out
+}

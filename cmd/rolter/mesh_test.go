@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/cluster/mesh"
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/sidecar"
+	"github.com/rolter/rolter/strategies"
+)
+
+func TestEngineKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:8000":       "http://127.0.0.1:8000",
+		"http://127.0.0.1:8000/":      "http://127.0.0.1:8000",
+		"HTTP://Engine-A:8000/v1":     "http://engine-a:8000",
+		"http://engine-a:8000/v1/":    "http://engine-a:8000",
+		"https://gw.example/team/v1":  "https://gw.example/team",
+		"http://engine-a:8000/v1beta": "http://engine-a:8000/v1beta",
+	} {
+		if got := engineKey(in); got != want {
+			t.Errorf("engineKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestGossipFlags(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	if err := os.WriteFile(keyFile, []byte("MDEyMzQ1Njc4OWFiY2RlZg==\n"), 0o600); err != nil { // 16 bytes
+		t.Fatal(err)
+	}
+	noenv := func(string) string { return "" }
+	for _, tc := range []struct {
+		name      string
+		g         gossipFlags
+		insecure  bool
+		getenv    func(string) string
+		wantError string
+		check     func(t *testing.T, c mesh.Config)
+	}{
+		{name: "key from file", g: gossipFlags{addr: "127.0.0.1:7946", keyFile: keyFile}, getenv: noenv,
+			check: func(t *testing.T, c mesh.Config) {
+				if len(c.Key) != 16 || c.BindAddr != "127.0.0.1" || c.BindPort != 7946 || c.InsecureDev {
+					t.Fatalf("%+v", c)
+				}
+			}},
+		{name: "key from env", g: gossipFlags{addr: "0.0.0.0:7946", advertise: "10.0.0.5:7000"},
+			getenv: func(k string) string {
+				if k == mesh.KeyEnv {
+					return "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" // 32 bytes
+				}
+				return ""
+			},
+			check: func(t *testing.T, c mesh.Config) {
+				if len(c.Key) != 32 || c.AdvertiseAddr != "10.0.0.5" || c.AdvertisePort != 7000 {
+					t.Fatalf("%+v", c)
+				}
+			}},
+		{name: "no key refused", g: gossipFlags{addr: "127.0.0.1:7946"}, getenv: noenv, wantError: "--insecure-dev"},
+		{name: "no key with insecure-dev", g: gossipFlags{addr: "127.0.0.1:0"}, insecure: true, getenv: noenv,
+			check: func(t *testing.T, c mesh.Config) {
+				if !c.InsecureDev || c.Key != nil {
+					t.Fatalf("%+v", c)
+				}
+			}},
+		{name: "bad key", g: gossipFlags{addr: "127.0.0.1:7946"}, insecure: true,
+			getenv: func(string) string { return "not base64!" }, wantError: "base64"},
+		{name: "bad address", g: gossipFlags{addr: "7946"}, insecure: true, getenv: noenv, wantError: "--gossip"},
+		{name: "bad advertise", g: gossipFlags{addr: "127.0.0.1:1", advertise: "x:y"}, insecure: true, getenv: noenv,
+			wantError: "--gossip-advertise"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.g.meshConfig("n1", mesh.Meta{Role: mesh.RoleRouter}, tc.insecure, tc.getenv, slog.New(slog.DiscardHandler))
+			if tc.wantError != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+					t.Fatalf("err %v, want one mentioning %q", err, tc.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestDiscover(t *testing.T) {
+	base := &config.Config{
+		Providers: []config.Provider{{Name: "a", APIBase: "http://10.0.0.1:8000/v1"}, {Name: "e2", APIBase: "http://10.9.9.9:8000"}},
+		Routes: []config.Route{
+			{Model: "static", Strategy: "round_robin", Targets: []config.Target{{Provider: "a", Model: "m"}}},
+			{Model: "m", Strategy: "power_of_two", Discover: true},
+		},
+	}
+	engines := map[string][]mesh.EngineInfo{"m": {
+		{NodeID: "e1", EngineURL: "http://10.0.0.1:8000", Models: []string{"m"}}, // already provider "a"
+		{NodeID: "e2", EngineURL: "http://10.0.0.2:8000", Models: []string{"m"}}, // name taken by another provider
+		{NodeID: "e3", EngineURL: "http://10.0.0.3:8000", Models: []string{"m"}},
+	}}
+	got := discover(base, func(model string) []mesh.EngineInfo { return engines[model] })
+	var names []string
+	for _, tg := range got.Routes[1].Targets {
+		names = append(names, tg.Provider+"/"+tg.Model)
+	}
+	want := []string{"a/m", "http://10.0.0.2:8000/m", "e3/m"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("discovered targets %v, want %v", names, want)
+	}
+	if len(got.Providers) != 4 || got.Providers[3].Name != "e3" || got.Providers[3].APIBase != "http://10.0.0.3:8000" {
+		t.Fatalf("providers %+v", got.Providers)
+	}
+	if len(base.Providers) != 2 || len(base.Routes[1].Targets) != 0 {
+		t.Fatal("discover modified its input")
+	}
+	if len(got.Routes[0].Targets) != 1 {
+		t.Fatalf("static route changed: %+v", got.Routes[0])
+	}
+	if k1, k2 := discoveredKey(got), discoveredKey(discover(base, func(model string) []mesh.EngineInfo { return engines[model] })); k1 != k2 || k1 == discoveredKey(base) {
+		t.Fatalf("fingerprints: same engines %q vs %q; none %q", k1, k2, discoveredKey(base))
+	}
+	// The engine gone: the route is empty again.
+	engines["m"] = nil
+	if got := discover(base, func(model string) []mesh.EngineInfo { return engines[model] }); len(got.Routes[1].Targets) != 0 {
+		t.Fatalf("targets after the engines left: %+v", got.Routes[1].Targets)
+	}
+}
+
+// startPool runs an in-process pool of routers and sidecars on loopback.
+func startPool(t *testing.T, routers, sidecars int) *mesh.Harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := mesh.NewHarness(ctx, mesh.HarnessConfig{Routers: routers, Sidecars: sidecars, Seed: 7})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(); cancel() })
+	eventually(t, 10*time.Second, "gossip", func() error {
+		for _, n := range append(slices.Clone(h.Routers), h.Sidecars...) {
+			if n.NumMembers() != routers+sidecars {
+				return fmt.Errorf("%s sees %d members", n.Name(), n.NumMembers())
+			}
+		}
+		return nil
+	})
+	return h
+}
+
+// TestMeshPublisherStates: what `rolter sidecar` hands the gossip reaches a
+// router with the right state — never EXACT before the event stream says
+// so, EXACT with the stream's keys once it does.
+func TestMeshPublisherStates(t *testing.T) {
+	h := startPool(t, 1, 1)
+	pub := &meshPublisher{pub: h.Sidecars[0].Publisher()}
+	pub.pub.Apply(mesh.ResidencyDelta{State: mesh.StateDegraded}) // as runSidecar does at start
+	tg := h.Routers[0].View().Targets([]string{mesh.EngineURL(0)})
+	keys := []uint64{11, 22, 33}
+	state := func(want mesh.ResidencyState) func() error {
+		return func() error {
+			if got := tg.State(0); got != want {
+				return fmt.Errorf("state %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+	pub.PublishStatus(sidecar.EngineStatus{State: sidecar.StateUnknown, MetricsOK: true, Running: 2, Waiting: 3,
+		PrefixHits: 30, PrefixQueries: 120})
+	eventually(t, 5*time.Second, "gossip", state(mesh.StateDegraded))
+	if n, ok := tg.ResidentPrefix(0, keys); ok || n != 0 {
+		t.Fatalf("no stream yet: ResidentPrefix = %d, %v; want neutral", n, ok)
+	}
+	eventually(t, 5*time.Second, "gossip", func() error {
+		if q, ok := h.Routers[0].View().Load(mesh.EngineURL(0)); !ok || q != 5 {
+			return fmt.Errorf("load %d %v, want 5 (running + waiting)", q, ok)
+		}
+		return nil
+	})
+
+	inv := newMeshInventory(h.Routers[0].View(), h.Routers[0].Name(), nil, nil)
+	eventually(t, 5*time.Second, "engine in the admin inventory", func() error {
+		es := inv.Engines()
+		if len(es) != 1 || es[0].Running != 2 || es[0].Waiting != 3 || es[0].PrefixCacheHitRate == nil ||
+			*es[0].PrefixCacheHitRate != 0.25 || es[0].State != "DEGRADED" || es[0].KVEvents {
+			return fmt.Errorf("engines %+v", es)
+		}
+		return nil
+	})
+	pub.PublishResidency(sidecar.Delta{Added: keys, State: sidecar.StateExact})
+	eventually(t, 5*time.Second, "gossip", state(mesh.StateExact))
+	eventually(t, 5*time.Second, "gossip", func() error {
+		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 3 {
+			return fmt.Errorf("ResidentPrefix = %d, %v; want 3, true", n, ok)
+		}
+		return nil
+	})
+	// A status composed before the stream started must not undo it.
+	pub.PublishStatus(sidecar.EngineStatus{State: sidecar.StateUnknown})
+	pub.PublishSnapshot(sidecar.Snapshot{Keys: keys[:1], State: sidecar.StateDegraded})
+	eventually(t, 5*time.Second, "gossip", state(mesh.StateDegraded))
+	pub.PublishSnapshot(sidecar.Snapshot{Keys: keys[:1], State: sidecar.StateExact})
+	eventually(t, 5*time.Second, "gossip", func() error {
+		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 1 {
+			return fmt.Errorf("after the snapshot ResidentPrefix = %d, %v; want 1, true", n, ok)
+		}
+		return nil
+	})
+}
+
+// recorder is a balancer with the mesh hooks, recording what it imports.
+type recorder struct {
+	strategies.LoadBalancer
+	prefixes []string
+	at       []int
+	pins     map[string]int
+}
+
+func (r *recorder) ObservePrefixRemote(target int, prefix string) {
+	r.prefixes = append(r.prefixes, prefix)
+	r.at = append(r.at, target)
+}
+
+func (r *recorder) PinSession(key string, target int, _ time.Time) {
+	if r.pins == nil {
+		r.pins = map[string]int{}
+	}
+	r.pins[key] = target
+}
+
+// TestLearnedSharing: a prefix one router observed and a session it pinned
+// reach another router's balancer of the same pool, mapped to the target
+// index of the engine there, and only for prompts that share the prefix.
+func TestLearnedSharing(t *testing.T) {
+	h := startPool(t, 2, 0)
+	a := newMeshRouter(h.Routers[0].View(), time.Now)
+	b := newMeshRouter(h.Routers[1].View(), time.Now)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go b.follow(ctx)
+
+	system := strings.Repeat("You are a helpful assistant. ", 10) // 290 bytes
+	a.Observed("chat", "http://engine-2:8000/v1", &strategies.RouteContext{Prompt: system + "What is 2+2?", SessionKey: "s1"})
+	bases := []string{"http://engine-1:8000", "http://ENGINE-2:8000/"}
+	rec := &recorder{}
+	eventually(t, 5*time.Second, "gossip", func() error {
+		b.Recall("chat", rec, bases, &strategies.RouteContext{Prompt: system + "Tell me a joke.", SessionKey: "s1"})
+		if len(rec.prefixes) == 0 || len(rec.pins) == 0 {
+			return errors.New("nothing imported yet")
+		}
+		return nil
+	})
+	for i, p := range rec.prefixes {
+		if rec.at[i] != 1 || !strings.HasPrefix(system, p) {
+			t.Fatalf("imported %q at target %d; want prefixes of the system prompt at target 1", p, rec.at[i])
+		}
+	}
+	if rec.pins["s1"] != 1 {
+		t.Fatalf("pins %v, want s1 → 1", rec.pins)
+	}
+	// Another pool, or an unrelated prompt, imports nothing.
+	other := &recorder{}
+	b.Recall("other", other, bases, &strategies.RouteContext{Prompt: system + "x", SessionKey: "s1"})
+	b.Recall("chat", other, bases, &strategies.RouteContext{Prompt: strings.Repeat("z", 300), SessionKey: "s2"})
+	if len(other.prefixes) != 0 || len(other.pins) != 0 {
+		t.Fatalf("imported %v %v for an unrelated request", other.prefixes, other.pins)
+	}
+}
+
+func TestPrefixHashesAgreeWithWholePrefix(t *testing.T) {
+	prompt := strings.Repeat("abcdefghij", 50)
+	var cuts []int
+	for _, ph := range appendPrefixHashes(nil, "p", prompt) {
+		cuts = append(cuts, ph.cut)
+		alone := appendPrefixHashes(nil, "p", prompt[:ph.cut])
+		if last := alone[len(alone)-1]; last.cut != ph.cut || last.h != ph.h {
+			t.Fatalf("cut %d: running hash %x, hash of the prefix alone %x", ph.cut, ph.h, last.h)
+		}
+		if other := appendPrefixHashes(nil, "q", prompt[:ph.cut]); other[len(other)-1].h == ph.h {
+			t.Fatalf("cut %d: same hash in another pool", ph.cut)
+		}
+	}
+	if !slices.Equal(cuts, []int{64, 128, 256, 500}) {
+		t.Fatalf("cuts %v", cuts)
+	}
+}
+
+// TestMeshInventory: routers found by gossip become Raft peers (alive while
+// in the pool, not alive once gone, so the leader prunes them), telemetry
+// endpoints and inventory entries; an unspecified host in an announced
+// address is the member's gossip host.
+func TestMeshInventory(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h, err := mesh.NewHarness(ctx, mesh.HarnessConfig{Routers: 2, Seed: 3, Configure: func(c *mesh.Config) {
+		c.Meta.RaftAddr, c.Meta.AdminAddr = c.Name+".raft:7947", "0.0.0.0:4001"
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	static := cluster.StaticPeers{{ID: "r9", Addr: "10.0.0.9:7947", Alive: true}}
+	inv := newMeshInventory(h.Routers[0].View(), h.Routers[0].Name(), static, []string{"http://10.0.0.9:4001"})
+	peer := func() (cluster.Peer, error) {
+		for _, p := range inv.RaftPeers() {
+			if p.ID == "router-1" {
+				return p, nil
+			}
+		}
+		return cluster.Peer{}, fmt.Errorf("router-1 not among %v", inv.RaftPeers())
+	}
+	eventually(t, 10*time.Second, "router-1 discovered", func() error {
+		p, err := peer()
+		if err == nil && (!p.Alive || p.Addr != "router-1.raft:7947") {
+			err = fmt.Errorf("peer %+v", p)
+		}
+		return err
+	})
+	if ps := inv.RaftPeers(); len(ps) != 2 || ps[0] != static[0] {
+		t.Fatalf("raft peers %+v, want the static r9 and router-1 (never this router)", ps)
+	}
+	gossipHost, _, _ := net.SplitHostPort(h.Routers[1].Addr())
+	wantAdmin := "http://" + net.JoinHostPort(gossipHost, "4001")
+	if got := inv.TelemetryEndpoints(); !slices.Equal(got, []string{"http://10.0.0.9:4001", wantAdmin}) {
+		t.Fatalf("endpoints %v, want --peer-admin then %s", got, wantAdmin)
+	}
+	if rs := inv.Routers(); len(rs) != 2 || rs[0].NodeID != "router-0" || rs[1].NodeID != "router-1" || !rs[1].Alive {
+		t.Fatalf("inventory %+v", rs)
+	}
+
+	if err := h.Routers[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "router-1 reported dead", func() error {
+		p, err := peer()
+		if err == nil && p.Alive {
+			err = errors.New("still alive")
+		}
+		return err
+	})
+	if got := inv.TelemetryEndpoints(); !slices.Equal(got, []string{"http://10.0.0.9:4001"}) {
+		t.Fatalf("endpoints after router-1 died: %v", got)
+	}
+}
+
+// TestInflightReachesOtherRouters: a router's per-target in-flight counts,
+// keyed by provider api_base, reach the other routers' load view of the
+// engine (never its own), so replicas do not herd onto one engine.
+func TestInflightReachesOtherRouters(t *testing.T) {
+	h := startPool(t, 2, 0)
+	a := newMeshRouter(h.Routers[0].View(), time.Now)
+	b := newMeshRouter(h.Routers[1].View(), time.Now)
+	for _, m := range []*meshRouter{a, b} {
+		m.Sources([]string{"http://engine-1:8000/v1"}) // a route targets it
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.publishInflight(ctx, 20*time.Millisecond, func() map[string]uint64 {
+			return map[string]uint64{"http://engine-1:8000/v1": 2, "http://ENGINE-1:8000": 1}
+		})
+	}()
+	eventually(t, 5*time.Second, "in-flight gossiped", func() error {
+		if q, ok := b.Load("http://engine-1:8000"); !ok || q != 3 {
+			return fmt.Errorf("router b sees load %d, %v; want 3", q, ok)
+		}
+		return nil
+	})
+	if q, ok := a.Load("http://engine-1:8000/v1"); ok || q != 0 {
+		t.Fatalf("router a counts its own in-flight through the mesh: %d, %v", q, ok)
+	}
+	cancel()
+	<-done
+}

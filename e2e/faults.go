@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// FailoverResult is what FirstTokenFailover saw.
+type FailoverResult struct {
+	Requests, Clean int
+	// VictimAttempts reached the failing engine during the run.
+	VictimAttempts int64
+	Problems       []string
+}
+
+// FirstTokenFailover sends n requests (alternately streaming through a raw
+// SSE reader and non-streaming through openai-go) for model to api while
+// victim fails before its first token (the caller arranged how). Every
+// answer must be one clean response from another engine: a stream with
+// exactly one role preamble, one completion id, maxTokens content chunks,
+// no error event and a final [DONE]; a non-streaming completion with
+// content.
+func FirstTokenFailover(ctx context.Context, api string, victim *Tap, n, maxTokens int) FailoverResult {
+	var res FailoverResult
+	before := victim.Generations()
+	oc := NewOpenAI(api, "")
+	for i := range n {
+		res.Requests++
+		if i%2 == 0 {
+			s, done := StartStream(ctx, api, "", "chat", fmt.Sprintf("fo-%d", i), maxTokens)
+			<-done
+			switch {
+			case s.Err != nil || s.Status != http.StatusOK:
+				res.Problems = append(res.Problems, fmt.Sprintf("stream %d: status %d err %v", i, s.Status, s.Err))
+			case s.ErrorEv || !s.Done:
+				res.Problems = append(res.Problems, fmt.Sprintf("stream %d: error event %v, [DONE] %v", i, s.ErrorEv, s.Done))
+			case s.Roles != 1 || len(s.IDs) != 1 || s.Tokens != maxTokens:
+				res.Problems = append(res.Problems, fmt.Sprintf("stream %d: %d role preambles, %d completion ids, %d of %d tokens",
+					i, s.Roles, len(s.IDs), s.Tokens, maxTokens))
+			default:
+				res.Clean++
+			}
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		c, err := ChatOnce(rctx, oc, "chat", int64(maxTokens))
+		cancel()
+		switch {
+		case err != nil:
+			res.Problems = append(res.Problems, fmt.Sprintf("request %d: %v", i, err))
+		case len(c.Choices) != 1 || c.Choices[0].Message.Content == "":
+			res.Problems = append(res.Problems, fmt.Sprintf("request %d: %d choices", i, len(c.Choices)))
+		default:
+			res.Clean++
+		}
+	}
+	res.VictimAttempts = victim.Generations() - before
+	return res
+}
+
+// BudgetResult is what RetryBudget measured.
+type BudgetResult struct {
+	Requests int
+	Statuses map[int]int
+	// Attempts reached the engines while they all answered 503.
+	Attempts int64
+	// Recovery is the time from the engines' recovery until a round of
+	// requests succeeded on every router (and the next rounds as well).
+	Recovery time.Duration
+}
+
+// RetryBudget makes every tap answer 503, sends n non-streaming requests
+// round-robin over apis, and counts the upstream attempts at the taps;
+// then it heals the taps and measures how long until every router serves
+// again (stable for 20 rounds of 50 ms).
+func RetryBudget(ctx context.Context, apis []string, taps []*Tap, n int) (BudgetResult, error) {
+	res := BudgetResult{Statuses: map[int]int{}}
+	sum := func() (s int64) {
+		for _, tp := range taps {
+			s += tp.Generations()
+		}
+		return s
+	}
+	for _, tp := range taps {
+		tp.SetDown(true)
+	}
+	a0 := sum()
+	body := `{"model":"chat","messages":[{"role":"user","content":"ping"}],"max_tokens":4}`
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				code, _, err := Do(rctx, http.MethodPost, apis[i%len(apis)]+"/v1/chat/completions", "", body)
+				cancel()
+				if err != nil {
+					code = -1
+				}
+				mu.Lock()
+				res.Statuses[code]++
+				res.Requests++
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	res.Attempts = sum() - a0
+
+	for _, tp := range taps {
+		tp.SetDown(false)
+	}
+	healed := time.Now()
+	round := func() bool {
+		for _, api := range apis {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			code, _, err := Do(rctx, http.MethodPost, api+"/v1/chat/completions", "", body)
+			cancel()
+			if err != nil || code != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	}
+	err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+		if !round() {
+			return errors.New("a router still fails requests")
+		}
+		return nil
+	})
+	res.Recovery = time.Since(healed)
+	if err != nil {
+		return res, fmt.Errorf("no recovery: %w", err)
+	}
+	for i := range 20 {
+		if !round() {
+			return res, fmt.Errorf("recovered after %v, then failed again in round %d", res.Recovery, i)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return res, nil
+}
+
+// EngineKillResult is what EngineKill measured.
+type EngineKillResult struct {
+	Streams, OnVictim int
+	// VictimEnded: streams on the victim that ended with an error event
+	// and no [DONE]; OthersDone: the others that ended with [DONE].
+	VictimEnded, OthersDone int
+	// LastVictimAttempt is the last inference attempt that reached the
+	// victim's tap after the kill, relative to the kill (≤ 0: none).
+	LastVictimAttempt time.Duration
+	// FirstSecond and Later count the attempts that reached the victim in
+	// the first second after the kill and afterwards (the half-open
+	// breaker probes: at most one per router per breaker open period).
+	FirstSecond, Later int
+	Window             time.Duration // from the kill to the end of the load
+	Load               LoadResult
+	Problems           []string
+}
+
+// EngineKill opens `streams` long streams round-robin over apis, waits for
+// their first tokens, starts load at the routers, kills the victim engine
+// and checks how every stream ended, how soon the routers stopped sending
+// the victim work, and how the load fared.
+func EngineKill(ctx context.Context, apis []string, victim *Engine, streams, maxTokens int, load LoadFunc, after time.Duration) (EngineKillResult, error) {
+	var res EngineKillResult
+	type open struct {
+		id   string
+		s    *Stream
+		done <-chan struct{}
+	}
+	var all []open
+	for i := range streams {
+		id := fmt.Sprintf("kill-%d", i)
+		s, done := StartStream(ctx, apis[i%len(apis)], "", "chat", id, maxTokens)
+		all = append(all, open{id, s, done})
+	}
+	for _, o := range all {
+		select {
+		case <-o.s.First():
+		case <-time.After(30 * time.Second):
+			return res, fmt.Errorf("stream %s: no first token within 30s", o.id)
+		}
+	}
+	onVictim := map[string]bool{}
+	for _, o := range all {
+		if victim.Tap.Active(o.id) {
+			onVictim[o.id] = true
+		}
+	}
+	res.Streams, res.OnVictim = len(all), len(onVictim)
+	if len(onVictim) == 0 {
+		return res, errors.New("no stream was relayed by the victim engine")
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan LoadResult, 1)
+	go func() { loadDone <- load(loadCtx, apis) }()
+	time.Sleep(time.Second) // load flowing to every engine before the kill
+	killed := time.Now()
+	victim.Proc.Kill()
+	for _, o := range all {
+		select {
+		case <-o.done:
+		case <-time.After(60 * time.Second):
+			stopLoad()
+			<-loadDone
+			return res, fmt.Errorf("stream %s did not end within 60s of the kill", o.id)
+		}
+		s := o.s
+		switch {
+		case onVictim[o.id] && s.ErrorEv && !s.Done:
+			res.VictimEnded++
+		case onVictim[o.id]:
+			res.Problems = append(res.Problems, fmt.Sprintf("victim stream %s: error event %v, [DONE] %v, err %v", o.id, s.ErrorEv, s.Done, s.Err))
+		case s.Done && !s.ErrorEv:
+			res.OthersDone++
+		default:
+			res.Problems = append(res.Problems, fmt.Sprintf("stream %s: error event %v, [DONE] %v, err %v", o.id, s.ErrorEv, s.Done, s.Err))
+		}
+	}
+	if rest := time.Until(killed.Add(after)); rest > 0 {
+		time.Sleep(rest)
+	}
+	stopLoad()
+	res.Load = <-loadDone
+	end := time.Now()
+	res.Window = end.Sub(killed)
+	res.FirstSecond = victim.Tap.AttemptsBetween(killed, killed.Add(time.Second))
+	res.Later = victim.Tap.AttemptsBetween(killed.Add(time.Second), end)
+	if last := victim.Tap.LastAttempt(); last.After(killed) {
+		res.LastVictimAttempt = last.Sub(killed)
+	}
+	return res, nil
+}
+
+// DisconnectCancels opens n long streams to api, waits for their first
+// tokens, then drops each client connection and returns, for each, how
+// long after the drop the router's upstream request was cancelled (seen
+// at the engines' taps).
+func DisconnectCancels(ctx context.Context, api string, engines []*Engine, n, maxTokens int) ([]time.Duration, error) {
+	type open struct {
+		id     string
+		cancel context.CancelFunc
+		s      *Stream
+		done   <-chan struct{}
+	}
+	var all []open
+	defer func() {
+		for _, o := range all {
+			o.cancel()
+		}
+	}()
+	for i := range n {
+		sctx, cancel := context.WithCancel(ctx)
+		id := fmt.Sprintf("dc-%d-%d", time.Now().UnixNano(), i)
+		s, done := StartStream(sctx, api, "", "chat", id, maxTokens)
+		all = append(all, open{id, cancel, s, done})
+	}
+	for _, o := range all {
+		select {
+		case <-o.s.First():
+		case <-time.After(20 * time.Second):
+			return nil, fmt.Errorf("stream %s: no first token", o.id)
+		}
+		if o.s.Status != http.StatusOK {
+			return nil, fmt.Errorf("stream %s: status %d", o.id, o.s.Status)
+		}
+	}
+	var out []time.Duration
+	for _, o := range all {
+		left := time.Now()
+		o.cancel()
+		<-o.done
+		var at time.Time
+		err := Eventually(5*time.Second, 5*time.Millisecond, func() error {
+			for _, e := range engines {
+				if t, ok := e.Tap.CancelledAt(o.id); ok {
+					at = t
+					return nil
+				}
+			}
+			return fmt.Errorf("upstream of %s not cancelled", o.id)
+		})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, max(0, at.Sub(left)))
+	}
+	return out, nil
+}

@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/sim"
+)
+
+// Engine is one simulated engine with the Tap the routers reach it through.
+type Engine struct {
+	Name string
+	URL  string // the engine itself
+	Tap  *Tap
+	Proc *Proc // nil for an in-process engine
+}
+
+// StartSimArgs starts `rolter sim` with extra flags (e.g. --speed) and
+// waits until it answers; it returns the engine's base URL and process.
+func StartSimArgs(t testing.TB, bin Binary, name, logDir string, extra ...string) (string, *Proc) {
+	t.Helper()
+	addr := FreeAddrs(t, 1)[0]
+	p := Start(t, bin, name, logDir, append([]string{"sim", "--http", addr}, extra...)...)
+	base := "http://" + addr
+	err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+		if p.Exited() {
+			return errors.New("exited")
+		}
+		code, _, err := Do(context.Background(), http.MethodGet, base+"/v1/models", "", "")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("status %d", code)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("sim %s: %v\n%s", name, err, p.Tail(2000))
+	}
+	return base, p
+}
+
+// StartInprocSim runs a simulated engine inside the test process on a
+// loopback port (speed as `rolter sim --speed`; instant: no modelled delay).
+func StartInprocSim(t testing.TB, speed float64, instant bool) string {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Speed, cfg.Engine.Instant = speed, instant
+	s := sim.New(cfg, nil, nil, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	loop := make(chan struct{})
+	go func() { s.Run(ctx); close(loop) }()
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		cancel()
+		<-loop
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// FleetTOML is a rolter.toml whose providers e0..eN-1 are the engines'
+// taps, with the route "chat" (round robin over all of them) and extra
+// appended (sections such as [timeouts] or [limits]).
+func FleetTOML(engines []*Engine, extra string) string {
+	var b strings.Builder
+	for _, e := range engines {
+		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", e.Name, e.Tap.URL)
+	}
+	b.WriteString("[[routes]]\nmodel = \"chat\"\nstrategy = \"round_robin\"\ntargets = [\n")
+	for _, e := range engines {
+		fmt.Fprintf(&b, "  { provider = %q, model = %q },\n", e.Name, sim.DefaultModelName)
+	}
+	b.WriteString("]\n\n")
+	b.WriteString(extra)
+	return b.String()
+}
+
+// InprocRouter is a router.Server serving on loopback in the test process
+// (the data plane alone, as `rolter router --standalone`).
+type InprocRouter struct {
+	API, Admin string
+	Server     *router.Server
+}
+
+// StartInprocRouter parses toml and serves it; t.Cleanup drains it.
+func StartInprocRouter(t testing.TB, toml string) *InprocRouter {
+	t.Helper()
+	cfg, err := config.Parse("rolter.toml", []byte(toml), func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, toml)
+	}
+	srv := router.New(router.Options{Base: cfg, Logger: slog.New(slog.DiscardHandler)})
+	if err := srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	api, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, api, admin) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("in-process router did not drain within 10s")
+		}
+	})
+	return &InprocRouter{API: "http://" + api.Addr().String(), Admin: "http://" + admin.Addr().String(), Server: srv}
+}

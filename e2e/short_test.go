@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The tests in this file are the short subset of the reliability suite:
+// they run on every `go test ./...` with the router and the engines in
+// this process (no binary to build), each within a few seconds. The
+// multi-process suite is reliability_test.go (build tag e2e).
+
+// inprocFleet starts n in-process engines behind taps.
+func inprocFleet(t *testing.T, n int, speed float64, instant bool) []*Engine {
+	var out []*Engine
+	for i := range n {
+		url := StartInprocSim(t, speed, instant)
+		out = append(out, &Engine{Name: fmt.Sprintf("e%d", i), URL: url, Tap: StartTap(t, url)})
+	}
+	return out
+}
+
+// TestEndpointTableComplete keeps AdminEndpoints in step with the routes
+// adminapi registers, so the authorization matrix covers every one.
+func TestEndpointTableComplete(t *testing.T) {
+	src, err := os.ReadFile("../adminapi/api.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^\s*(v|r)\.Handle\("([^"]+)".*\.Methods\(http\.Method(\w+)\)`)
+	have := map[string]bool{}
+	for _, e := range AdminEndpoints {
+		have[e.Method+" "+e.Path] = true
+	}
+	found := 0
+	for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+		path := m[2]
+		if m[1] == "v" {
+			path = "/api/v1" + path
+		}
+		method := map[string]string{"Get": "GET", "Put": "PUT", "Post": "POST", "Delete": "DELETE", "Patch": "PATCH"}[m[3]]
+		found++
+		if !have[method+" "+path] {
+			t.Errorf("adminapi serves %s %s, which the authorization matrix does not cover", method, path)
+		}
+	}
+	if found != len(AdminEndpoints) {
+		t.Errorf("adminapi registers %d routes, the matrix lists %d", found, len(AdminEndpoints))
+	}
+}
+
+// TestShortHostileHTTP is scenario 10's data-plane part against an
+// in-process router: slowloris, a 100 MB body, malformed JSON, invalid
+// UTF-8, oversized headers and the per-key stream cap.
+func TestShortHostileHTTP(t *testing.T) {
+	engines := inprocFleet(t, 2, 1, false)
+	lim := HostileLimits{ReadHeader: 500 * time.Millisecond, MaxBodyBytes: 1 << 20, MaxHeaderBytes: 16 << 10}
+	const secret = "sk-e2e-short-key"
+	sum := sha256.Sum256([]byte(secret))
+	keys := fmt.Sprintf("max_streams_per_key = 2\n\n[[keys]]\nname = \"k\"\nsha256 = %q\n", hex.EncodeToString(sum[:]))
+	r := StartInprocRouter(t, FleetTOML(engines, lim.HostileTOML()+keys))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The malformed-request cases must fail on their body, not on the key.
+	t.Run("unkeyed", func(t *testing.T) {
+		code, err := RawStatus(ctx, r.API, "/v1/chat/completions", []byte(`{"model":"chat"}`), nil)
+		if err != nil || code != http.StatusUnauthorized {
+			t.Fatalf("no key: %d %v, want 401", code, err)
+		}
+	})
+	CheckHostileHTTP(t, ctx, r.API, secret, lim)
+	t.Run("stream cap", func(t *testing.T) { CheckStreamCap(t, ctx, r.API, secret, 2, 4000) })
+}
+
+// TestShortFirstTokenFailover is scenario 3 in process: one engine of four
+// answers 503, then hangs before its first token; every client sees one
+// clean answer from another.
+func TestShortFirstTokenFailover(t *testing.T) {
+	engines := inprocFleet(t, 4, 1, true)
+	r := StartInprocRouter(t, FleetTOML(engines, "[timeouts]\nfirst_byte = \"300ms\"\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	victim := engines[0]
+	t.Run("503 before the first byte", func(t *testing.T) {
+		victim.Tap.SetDown(true)
+		defer victim.Tap.SetDown(false)
+		res := FirstTokenFailover(ctx, r.API, victim.Tap, 8, 8)
+		assertFailover(t, res)
+	})
+	t.Run("hang before the first token", func(t *testing.T) {
+		code, b, err := Do(ctx, http.MethodPost, victim.URL+"/sim/faults", "", `{"hang_rate":1}`)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("setting faults: %d %s %v", code, b, err)
+		}
+		res := FirstTokenFailover(ctx, r.API, victim.Tap, 6, 8)
+		assertFailover(t, res)
+	})
+}
+
+func assertFailover(t *testing.T, res FailoverResult) {
+	t.Helper()
+	t.Logf("%d of %d answers clean; the failing engine saw %d attempts", res.Clean, res.Requests, res.VictimAttempts)
+	if res.VictimAttempts == 0 {
+		t.Error("the failing engine was never tried: the scenario proved nothing")
+	}
+	if res.Clean != res.Requests {
+		t.Errorf("unclean answers: %v", res.Problems)
+	}
+}
+
+// TestShortRetryBudget is scenario 4 in process: both engines answer 503;
+// the upstream attempts stay within the retry budget, and traffic returns
+// once the engines recover (breaker open 1s here).
+func TestShortRetryBudget(t *testing.T) {
+	engines := inprocFleet(t, 2, 1, true)
+	r := StartInprocRouter(t, FleetTOML(engines, "[breaker]\nopen = \"1s\"\n\n[retry]\nbackoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 100
+	res, err := RetryBudget(ctx, []string{r.API}, []*Tap{engines[0].Tap, engines[1].Tap}, n)
+	t.Logf("%d requests while every engine answered 503: statuses %v, %d upstream attempts (bound %d); recovered %v after the engines",
+		res.Requests, res.Statuses, res.Attempts, n*12/10+3, res.Recovery.Round(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts > int64(n*12/10+3) {
+		t.Errorf("%d upstream attempts for %d requests: a retry storm", res.Attempts, n)
+	}
+	if res.Recovery > 10*time.Second {
+		t.Errorf("recovery took %v", res.Recovery)
+	}
+}
+
+// TestShortDisconnectCancels checks that a client leaving a stream makes
+// the router cancel its upstream request within 1 s (seen at the tap).
+func TestShortDisconnectCancels(t *testing.T) {
+	engines := inprocFleet(t, 1, 1, false)
+	r := StartInprocRouter(t, FleetTOML(engines, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	late, err := DisconnectCancels(ctx, r.API, engines, 4, 4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range late {
+		if d > time.Second {
+			t.Errorf("upstream cancelled %v after the client left", d)
+		}
+	}
+	t.Logf("%d disconnected streams; upstream cancel delays %v", len(late), late)
+}
+
+// TestRouterExportsRuntimeMetrics checks that a router built with the
+// default registry exports the Go runtime series the soak watches.
+func TestRouterExportsRuntimeMetrics(t *testing.T) {
+	r := StartInprocRouter(t, FleetTOML(inprocFleet(t, 1, 1, true), ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	code, b, err := Do(ctx, http.MethodGet, r.Admin+"/metrics", "", "")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_goroutines", "process_resident_memory_bytes"} {
+		if !strings.Contains(string(b), "\n"+name+" ") {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
