@@ -35,6 +35,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"version": {"print version, commit and Go version", runVersion},
+		"bench":   {"benchmarks: 'bench routing' (fleet simulation), 'bench overhead' (proxy cost), 'bench gossip'", runBench},
 		"router":  {"run the data plane: the OpenAI-compatible API with streaming and retries", runRouter},
 		"sim":     {"run a simulated vLLM engine; 'sim replay' replays a trace or synthetic load", runSim},
 		"sidecar": {"run beside one engine: follow its KV events and metrics, gossip summaries to the routers", runSidecar},

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// writeTrace writes a small Mooncake-format trace: conversations whose
+// turns extend the previous turn's hash ids.
+func writeTrace(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	next := uint64(1)
+	for conv := range 6 {
+		ids := []uint64{0}
+		for turn := range 3 {
+			ids = append(ids, next)
+			next++
+			fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": 16, "hash_ids": %s}`+"\n",
+				conv*700+turn*2000, len(ids)*512-100, strings.ReplaceAll(fmt.Sprint(ids), " ", ","))
+		}
+	}
+	// The lines must be in time order.
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	sortByTimestamp(t, lines)
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func sortByTimestamp(t *testing.T, lines []string) {
+	t.Helper()
+	ts := func(l string) int {
+		var rec struct{ Timestamp int }
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec.Timestamp
+	}
+	for i := 1; i < len(lines); i++ {
+		for j := i; j > 0 && ts(lines[j]) < ts(lines[j-1]); j-- {
+			lines[j], lines[j-1] = lines[j-1], lines[j]
+		}
+	}
+}
+
+func TestBenchRoutingWritesRowsAndPlots(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "rows.json")
+	var out, errOut bytes.Buffer
+	args := []string{"--trace", writeTrace(t), "--engines", "3", "--routers", "1,2", "--load", "0.5",
+		"--strategies", "round_robin,precise_cache_aware", "--json", jsonPath, "--plots", dir, "--plot-loads", "0.3,0.6"}
+	if err := run(t.Context(), append([]string{"bench", "routing"}, args...), &out, &errOut); err != 0 {
+		t.Fatalf("exit %d\n%s%s", err, out.String(), errOut.String())
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []routingRow
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		seen[fmt.Sprintf("%s/%d", r.Strategy, r.Routers)] = true
+		if r.TTFTP50 <= 0 || r.TTFTP50 > r.TTFTP90 || r.TTFTP90 > r.TTFTP99 || r.Throughput <= 0 {
+			t.Errorf("%s/%d: implausible row %+v", r.Strategy, r.Routers, r)
+		}
+		if r.VsOracle["hit_rate"] == 0 && r.HitRate > 0 {
+			t.Errorf("%s/%d: no ratio to the oracle", r.Strategy, r.Routers)
+		}
+	}
+	for _, want := range []string{"oracle/1", "oracle/2", "round_robin/1", "round_robin/2", "precise_cache_aware/2"} {
+		if !seen[want] {
+			t.Errorf("no row %s in %v", want, seen)
+		}
+	}
+	for _, png := range []string{"ttft_p90_vs_load.png", "hit_rate_vs_routers.png"} {
+		if st, err := os.Stat(filepath.Join(dir, png)); err != nil || st.Size() < 1000 {
+			t.Errorf("plot %s missing or empty: %v", png, err)
+		}
+	}
+}
+
+func TestBenchDispatch(t *testing.T) {
+	for _, args := range [][]string{{"bench"}, {"bench", "nope"}, {"bench", "routing", "--routers", "0"},
+		{"bench", "routing", "--strategies", "nope"}, {"bench", "overhead", "--modes", "sideways"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := run(t.Context(), args, &out, &errOut); code != 2 {
+				t.Errorf("exit %d, want 2 (usage)\n%s", code, errOut.String())
+			}
+		})
+	}
+}
+
+// The generator sends every scheduled request even when the server holds
+// some of them: an open loop does not wait for answers before sending.
+func TestOpenLoopDoesNotWaitForAnswers(t *testing.T) {
+	var got atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got.Add(1) == 1 {
+			<-release // the first request is held until every other one arrived
+		}
+		_, _ = io.WriteString(w, "{}")
+	}))
+	defer srv.Close()
+	const rate, n = 200.0, 20
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for got.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		close(release)
+	}()
+	s := openLoop(t.Context(), newBenchClient(), func(int) string { return srv.URL }, []byte("{}"), rate, n*time.Second/rate)
+	if s.sent != n || s.errors != 0 || got.Load() != n {
+		t.Fatalf("sent %d, errors %d, server saw %d; want %d, 0, %d", s.sent, s.errors, got.Load(), n, n)
+	}
+	// The held request waited for the other 19 to be sent (≥ 95 ms of
+	// schedule), and its latency counts from its scheduled time.
+	if s.p999 < 90*time.Millisecond {
+		t.Errorf("slowest latency %v: the held request's wait was not measured", s.p999)
+	}
+}
+
+func TestLoadStatsSustained(t *testing.T) {
+	limit := 10 * time.Millisecond
+	for _, tc := range []struct {
+		s    loadStats
+		want bool
+	}{
+		{loadStats{sent: 1000, p99: 9 * time.Millisecond}, true},
+		{loadStats{sent: 1000, p99: 11 * time.Millisecond}, false},
+		{loadStats{sent: 1000, p99: time.Millisecond, errors: 1}, false},
+		{loadStats{sent: 0}, false},
+	} {
+		if got := tc.s.sustained(limit); got != tc.want {
+			t.Errorf("%+v: sustained %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}

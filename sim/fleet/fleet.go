@@ -1,0 +1,346 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/rolter/rolter/sim/engine"
+	"github.com/rolter/rolter/strategies"
+)
+
+// Oracle is the name of the perfect-knowledge router.
+const Oracle = "oracle"
+
+// Arrival says how requests are spread over router replicas.
+type Arrival int
+
+// Arrival modes.
+const (
+	// RoundRobinArrival sends request i to replica i mod R.
+	RoundRobinArrival Arrival = iota
+	// RandomArrival sends each request to a uniformly drawn replica.
+	RandomArrival
+)
+
+// Config is one simulation run.
+type Config struct {
+	// Strategy is a strategies name, or Oracle.
+	Strategy string
+	Engines  int
+	Routers  int
+	Engine   engine.Config
+	// GossipDelay is how old the engine state the replicas see is.
+	GossipDelay time.Duration
+	// Rate rescales arrivals to this mean rate (requests/s); 0 keeps the
+	// recorded times.
+	Rate    float64
+	Arrival Arrival
+	Seed    uint64
+}
+
+// ErrConfig marks an unusable Config.
+var ErrConfig = errors.New("fleet: bad config")
+
+// Result is one run's measurements. Hit rate counts prompt tokens found
+// in the GPU prefix cache at first admission over all prompt tokens.
+type Result struct {
+	Strategy string
+	Routers  int
+	Requests int
+	Failed   int
+	HitRate  float64
+	TTFT     Percentiles
+	E2E      Percentiles
+	// Throughput is output tokens per second from the first arrival to the
+	// last completion.
+	Throughput float64
+	// Imbalance is the most requests any engine served over the mean.
+	Imbalance float64
+	// PerEngine is the number of requests each engine served.
+	PerEngine    []int
+	PromptTokens int
+	CachedTokens int
+	Preemptions  int
+	Duration     time.Duration
+}
+
+// Percentiles of a latency distribution.
+type Percentiles struct{ P50, P90, P99 time.Duration }
+
+// vclock is the virtual clock the strategies read.
+type vclock struct{ now *time.Duration }
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (c vclock) Now() time.Time { return epoch.Add(*c.now) }
+
+type flight struct {
+	router   int
+	engine   int
+	adapter  string
+	queue    uint64 // the replica's in-flight count on the target before this request
+	prompt   int
+	output   int
+	uncached int
+	at       time.Duration
+	first    time.Duration // -1 until the first token
+	fin      time.Duration // completion time once done
+	done     bool
+}
+
+type node struct {
+	eng         *engine.Engine
+	lag         *lagged
+	outstanding []*flight
+}
+
+type replica struct {
+	lb    strategies.LoadBalancer
+	stats []*strategies.TargetStats
+	loads []uint64
+}
+
+type run struct {
+	cfg      Config
+	w        *Workload
+	now      time.Duration
+	engines  []*node
+	routers  []*replica
+	flights  []flight
+	pending  []*flight // completed, End not yet reported
+	done     []engineDone
+	maxEnd   time.Duration
+	oracleOn bool
+}
+
+type engineDone struct {
+	f *flight
+	c engine.Completion
+}
+
+func (r *run) viewTime() time.Duration { return r.now - r.cfg.GossipDelay }
+
+// Run simulates w through the fleet cfg describes and returns its
+// measurements. It honours ctx between arrivals.
+func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
+	if cfg.Engines <= 0 || cfg.Routers <= 0 || w == nil || w.Len() == 0 {
+		return Result{}, fmt.Errorf("%w: need engines, routers and requests", ErrConfig)
+	}
+	if cfg.Strategy != Oracle && !strategies.Known(cfg.Strategy) {
+		return Result{}, fmt.Errorf("%w: %w %q", ErrConfig, strategies.ErrUnknownStrategy, cfg.Strategy)
+	}
+	if cfg.GossipDelay < 0 {
+		return Result{}, fmt.Errorf("%w: negative gossip delay", ErrConfig)
+	}
+	r := &run{cfg: cfg, w: w, oracleOn: cfg.Strategy == Oracle, flights: make([]flight, w.Len())}
+	if r.oracleOn {
+		r.cfg.GossipDelay = 0
+	}
+	for range cfg.Engines {
+		r.engines = append(r.engines, &node{eng: engine.New(cfg.Engine), lag: &lagged{res: newResidency()}})
+	}
+	r.cfg.Engine = r.engines[0].eng.Config()
+	if err := r.buildRouters(); err != nil {
+		return Result{}, err
+	}
+	scale := 1.0
+	if rec := w.RecordedRate(); cfg.Rate > 0 && rec > 0 {
+		scale = rec / cfg.Rate
+	}
+	pick := newPicker(cfg.Seed)
+	t0 := w.reqs[0].At
+	for i := range w.reqs {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return Result{}, err
+			}
+		}
+		at := time.Duration(float64(w.reqs[i].At-t0) * scale)
+		r.advance(at)
+		router := i % cfg.Routers
+		if cfg.Arrival == RandomArrival {
+			router = pick.IntN(cfg.Routers)
+		}
+		r.route(i, router)
+	}
+	r.drain()
+	return r.result(), nil
+}
+
+func (r *run) buildRouters() error {
+	n := r.cfg.Engines
+	targets := make([]strategies.Target, n)
+	for i := range targets {
+		targets[i] = strategies.Target{ID: "engine-" + strconv.Itoa(i), Provider: "engine-" + strconv.Itoa(i),
+			UpstreamModel: "fleet", Weight: 1, CostInPerMtok: 1, CostOutPerMtok: 1}
+	}
+	for k := range r.cfg.Routers {
+		rep := &replica{loads: make([]uint64, n)}
+		if !r.oracleOn {
+			tr := strategies.NewTracker()
+			spec := strategies.Spec{
+				Targets:   targets,
+				Rand:      strategies.NewRand(r.cfg.Seed*1000003 + uint64(k) + 1),
+				Clock:     vclock{now: &r.now},
+				Tracker:   tr,
+				Residency: view{r},
+				Adapters:  view{r},
+				Policy:    strategies.NewPolicyHolder(strategies.DefaultAdaptivePolicy()),
+				MaxLoRAs:  r.cfg.Engine.MaxLoras,
+			}
+			if r.cfg.Engine.CPUTierBlocks > 0 {
+				spec.Cache = view{r}
+			}
+			lb, err := strategies.Build(r.cfg.Strategy, spec)
+			if err != nil {
+				return fmt.Errorf("fleet: build %s: %w", r.cfg.Strategy, err)
+			}
+			rep.lb = lb
+			for _, t := range targets {
+				rep.stats = append(rep.stats, tr.Target(t.ID))
+			}
+		}
+		r.routers = append(r.routers, rep)
+	}
+	return nil
+}
+
+// advance runs every engine to t, records what they did, reports the
+// completions that happened by t to the replicas that sent them, and
+// brings the replicas' view to t − delay.
+func (r *run) advance(t time.Duration) {
+	r.now = t
+	for i, n := range r.engines {
+		r.collect(i, n.eng.AdvanceTo(t))
+	}
+	r.reportDone(t)
+	for _, n := range r.engines {
+		if r.w.adapters || r.cfg.Engine.CPUTierBlocks > 0 {
+			st := n.eng.Stats()
+			s := sample{at: t, loras: st.ResidentLoras}
+			if st.CPUTotalBlocks > 0 {
+				s.occupancy = float64(st.CPUUsedBlocks) / float64(st.CPUTotalBlocks)
+			}
+			n.lag.samples = append(n.lag.samples, s)
+		}
+		n.lag.res.syncTo(r.viewTime())
+	}
+}
+
+func (r *run) collect(e int, steps []engine.StepResult) {
+	n := r.engines[e]
+	for _, s := range steps {
+		n.lag.res.record(s.End, s.Events)
+		for _, o := range s.Outputs {
+			if o.First {
+				if f := r.flightOf(o.ID); f != nil {
+					f.first = s.End
+				}
+			}
+		}
+		for _, c := range s.Completed {
+			f := r.flightOf(c.ID)
+			if f == nil {
+				continue
+			}
+			f.done, f.fin = true, c.Finish
+			n.lag.finishes = append(n.lag.finishes, c.Finish)
+			r.done = append(r.done, engineDone{f: f, c: c})
+			r.pending = append(r.pending, f)
+			r.maxEnd = max(r.maxEnd, c.Finish)
+		}
+	}
+}
+
+func (r *run) flightOf(id string) *flight {
+	i, err := strconv.Atoi(id)
+	if err != nil || i < 0 || i >= len(r.flights) {
+		return nil
+	}
+	return &r.flights[i]
+}
+
+// reportDone ends, in completion order, the attempts that finished by t.
+func (r *run) reportDone(t time.Duration) {
+	if len(r.pending) == 0 {
+		return
+	}
+	slices.SortStableFunc(r.pending, func(a, b *flight) int { return cmpDur(a.fin, b.fin) })
+	k := 0
+	for _, f := range r.pending {
+		fin := f.fin
+		if fin > t {
+			break
+		}
+		k++
+		if rep := r.routers[f.router]; rep.lb != nil {
+			rep.stats[f.engine].End(strategies.Outcome{Success: true, Latency: fin - f.at, QueueDepth: f.queue,
+				PromptTokens: f.prompt, At: epoch.Add(fin)})
+		}
+		n := r.engines[f.engine]
+		n.outstanding = slices.DeleteFunc(n.outstanding, func(x *flight) bool { return x == f })
+	}
+	r.pending = slices.Delete(r.pending, 0, k)
+}
+
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// route picks an engine for request i at replica k and submits it.
+func (r *run) route(i, k int) {
+	p := &r.w.reqs[i]
+	rep := r.routers[k]
+	f := &r.flights[i]
+	*f = flight{router: k, adapter: p.Adapter, prompt: len(p.Tokens), output: p.MaxTokens, at: r.now, first: -1}
+	var target int
+	if r.oracleOn {
+		target, f.uncached = r.oraclePick(p)
+	} else {
+		vt := r.viewTime()
+		for e, n := range r.engines {
+			rep.loads[e] = rep.stats[e].InFlight() + n.lag.queueAt(vt)
+		}
+		rc := p.rc
+		t, ok := rep.lb.PickEligible(&rc, rep.loads, nil)
+		if !ok || t < 0 || t >= len(r.engines) {
+			t = 0
+		}
+		target = t
+		rep.lb.Observe(target, &rc)
+		f.queue = rep.stats[target].Begin()
+	}
+	n := r.engines[target]
+	f.engine = target
+	err := n.eng.Submit(engine.Request{ID: strconv.Itoa(i), Tokens: p.Tokens, MaxTokens: p.MaxTokens,
+		Lora: p.Adapter, Arrival: r.now})
+	if err != nil {
+		f.done = true
+		if rep.lb != nil {
+			rep.stats[target].End(strategies.Outcome{Success: false, At: epoch.Add(r.now)})
+		}
+		return
+	}
+	n.lag.submits = append(n.lag.submits, r.now)
+	n.outstanding = append(n.outstanding, f)
+}
+
+// drain runs every engine dry and reports the remaining completions.
+func (r *run) drain() {
+	for i, n := range r.engines {
+		for guard := 0; !n.eng.Idle() && guard < 1<<20; guard++ {
+			r.collect(i, n.eng.AdvanceTo(n.eng.Now()+time.Hour))
+		}
+	}
+	r.reportDone(r.maxEnd)
+}

@@ -1,0 +1,62 @@
+package fleet
+
+import (
+	"slices"
+	"time"
+)
+
+func (r *run) result() Result {
+	res := Result{Strategy: r.cfg.Strategy, Routers: r.cfg.Routers, Requests: len(r.flights),
+		PerEngine: make([]int, len(r.engines))}
+	var ttft, e2e []time.Duration
+	var out int
+	for _, d := range r.done {
+		c := d.c
+		ttft = append(ttft, c.TTFT())
+		e2e = append(e2e, c.Latency())
+		res.PromptTokens += c.PromptTokens
+		res.CachedTokens += c.CachedTokens
+		res.Preemptions += c.Preemptions
+		out += c.OutputTokens
+		res.PerEngine[d.f.engine]++
+	}
+	res.Failed = len(r.flights) - len(r.done)
+	if res.PromptTokens > 0 {
+		res.HitRate = float64(res.CachedTokens) / float64(res.PromptTokens)
+	}
+	res.TTFT = percentiles(ttft)
+	res.E2E = percentiles(e2e)
+	res.Duration = r.maxEnd
+	if r.maxEnd > 0 {
+		res.Throughput = float64(out) / r.maxEnd.Seconds()
+	}
+	res.Imbalance = imbalance(res.PerEngine)
+	return res
+}
+
+// imbalance is max over mean of per-engine counts (1 = perfectly even).
+func imbalance(counts []int) float64 {
+	total, most := 0, 0
+	for _, c := range counts {
+		total += c
+		most = max(most, c)
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(most) * float64(len(counts)) / float64(total)
+}
+
+// percentiles uses the nearest-rank method.
+func percentiles(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(s))+0.999999) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99)}
+}
