@@ -170,11 +170,11 @@ func newFakeAdmin(token string) *fakeAdmin {
 			Adapters: []string{"sql-lora", "support-v3"}, ResidentBlocks: 18432},
 		{NodeID: "gpu-a2", EngineURL: "http://10.0.1.22:8000", Models: []string{llama}, State: "EXACT", AgeMS: 810, KVEvents: true,
 			Adapters: []string{"support-v3"}, ResidentBlocks: 16120},
-		{NodeID: "gpu-a3", EngineURL: "http://10.0.1.23:8000", Models: []string{llama}, State: "STALE", AgeMS: 94000, KVEvents: true,
-			ResidentBlocks: 9050},
+		{NodeID: "gpu-a3", EngineURL: "http://10.0.1.23:8000", Models: []string{llama}, State: "STALE", AgeMS: 94000, KVEvents: false,
+			ResidentBlocks: 0}, // as the real API reports a silent sidecar: residency dropped
 		{NodeID: "gpu-b1", EngineURL: "http://10.0.2.31:8000", Models: []string{qwen}, State: "DEGRADED", AgeMS: 2300, KVEvents: true,
 			LMCache: true, LMCacheOccupancy: ptr(0.62), ResidentBlocks: 12003},
-		{NodeID: "gpu-b2", EngineURL: "http://10.0.2.32:8000", Models: []string{qwen}, State: "STALE", AgeMS: 0, KVEvents: false,
+		{NodeID: "gpu-b2", EngineURL: "http://10.0.2.32:8000", Models: []string{qwen}, State: "DEGRADED", AgeMS: 300, KVEvents: false, // no KV-event stream
 			LMCache: true, LMCacheOccupancy: ptr(0.31), ResidentBlocks: 0},
 	}
 	f.providers = []fakeProvider{
@@ -230,6 +230,9 @@ func (f *fakeAdmin) advance() {
 		}
 		if p, ok := f.pinned[e.NodeID]; ok {
 			e.Running, e.Waiting = p[0], p[1]
+		}
+		if e.State == "STALE" { // the real view reports no load for a silent sidecar
+			e.Running, e.Waiting, e.KVUsage = 0, 0, 0
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -32,27 +31,9 @@ func TestAgainstRealAdminAPI(t *testing.T) {
 	seed.ProviderGroups = []config.ProviderGroup{{Name: "fleet", Slug: "fleet", Strategy: "adaptive",
 		Members: []config.Target{{Provider: "gpu-a", Weight: 1}, {Provider: "gpu-b", Weight: 1}}}}
 
-	fake := newFakeAdmin(super) // only its token is used: the page signs in with it
-	p := newPage(t, fake)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := cluster.NewInmemCluster(ctx, 3, cluster.StoreConfig{InternalToken: internal, SuperadminToken: super, Seed: &seed, ForwardWait: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	if _, err := c.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Serve from a follower, so writes go through leader forwarding.
-	node := (c.Leader() + 1) % c.Len()
-	for !c.Node(node).State().Seeded {
-		if ctx.Err() != nil {
-			t.Fatal("seed never applied")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	p := newPage(t, newFakeAdmin(super)) // only the fake's token is used: the page signs in with it
+	// Served from a follower, so writes go through leader forwarding.
+	c, node := realCluster(t, &seed, super, internal)
 	api := adminapi.New(adminapi.Deps{Store: c.Node(node), Cluster: c.Node(node), InternalToken: internal})
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", Handler())

@@ -12,9 +12,11 @@ import (
 
 var screenshotDir = flag.String("screenshots", "", "save a PNG of each dashboard screen into this directory (e.g. ../docs/screenshots)")
 
-// TestScreenshots renders every screen against the fake mesh and saves it:
+// TestScreenshots renders every screen but the Mesh against the fake admin
+// API and saves it; TestMeshAgainstRealGossip saves the Mesh from a real
+// gossip pool. All of them:
 //
-//	go test ./dashboard -run TestScreenshots -screenshots=../docs/screenshots
+//	go test ./dashboard -run 'TestScreenshots|TestMeshAgainstRealGossip' -screenshots=../docs/screenshots
 func TestScreenshots(t *testing.T) {
 	if *screenshotDir == "" {
 		t.Skip("pass -screenshots=DIR to save a PNG of each screen")
@@ -33,16 +35,8 @@ func TestScreenshots(t *testing.T) {
 	p.run("sign-in screen", chromedp.WaitVisible(chromedp.CSS("#token")))
 	shot("00-sign-in")
 
-	p.signIn("#/mesh")
-	// Gather a minute-like history at the fast refresh so the charts draw.
-	p.eventually(func() string { return "40 cluster polls" }, func() bool {
-		var n int
-		p.lock(func(f *fakeAdmin) { n = f.clusterPolls })
-		return n >= 40
-	})
-	shot("01-mesh")
-
-	p.run("routes", chromedp.Navigate(p.base+"/ui/#/routes"))
+	// 01-mesh comes from real gossip: TestMeshAgainstRealGossip.
+	p.signIn("#/routes")
 	p.waitText(`section.editor[data-key="chat-adaptive"]`, "chat-adaptive")
 	p.setValue(`section.editor[data-key="qwen-7b"] input.weight`, "4")
 	shot("02-routes")

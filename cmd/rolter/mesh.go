@@ -637,18 +637,5 @@ func (m *meshInventory) Routers() []adminapi.RouterInfo {
 
 // Engines implements adminapi.EngineInventory.
 func (m *meshInventory) Engines() []adminapi.EngineInfo {
-	snap := m.view.Snapshot()
-	out := make([]adminapi.EngineInfo, 0, len(snap.Engines))
-	for _, e := range snap.Engines {
-		out = append(out, adminapi.EngineInfo{
-			NodeID: e.NodeID, EngineURL: e.EngineURL, Models: e.Models, State: e.State, AgeMS: e.AgeMS,
-			ResidentBlocks: e.ResidentBlocks, Running: e.Running, Waiting: e.Waiting, KVUsage: e.KVUsage,
-			LMCacheOccupancy: e.LMCacheOccupancy, Adapters: e.Adapters, MaxLoras: e.MaxLoras,
-			RemoteInflight:     e.RemoteInflight,
-			KVEvents:           e.State == mesh.StateExact.String() || e.State == mesh.StateDegraded.String() && e.ResidentBlocks > 0,
-			LMCache:            e.LMCacheOccupancy != nil,
-			PrefixCacheHitRate: e.PrefixCacheHitRate,
-		})
-	}
-	return out
+	return adminapi.MeshEngines{View: m.view}.Engines()
 }

@@ -23,7 +23,9 @@ function record(view, now) {
 function colorOf(i) { return PALETTE[i % PALETTE.length]; }
 
 function stateBadge(e) {
-  if (!e.kvEvents) return badge('no KV events', 'muted', 'this engine\'s sidecar publishes no KV-event stream');
+  // A silent sidecar is STALE whether or not it had a KV-event stream: the
+  // router drops what it knew, so the admin API reports kv_events false.
+  if (!e.kvEvents && e.state !== 'STALE') return badge('no KV events', 'muted', 'this engine\'s sidecar publishes no KV-event stream');
   const cls = { EXACT: 'ok', DEGRADED: 'warn', STALE: 'bad' }[e.state] || 'bad';
   return h('span', { class: 'state' }, badge(e.state, cls), h('span', { class: 'muted small' }, age(e.ageMs)));
 }

@@ -36,7 +36,7 @@ function sources(item, kind, env) {
     for (const e of engines) {
       if (kind === 'kv_events') {
         const live = e.kvEvents && e.state !== 'STALE';
-        rows.push({ label, live, detail: e.kvEvents ? `${e.nodeId}: KV events ${e.state}, ${age(e.ageMs)} old` : `${e.nodeId}: sidecar has no KV-event stream` });
+        rows.push({ label, live, detail: e.kvEvents || e.state === 'STALE' ? `${e.nodeId}: KV events ${e.state}, ${age(e.ageMs)} old` : `${e.nodeId}: sidecar has no KV-event stream` });
       } else {
         const live = e.lmcache && e.lmcacheOccupancy !== null;
         rows.push({ label, live, detail: live ? `${e.nodeId}: LMCache ${pct(e.lmcacheOccupancy)} occupied` : `${e.nodeId}: no LMCache signal` });
