@@ -76,6 +76,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFSMRestore$$'    -fuzztime $(FUZZTIME) ./cluster/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$'     -fuzztime $(FUZZTIME) ./cluster/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$'   -fuzztime $(FUZZTIME) ./sidecar/kvevents/
+	$(GO) test -run '^$$' -fuzz '^FuzzStreamApply$$'   -fuzztime $(FUZZTIME) ./sidecar/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$'        -fuzztime $(FUZZTIME) ./cluster/mesh/
+	$(GO) test -run '^$$' -fuzz '^FuzzRouterReceive$$' -fuzztime $(FUZZTIME) ./cluster/mesh/
 
 clean:
 	rm -rf bin

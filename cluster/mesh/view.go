@@ -300,7 +300,9 @@ func (e *engine) resetLocked(v *View) {
 // refreshLocked recomputes the effective state from what is known at now.
 func (e *engine) refreshLocked(v *View, now time.Time) {
 	fresh := e.alive && now.UnixNano()-e.lastMsg.Load() <= int64(v.cfg.StaleAfter)
-	if !fresh && e.haveFull {
+	if !fresh && (e.haveFull || e.set.Load() != nil) {
+		// A set kept after a divergence (haveFull cleared while waiting
+		// for a full state) is freed too: STALE holds no index.
 		e.resetLocked(v)
 	}
 	e.fresh.Store(fresh && e.statusSeq > 0)
