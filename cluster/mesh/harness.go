@@ -94,10 +94,28 @@ func (h *Harness) start(ctx context.Context, name string, meta Meta) (*Node, err
 	if h.cfg.Configure != nil {
 		h.cfg.Configure(&cfg)
 	}
-	n, err := Start(ctx, cfg, h.seed())
+	n, err := Start(ctx, cfg, nil)
 	if err != nil {
 		tr.Shutdown()
 		return nil, err
+	}
+	// A join is a TCP push/pull with the seed; on a loaded machine one can
+	// time out, so the harness tries a few times before giving up.
+	if seeds := h.seed(); len(seeds) > 0 {
+		for attempt := 1; ; attempt++ {
+			if err = n.Join(seeds); err == nil {
+				break
+			}
+			if attempt == 5 || ctx.Err() != nil {
+				n.Close()
+				tr.Shutdown()
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			}
+		}
 	}
 	h.Transports[name] = tr
 	return n, nil

@@ -629,3 +629,34 @@ func TestDiscoveryFollowsJoins(t *testing.T) {
 		t.Errorf("engines for m = %+v", got)
 	}
 }
+
+func TestRoutersReportAppliedConfigVersion(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 2, Sidecars: 1, Seed: 9})
+	a, b := h.Routers[0].View(), h.Routers[1].View()
+	if _, ok := b.RouterConfigVersion(h.Routers[0].Name()); ok {
+		t.Fatal("a version is known before any was published")
+	}
+	eventually(t, 15*time.Second, "the routers see each other", func() bool {
+		return len(a.Snapshot().Routers) == 2 && len(b.Snapshot().Routers) == 2
+	})
+	// An idle router (no in-flight requests) still reports its version.
+	a.PublishConfigVersion(7)
+	eventually(t, 10*time.Second, "b learns a's applied config_version", func() bool {
+		v, ok := b.RouterConfigVersion(h.Routers[0].Name())
+		return ok && v == 7
+	})
+	a.PublishConfigVersion(8)
+	eventually(t, 10*time.Second, "b follows a's next config_version", func() bool {
+		v, _ := b.RouterConfigVersion(h.Routers[0].Name())
+		return v == 8
+	})
+	var seen uint64
+	for _, r := range b.Snapshot().Routers {
+		if r.NodeID == h.Routers[0].Name() || r.ConfigVersion == 8 {
+			seen = max(seen, r.ConfigVersion)
+		}
+	}
+	if seen != 8 {
+		t.Errorf("b's snapshot does not carry a's config_version 8: %+v", b.Snapshot().Routers)
+	}
+}

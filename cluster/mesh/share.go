@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// maxRouterVersions bounds the per-router config_version table.
+const maxRouterVersions = 1024
+
 // routerShare is what a router tells the other routers: its in-flight count
 // per engine (so replicas do not herd) and learned records (prefix
 // observations, session pins). Both go by direct UDP to each router: only
@@ -20,13 +23,15 @@ type routerShare struct {
 	inflight map[string]uint64 // latest published own counts
 	sentNZ   map[string]bool   // URLs sent non-zero last round
 	outbox   []Learned
+	version  uint64            // config_version this router has applied
+	versions map[string]uint64 // config_version each other router reported
 
 	inbox chan Learned
 }
 
 func newRouterShare(n *Node, cfg RouterConfig) *routerShare {
 	cfg.defaults()
-	return &routerShare{n: n, cfg: cfg, inflight: map[string]uint64{}, sentNZ: map[string]bool{},
+	return &routerShare{n: n, cfg: cfg, inflight: map[string]uint64{}, sentNZ: map[string]bool{}, versions: map[string]uint64{},
 		inbox: make(chan Learned, cfg.LearnedBuffer)}
 }
 
@@ -38,6 +43,26 @@ func (v *View) PublishInflight(counts map[string]uint64) {
 	s.mu.Lock()
 	s.inflight = maps.Clone(counts)
 	s.mu.Unlock()
+}
+
+// PublishConfigVersion sets the config_version this router has applied;
+// it travels with the in-flight counts, so the other routers can tell
+// which replicas have converged on a config change.
+func (v *View) PublishConfigVersion(version uint64) {
+	s := v.n.router
+	s.mu.Lock()
+	s.version = version
+	s.mu.Unlock()
+}
+
+// RouterConfigVersion returns the config_version router name last
+// reported; ok is false when it has reported none.
+func (v *View) RouterConfigVersion(name string) (version uint64, ok bool) {
+	s := v.n.router
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	version, ok = s.versions[name]
+	return version, ok
 }
 
 // Share queues a learned record for the other routers. It never blocks; a
@@ -98,12 +123,13 @@ func (s *routerShare) sendInflight() {
 		}
 	}
 	s.sentNZ = nz
+	version := s.version
 	s.mu.Unlock()
 	routers := *s.n.routers.Load()
-	if len(entries) == 0 || len(routers) == 0 {
+	if (len(entries) == 0 && version == 0) || len(routers) == 0 {
 		return
 	}
-	for len(entries) > 0 {
+	for first := true; first || len(entries) > 0; first = false {
 		size, i := 64, 0
 		for ; i < len(entries) && i < maxEntriesPerMsg; i++ {
 			size += len(entries[i].URL) + 16
@@ -111,7 +137,7 @@ func (s *routerShare) sendInflight() {
 				break
 			}
 		}
-		msg := encodeInflight(&inflightMsg{From: s.n.cfg.Name, Entries: entries[:i]})
+		msg := encodeInflight(&inflightMsg{From: s.n.cfg.Name, Entries: entries[:i], ConfigVersion: version})
 		entries = entries[i:]
 		for _, r := range routers {
 			s.n.send(r, msg)
@@ -170,6 +196,13 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 	}
 	if !s.fromRouter(m.From) {
 		return nil
+	}
+	if m.ConfigVersion > 0 {
+		s.mu.Lock()
+		if _, known := s.versions[m.From]; known || len(s.versions) < maxRouterVersions {
+			s.versions[m.From] = m.ConfigVersion
+		}
+		s.mu.Unlock()
 	}
 	v := s.n.view
 	expires := s.n.now().Add(4 * s.cfg.InflightInterval)

@@ -23,6 +23,9 @@ type RouterInfo struct {
 	// RaftAddr and AdminAddr are as announced (see Meta).
 	RaftAddr  string `json:"raft_addr,omitempty"`
 	AdminAddr string `json:"admin_addr,omitempty"`
+	// ConfigVersion is the config_version the router last reported having
+	// applied (0: none reported yet).
+	ConfigVersion uint64 `json:"config_version,omitempty"`
 }
 
 // EngineSnapshot describes one engine as this router sees it.
@@ -76,14 +79,21 @@ func (v *View) Engines(model string) []EngineInfo {
 func (v *View) Snapshot() Snapshot {
 	n := v.n
 	s := Snapshot{Self: n.cfg.Name, Routers: []RouterInfo{}, Engines: []EngineSnapshot{}}
+	var names []string // memberlist names, index-aligned with s.Routers
 	n.mu.RLock()
 	for _, m := range n.members {
 		if m.meta.Role == RoleRouter {
 			s.Routers = append(s.Routers, RouterInfo{NodeID: m.meta.NodeID, Address: m.node.Address(), Build: m.meta.Build,
 				RaftAddr: m.meta.RaftAddr, AdminAddr: m.meta.AdminAddr})
+			names = append(names, m.node.Name)
 		}
 	}
 	n.mu.RUnlock()
+	if n.router != nil {
+		for i, name := range names {
+			s.Routers[i].ConfigVersion, _ = v.RouterConfigVersion(name)
+		}
+	}
 	now := n.now().UnixNano()
 	for _, e := range *v.engines.Load() {
 		e.mu.Lock()

@@ -110,6 +110,9 @@ const maxMissing = 128
 type inflightMsg struct {
 	From    string
 	Entries []inflightEntry
+	// ConfigVersion is the config_version the sending router has applied
+	// (0: unknown); the admin API shows which routers have converged.
+	ConfigVersion uint64
 }
 
 type inflightEntry struct {

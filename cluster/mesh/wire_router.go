@@ -48,6 +48,9 @@ func encodeInflight(m *inflightMsg) []byte {
 		sub = protowire.AppendVarint(sub, e.N)
 		b = appendSub(b, 3, sub)
 	}
+	if m.ConfigVersion > 0 {
+		b = appendUint(b, 4, m.ConfigVersion)
+	}
 	return b
 }
 
@@ -109,6 +112,10 @@ func decodeInflight(b []byte) (*inflightMsg, error) {
 	m := &inflightMsg{}
 	var err error
 	m.From, err = eachField(b, func(fl field) error {
+		if fl.num == 4 && fl.typ == protowire.VarintType {
+			m.ConfigVersion = fl.u
+			return nil
+		}
 		if fl.num != 3 || fl.typ != protowire.BytesType {
 			return nil
 		}

@@ -381,6 +381,9 @@ func (cp *controlPlane) applyState() {
 		return
 	}
 	cp.applied, cp.stale, cp.discovered = st.ConfigVersion, false, discovered
+	if cp.mesh != nil {
+		cp.mesh.view.PublishConfigVersion(st.ConfigVersion)
+	}
 }
 
 // AdaptiveTelemetry implements adminapi.TelemetrySource over the running

@@ -626,7 +626,7 @@ func (m *meshInventory) TelemetryEndpoints() []string {
 func (m *meshInventory) Routers() []adminapi.RouterInfo {
 	out := []adminapi.RouterInfo{{NodeID: m.self, Alive: true}}
 	for _, r := range m.routers() {
-		ri := adminapi.RouterInfo{NodeID: r.info.NodeID, Alive: r.present}
+		ri := adminapi.RouterInfo{NodeID: r.info.NodeID, Alive: r.present, ConfigVersion: r.info.ConfigVersion}
 		if r.info.AdminAddr != "" {
 			ri.AdminAddr = hostFrom(r.info.AdminAddr, r.info.Address)
 		}
