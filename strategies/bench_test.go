@@ -66,12 +66,14 @@ func benchBalancer(b testing.TB, name string, n int) (LoadBalancer, *RouteContex
 		lb.Observe(i, &RouteContext{Prompt: benchPrompt(i), SessionKey: fmt.Sprint("s", i), Adapter: fmt.Sprint("lora-", i%8)})
 	}
 	loads := make([]uint64, n)
+	queued := make([]uint64, n)
 	for i := range loads {
 		loads[i] = uint64(r.IntN(6))
+		queued[i] = loads[i] * uint64(500+r.IntN(8000))
 	}
 	ctx := &RouteContext{
 		SessionKey: "s3", Prompt: benchPrompt(3), PromptLen: 16 << 10, PromptDigest: 0xfeed,
-		PromptTokens: 4000, BlockKeys: keys, Adapter: "lora-3",
+		PromptTokens: 4000, BlockKeys: keys, Adapter: "lora-3", QueuedPrefill: queued,
 	}
 	return lb, ctx, loads
 }

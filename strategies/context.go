@@ -34,4 +34,13 @@ type RouteContext struct {
 	// passthrough provider-group routes, where the requested model differs
 	// from the route's own model.
 	Adapter string
+	// QueuedPrefill, when not nil, holds per target (indexed like loads)
+	// the prompt tokens the router knows to be waiting for prefill there:
+	// for each request in flight to the target that has not yet produced
+	// its first token, its prompt tokens minus the prefix the target held
+	// when it was picked, summed over this router's requests and the other
+	// routers' as the mesh last reported them. precise_cache_aware then
+	// weighs load as prefill work rather than request counts. nil: unknown
+	// (loads alone measure load).
+	QueuedPrefill []uint64
 }

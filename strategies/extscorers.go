@@ -167,8 +167,15 @@ func (l *adapterLRU) touch(a string) {
 // w2·prompt_ktokens is target i's NLMS model (TargetStats.Predict) and
 // queue_depth_i is the load the request would join (loads[i], read before
 // its own increment). A target below MinPredictSamples successes predicts
-// nothing and scores 0: unknown, not slow. Inputs: loads,
-// RouteContext.PromptTokens, Spec.Stats.
+// nothing and is unknown, neither slow nor fast: it scores the mean of the
+// predicted candidates' scores, so it ranks below the best predicted
+// target but still takes its share of the traffic when that target is
+// loaded, and reaches the samples it needs. (Scoring it 0 made it the
+// slowest of all: once one target had 8 successes the others starved below
+// 8 and the route piled onto the first learned targets.) When no
+// candidate can be predicted every score is 0, so a cold route is a
+// least-load pipeline. Inputs: loads, RouteContext.PromptTokens,
+// Spec.Stats.
 type PredictedLatency struct{ stats []*TargetStats }
 
 // minPredictMs keeps a near-zero prediction from dividing by zero.
@@ -178,6 +185,7 @@ const minPredictMs = 1e-3
 func (s PredictedLatency) Score(c *Cycle, cands []int, out []float64) {
 	kTok := float64(c.Ctx.PromptTokens) / 1000
 	mn := math.Inf(1)
+	known := 0
 	for k, t := range cands {
 		ms, ok := s.stats[t].Predict(c.Load(t), kTok)
 		if !ok {
@@ -187,12 +195,51 @@ func (s PredictedLatency) Score(c *Cycle, cands []int, out []float64) {
 		ms = max(ms, minPredictMs)
 		out[k] = ms
 		mn = min(mn, ms)
+		known++
 	}
+	if known == 0 {
+		clear(out)
+		return
+	}
+	sum := 0.0
+	for k := range out {
+		if out[k] >= 0 {
+			out[k] = mn / out[k]
+			sum += out[k]
+		}
+	}
+	mean := sum / float64(known)
 	for k := range out {
 		if out[k] < 0 {
-			out[k] = 0
+			out[k] = mean
+		}
+	}
+}
+
+// LeastPrefill is least load measured in prefill work: it scores 1 −
+// queued_i / max queued over the candidates (1 for every candidate when
+// none has any), where queued_i is RouteContext.QueuedPrefill[i], the
+// prompt tokens waiting for prefill on target i. Without that signal (nil
+// or shorter than the target list) it is LeastLoad over request counts.
+// Inputs: RouteContext.QueuedPrefill, else loads.
+type LeastPrefill struct{}
+
+// Score implements Scorer.
+func (LeastPrefill) Score(c *Cycle, cands []int, out []float64) {
+	q := c.Ctx.QueuedPrefill
+	if len(q) < c.n {
+		LeastLoad{}.Score(c, cands, out)
+		return
+	}
+	var mx uint64
+	for _, t := range cands {
+		mx = max(mx, q[t])
+	}
+	for k, t := range cands {
+		if mx == 0 {
+			out[k] = 1
 		} else {
-			out[k] = mn / out[k]
+			out[k] = 1 - float64(q[t])/float64(mx)
 		}
 	}
 }

@@ -194,29 +194,49 @@ func (s CostScore) Score(_ *Cycle, cands []int, out []float64) {
 	}
 }
 
-// LatencyScore scores min EWMA / EWMA_i over the candidates with a latency
-// sample (TargetStats.LatencyEWMA: alpha 0.3, successes only). A target
-// with no sample yet scores 1, optimistically, so it earns one; on a cold
-// route every target scores 1 and load decides. Inputs: Spec.Stats.
+// LatencyScore scores min cost / cost_i over the candidates with a latency
+// sample, where cost_i = EWMA_i · (1 + inflight_i): the target's latency
+// EWMA (TargetStats.LatencyEWMA: alpha 0.3, successes only) times the
+// requests this router already has outstanding there, counting the new
+// one (Finagle's "peak EWMA" load). The EWMA learns only when a request
+// completes, which on an LLM engine is seconds to minutes after it was
+// sent; scored alone it sends every request in the meantime to whichever
+// target last looked fastest, and that target's queue is what they join.
+// The in-flight factor is known the moment a request is sent, so the
+// comparison turns against a target as soon as this router piles onto it;
+// between idle targets it is the plain EWMA ratio. A target with no
+// sample yet scores 1, optimistically, so it earns one; on a cold route
+// every target scores 1 and load decides. Inputs: Spec.Stats
+// (LatencyEWMA, InFlight).
 type LatencyScore struct{ stats []*TargetStats }
+
+// latencyCost is target t's EWMA times its in-flight count plus one, or
+// ok=false before its first sample.
+func (s LatencyScore) latencyCost(t int) (float64, bool) {
+	ms, ok := s.stats[t].LatencyEWMA()
+	if !ok {
+		return 0, false
+	}
+	return ms * float64(1+s.stats[t].InFlight()), true
+}
 
 // Score implements Scorer.
 func (s LatencyScore) Score(_ *Cycle, cands []int, out []float64) {
 	mn := math.Inf(1)
 	for _, t := range cands {
-		if ms, ok := s.stats[t].LatencyEWMA(); ok {
-			mn = min(mn, ms)
+		if c, ok := s.latencyCost(t); ok {
+			mn = min(mn, c)
 		}
 	}
 	for k, t := range cands {
-		ms, ok := s.stats[t].LatencyEWMA()
+		c, ok := s.latencyCost(t)
 		switch {
 		case !ok:
 			out[k] = 1
-		case ms <= 0:
+		case c <= 0:
 			out[k] = 1
 		default:
-			out[k] = mn / ms
+			out[k] = mn / c
 		}
 	}
 }

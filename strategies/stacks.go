@@ -47,8 +47,9 @@ func newCheapest(s Spec) (LoadBalancer, error) {
 }
 
 // newFastest builds fastest: total_i = 1.0·latency_i + 0.25·(1 − load_i/max
-// load), latency_i = min EWMA / EWMA_i (LatencyScore; unsampled targets
-// score 1). Inputs: TargetStats.LatencyEWMA, loads.
+// load), latency_i = min cost / cost_i with cost_i = EWMA_i·(1 + this
+// router's in-flight on i) (LatencyScore; unsampled targets score 1).
+// Inputs: TargetStats.LatencyEWMA and InFlight, loads.
 func newFastest(s Spec) (LoadBalancer, error) {
 	return NewPipeline("fastest", len(s.Targets), nil, []WeightedScorer{
 		{LatencyScore{s.Stats}, 1},
@@ -57,13 +58,20 @@ func newFastest(s Spec) (LoadBalancer, error) {
 }
 
 // newPreciseCacheAware builds precise_cache_aware: total_i =
-// 1.0·resident_i/len(BlockKeys) + 0.25·(1 − load_i/max load)
-// (PreciseResidency; unknown views score 0, so least load decides).
-// Inputs: BlockKeys, Spec.Residency, loads.
+// 1.0·resident_i/len(BlockKeys) + 0.25·(1 − queued_i/max queued)
+// (PreciseResidency; unknown views score 0, so load decides). Load is
+// measured as prefill work when the router supplies it: queued_i is
+// RouteContext.QueuedPrefill[i], the prompt tokens waiting for prefill on
+// i (LeastPrefill). Time to first token is driven by the prefill tokens
+// queued ahead of a request, not by how many requests are queued: one
+// 30k-token prompt delays the next request as much as thirty 1k-token
+// ones, and a request count cannot tell them apart. Without the signal,
+// queued_i is the request load (loads[i]), as before. Inputs: BlockKeys,
+// Spec.Residency, QueuedPrefill or loads.
 func newPreciseCacheAware(s Spec) (LoadBalancer, error) {
 	return NewPipeline("precise_cache_aware", len(s.Targets), nil, []WeightedScorer{
 		{PreciseResidency{s.Residency}, 1},
-		{LeastLoad{}, loadBehindWeight},
+		{LeastPrefill{}, loadBehindWeight},
 	}, MaxScorePicker{s.Rand}), nil
 }
 
@@ -95,8 +103,9 @@ func newLoRAAware(s Spec) (LoadBalancer, error) {
 // newPredictedLatency builds predicted_latency: total_i =
 // 1.0·min pred / pred_i + 0.25·(1 − load_i/max load), pred_i = w0 +
 // w1·queue_depth_i + w2·prompt_ktokens from target i's NLMS model
-// (PredictedLatency; a target below 8 successes scores 0, so a cold route
-// is a least-load pipeline). Inputs: loads, PromptTokens, TargetStats.
+// (PredictedLatency; a target below 8 successes scores the mean of the
+// predicted ones, and a route with no prediction is a least-load pipeline).
+// Inputs: loads, PromptTokens, TargetStats.
 func newPredictedLatency(s Spec) (LoadBalancer, error) {
 	return NewPipeline("predicted_latency", len(s.Targets), nil, []WeightedScorer{
 		{PredictedLatency{s.Stats}, 1},

@@ -40,6 +40,12 @@ type Config struct {
 	Rate    float64
 	Arrival Arrival
 	Seed    uint64
+	// Isolated turns the mesh between replicas off: they share engine
+	// state only, no learned prefixes, session pins or in-flight counts
+	// (the router before the mesh shared them).
+	Isolated bool
+	// PrefillSignal has the replicas fill RouteContext.QueuedPrefill.
+	PrefillSignal bool
 }
 
 // ErrConfig marks an unusable Config.
@@ -79,17 +85,18 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func (c vclock) Now() time.Time { return epoch.Add(*c.now) }
 
 type flight struct {
-	router   int
-	engine   int
-	adapter  string
-	queue    uint64 // the replica's in-flight count on the target before this request
-	prompt   int
-	output   int
-	uncached int
-	at       time.Duration
-	first    time.Duration // -1 until the first token
-	fin      time.Duration // completion time once done
-	done     bool
+	router      int
+	engine      int
+	adapter     string
+	queue       uint64 // the replica's in-flight count on the target before this request
+	prompt      int
+	output      int
+	uncached    int
+	estUncached int // the router's estimate at pick: prompt − resident prefix in its view
+	at          time.Duration
+	first       time.Duration // -1 until the first token
+	fin         time.Duration // completion time once done
+	done        bool
 }
 
 type node struct {
@@ -99,9 +106,12 @@ type node struct {
 }
 
 type replica struct {
-	lb    strategies.LoadBalancer
-	stats []*strategies.TargetStats
-	loads []uint64
+	lb     strategies.LoadBalancer
+	stats  []*strategies.TargetStats
+	loads  []uint64
+	queued []uint64
+	mesh   *meshPeer
+	share  bool // exchanges learned records with the other replicas
 }
 
 type run struct {
@@ -115,6 +125,8 @@ type run struct {
 	done     []engineDone
 	maxEnd   time.Duration
 	oracleOn bool
+	learned  []learnedRec // the mesh's shared records, in time order
+	hashes   []prefixHash // scratch
 }
 
 type engineDone struct {
@@ -179,7 +191,7 @@ func (r *run) buildRouters() error {
 			UpstreamModel: "fleet", Weight: 1, CostInPerMtok: 1, CostOutPerMtok: 1}
 	}
 	for k := range r.cfg.Routers {
-		rep := &replica{loads: make([]uint64, n)}
+		rep := &replica{loads: make([]uint64, n), queued: make([]uint64, n), mesh: newMeshPeer(n)}
 		if !r.oracleOn {
 			tr := strategies.NewTracker()
 			spec := strategies.Spec{
@@ -200,6 +212,7 @@ func (r *run) buildRouters() error {
 				return fmt.Errorf("fleet: build %s: %w", r.cfg.Strategy, err)
 			}
 			rep.lb = lb
+			rep.share = r.shares(lb)
 			for _, t := range targets {
 				rep.stats = append(rep.stats, tr.Target(t.ID))
 			}
@@ -280,6 +293,7 @@ func (r *run) reportDone(t time.Duration) {
 		if rep := r.routers[f.router]; rep.lb != nil {
 			rep.stats[f.engine].End(strategies.Outcome{Success: true, Latency: fin - f.at, QueueDepth: f.queue,
 				PromptTokens: f.prompt, At: epoch.Add(fin)})
+			rep.mesh.ended(f.engine, fin)
 		}
 		n := r.engines[f.engine]
 		n.outstanding = slices.DeleteFunc(n.outstanding, func(x *flight) bool { return x == f })
@@ -309,16 +323,30 @@ func (r *run) route(i, k int) {
 	} else {
 		vt := r.viewTime()
 		for e, n := range r.engines {
-			rep.loads[e] = rep.stats[e].InFlight() + n.lag.queueAt(vt)
+			rep.loads[e] = rep.stats[e].InFlight() + n.lag.queueAt(vt) + r.peerInflight(k, e)
 		}
 		rc := p.rc
+		if r.cfg.PrefillSignal {
+			r.queuedPrefill(k)
+			rc.QueuedPrefill = rep.queued
+		}
+		if rep.share {
+			r.recall(k, &rc)
+		}
 		t, ok := rep.lb.PickEligible(&rc, rep.loads, nil)
 		if !ok || t < 0 || t >= len(r.engines) {
 			t = 0
 		}
 		target = t
 		rep.lb.Observe(target, &rc)
+		if rep.share {
+			r.observed(k, target, &rc)
+		}
 		f.queue = rep.stats[target].Begin()
+		if r.cfg.PrefillSignal {
+			f.estUncached = r.estimateUncached(target, p)
+		}
+		rep.mesh.begins[target] = append(rep.mesh.begins[target], r.now)
 	}
 	n := r.engines[target]
 	f.engine = target
@@ -328,6 +356,7 @@ func (r *run) route(i, k int) {
 		f.done = true
 		if rep.lb != nil {
 			rep.stats[target].End(strategies.Outcome{Success: false, At: epoch.Add(r.now)})
+			rep.mesh.ended(target, r.now)
 		}
 		return
 	}
