@@ -7,18 +7,15 @@ import "github.com/rolter/rolter/strategies"
 //
 // Load is called on the request hot path, concurrently, once per target of
 // the addressed pool per attempt: it must read in-process state only, never
-// block and never allocate. queue is the engine's running + waiting
-// requests as last reported; ok is false when the mesh has no fresh
-// summary for apiBase (missing or stale), in which case the router uses its
-// own in-flight count alone. The load a strategy sees for a target is own
-// in-flight + queue. The mesh's queue is the engine's running + waiting
-// plus the in-flight counts the *other* routers gossip, never this
-// router's own count: adding ours is what makes replicas see each other's
-// fresh requests without any of them counting its own twice through the
-// gossip. (Requests of ours the engine has already admitted are counted
-// both in our in-flight and in its running; that bias is the same for
-// every target of a pool, so it does not change which one is least
-// loaded.)
+// block and never allocate. queue is the load on the engine beyond this
+// router's own in-flight requests; ok is false when the mesh knows nothing
+// fresh for apiBase (no live sidecar and no other router's count), in
+// which case the router uses its own in-flight count alone. The load a
+// strategy sees for a target is own in-flight + queue. The mesh computes
+// queue as max(engine running + waiting − our published in-flight, Σ other
+// routers' gossiped in-flight): the engine's queue and the routers'
+// in-flight counts are two estimates of the same requests, so adding them
+// would count every other router's requests twice.
 type EngineView interface {
 	Load(apiBase string) (queue uint64, ok bool)
 }

@@ -43,6 +43,9 @@ func (v *View) PublishInflight(counts map[string]uint64) {
 	s.mu.Lock()
 	s.inflight = maps.Clone(counts)
 	s.mu.Unlock()
+	for url, e := range *v.engines.Load() {
+		e.own.Store(int64(min(counts[url], maxCount)))
+	}
 }
 
 // PublishConfigVersion sets the config_version this router has applied;

@@ -171,25 +171,31 @@ func (t *Targets) KVUsage(i int) (float64, bool) {
 // Load is View.Load for target i.
 func (t *Targets) Load(i int) (uint64, bool) { return t.at(i).load() }
 
-// Load returns the queue a load-aware strategy should see for the engine at
-// url (normalised): running + waiting from its sidecar plus the in-flight
-// counts every other router gossiped for it. ok is false when neither is
-// known. The caller adds its own in-flight.
+// Load returns the load a load-aware strategy should see for the engine at
+// url (normalised) beyond this router's own in-flight, which the caller
+// adds. Two estimates of what is outstanding on the engine exist: its
+// running + waiting as its sidecar last reported (authoritative but up to
+// a status interval old, and it already includes every router's admitted
+// requests) and Σ in-flight of every router (ours fresh, the others' as
+// gossiped). Summing them would count the other routers' requests twice,
+// so the engine's total is taken as the larger of the two, and Load
+// returns that total less our own last published in-flight:
+// max(queue − own, Σ others). ok is false when neither is known.
 func (v *View) Load(url string) (uint64, bool) { return v.lookup(url).load() }
 
 func (e *engine) load() (uint64, bool) {
 	if e == nil {
 		return 0, false
 	}
-	var q uint64
+	var queue, others int64
 	ok := false
 	if e.fresh.Load() {
-		q = e.running.Load() + e.waiting.Load()
+		queue = int64(e.running.Load()+e.waiting.Load()) - e.own.Load()
 		ok = true
 	}
 	if e.remoteAny.Load() {
-		q += uint64(max(e.remote.Load(), 0))
+		others = max(e.remote.Load(), 0)
 		ok = true
 	}
-	return q, ok
+	return uint64(max(queue, others, 0)), ok
 }

@@ -97,6 +97,7 @@ type engine struct {
 	lmAvail   atomic.Bool
 	adapters  atomic.Pointer[adapterInfo]
 	remote    atomic.Int64 // Σ other routers' in-flight to this engine
+	own       atomic.Int64 // this router's in-flight as last published
 	remoteAny atomic.Bool
 	lastMsg   atomic.Int64 // unix nanos of the last message from the owner
 
