@@ -323,7 +323,10 @@ func (r *run) route(i, k int) {
 	} else {
 		vt := r.viewTime()
 		for e, n := range r.engines {
-			rep.loads[e] = rep.stats[e].InFlight() + n.lag.queueAt(vt) + r.peerInflight(k, e)
+			// As cluster/mesh folds it: own in-flight + max(engine queue −
+			// own published in-flight, Σ peers' in-flight).
+			queue := int64(n.lag.queueAt(vt)) - int64(r.ownPublished(k, e))
+			rep.loads[e] = rep.stats[e].InFlight() + uint64(max(queue, int64(r.peerInflight(k, e)), 0))
 		}
 		rc := p.rc
 		if r.cfg.PrefillSignal {

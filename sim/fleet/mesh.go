@@ -19,9 +19,10 @@ import (
 //     matching prefix, PinSession with the arrival time) and drops it.
 //   - Load. Every 250 ms a replica publishes its in-flight count per
 //     engine; the others fold the last count that has arrived (published
-//     ≤ now − GossipDelay) into the engine's load: own in-flight + engine
-//     running and waiting + the other replicas' in-flight, as
-//     router/proxy.go does through router.EngineView.
+//     ≤ now − GossipDelay) into the engine's load: own in-flight +
+//     max(engine running and waiting − own published in-flight, the other
+//     replicas' in-flight), as cluster/mesh's View.Load and router/proxy.go
+//     do.
 
 // Mesh parameters (cmd/rolter/mesh.go).
 const (
@@ -245,6 +246,15 @@ func (r *run) peerInflight(k, e int) uint64 {
 		}
 	}
 	return sum
+}
+
+// ownPublished is replica k's own in-flight on engine e as it last
+// published it (the latest 250 ms tick); 0 when replicas do not gossip.
+func (r *run) ownPublished(k, e int) uint64 {
+	if r.cfg.Isolated || r.cfg.Routers < 2 {
+		return 0
+	}
+	return r.routers[k].mesh.inflightAt(e, r.now/inflightInterval*inflightInterval)
 }
 
 // queuedPrefill fills replica k's QueuedPrefill: per engine, the
