@@ -2,6 +2,8 @@ package router
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -122,4 +124,39 @@ func BenchmarkRequestPathHTTP(b *testing.B) {
 			b.Fatalf("status %d", resp.StatusCode)
 		}
 	}
+}
+
+// BenchmarkExtractPrompt compares the single-pass scanner with the
+// encoding/json reading it replaced, on a multi-turn chat with an image
+// part and a tool call (the shapes the router digests).
+func BenchmarkExtractPrompt(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"llama","stream":true,"messages":[{"role":"system","content":"You are a helpful assistant.\nAnswer briefly."}`)
+	for i := range 8 {
+		fmt.Fprintf(&sb, `,{"role":"user","content":[{"type":"text","text":"Question %d: %s"},{"type":"image_url","image_url":{"url":"https://example.com/%d.png"}}]}`,
+			i, strings.Repeat("how do warm caches help? ", 20), i)
+		fmt.Fprintf(&sb, `,{"role":"assistant","content":null,"tool_calls":[{"id":"c%d","type":"function","function":{"name":"lookup","arguments":"{\"q\":%d}"}}]}`, i, i)
+		fmt.Fprintf(&sb, `,{"role":"tool","tool_call_id":"c%d","content":"result %d"}`, i, i)
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	if !json.Valid(body) {
+		b.Fatal("benchmark body is not valid JSON")
+	}
+	b.Run("scanner", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			extractValidated(body, true)
+		}
+	})
+	b.Run("decoder", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			x := extractor{d: newDigest()}
+			x.decode(body)
+			_ = string(x.prompt)
+		}
+	})
 }

@@ -25,7 +25,7 @@ func parseRequest(body []byte) (request, error) {
 	if !utf8.Valid(body) {
 		return request{}, fmt.Errorf("%w: body is not valid UTF-8", ErrBadRequest)
 	}
-	if !json.Valid(body) {
+	if !validJSON(body) {
 		return request{}, fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	}
 	r := request{body: body, modelStart: -1}
@@ -51,7 +51,11 @@ func parseRequest(body []byte) (request, error) {
 		i = skipValue(body, i)
 		switch {
 		case keyIs(key, "model"):
-			if err := json.Unmarshal(body[vs:i], &r.model); err != nil {
+			switch body[vs] {
+			case '"':
+				r.model = string(unquoted(body[vs:i]))
+			case 'n': // null leaves an earlier "model" as the decoder does
+			default:
 				return request{}, fmt.Errorf("%w: \"model\" must be a string", ErrBadRequest)
 			}
 			r.modelStart, r.modelEnd = vs, i
@@ -70,21 +74,51 @@ func (r *request) withModel(model string) []byte {
 	if model == r.model {
 		return r.body
 	}
-	q, _ := json.Marshal(model)
-	out := make([]byte, 0, len(r.body)-(r.modelEnd-r.modelStart)+len(q))
+	n := len(r.body) - (r.modelEnd - r.modelStart)
+	var q []byte
+	if plainJSONString(model) {
+		n += len(model) + 2
+	} else {
+		q, _ = json.Marshal(model)
+		n += len(q)
+	}
+	out := make([]byte, 0, n)
 	out = append(out, r.body[:r.modelStart]...)
-	out = append(out, q...)
+	if q == nil {
+		out = append(append(append(out, '"'), model...), '"')
+	} else {
+		out = append(out, q...)
+	}
 	return append(out, r.body[r.modelEnd:]...)
+}
+
+// plainJSONString reports whether json.Marshal would write s as is between
+// quotes: printable ASCII other than the quote, the backslash and the
+// characters it escapes for HTML.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
+// unquoted decodes a raw JSON string token (valid JSON and UTF-8) as
+// encoding/json would; without escapes it aliases raw.
+func unquoted(raw []byte) []byte {
+	in := raw[1 : len(raw)-1]
+	if bytes.IndexByte(in, '\\') < 0 {
+		return in
+	}
+	return unescapeJSON(make([]byte, 0, len(in)), in)
 }
 
 // keyIs compares a raw JSON string token with name, unescaping only when
 // the token contains an escape.
 func keyIs(raw []byte, name string) bool {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return len(raw) == len(name)+2 && string(raw[1:len(raw)-1]) == name
-	}
-	var s string
-	return json.Unmarshal(raw, &s) == nil && s == name
+	return string(unquoted(raw)) == name
 }
 
 func skipSpace(b []byte, i int) int {
@@ -130,14 +164,22 @@ func skipValue(b []byte, i int) int {
 	}
 }
 
+// skipString returns the index just past the JSON string starting at
+// b[i] == '"': the first quote not escaped by an odd run of backslashes.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	for i++; ; {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
 		}
+		q := i + j
+		n := 0
+		for q-1-n >= i && b[q-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		i = q + 1
 	}
-	return i
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/rolter/rolter/kvblock"
@@ -93,35 +94,36 @@ type extractor struct {
 	d      digest
 }
 
-func (x *extractor) text(s string) {
-	if s == "" {
+func (x *extractor) text(s string) { textOf(x, s) }
+
+// textOf adds one piece of conversation text.
+func textOf[T string | []byte](x *extractor, s T) {
+	if len(s) == 0 {
 		return
 	}
 	if x.n > 0 {
-		x.appendPrompt("\n")
+		x.prompt = appendBounded(x.prompt, "\n")
 		x.n++
 	}
-	x.appendPrompt(s)
+	x.prompt = appendBounded(x.prompt, s)
 	x.n += len(s)
-	x.d.field('T', s)
+	hashField(&x.d, 'T', s)
 }
 
-func (x *extractor) appendPrompt(s string) {
-	room := strategies.MaxPromptBytes - len(x.prompt)
+// appendBounded appends s (valid UTF-8) to prompt up to
+// strategies.MaxPromptBytes, never ending inside a rune.
+func appendBounded[T string | []byte](prompt []byte, s T) []byte {
+	room := strategies.MaxPromptBytes - len(prompt)
 	if room <= 0 {
-		return
+		return prompt
 	}
 	if len(s) > room {
-		s = s[:room]
-		// Never end the bound prompt inside a rune.
-		for len(s) > 0 {
-			if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
-				break
-			}
-			s = s[:len(s)-1]
+		for room > 0 && !utf8.RuneStart(s[room]) {
+			room--
 		}
+		s = s[:room]
 	}
-	x.prompt = append(x.prompt, s...)
+	return append(prompt, s...)
 }
 
 // promptInfo is the routing input extracted from one request.
@@ -136,21 +138,61 @@ type promptInfo struct {
 // body has none of messages/prompt/input in a readable shape, the digest is
 // the raw body's and the prompt is empty.
 func extractPrompt(body []byte) promptInfo {
-	var c conversation
-	x := extractor{d: newDigest()}
-	readable := json.Unmarshal(body, &c) == nil && (c.Messages != nil || len(c.Prompt) > 0 || len(c.Input) > 0)
+	return extractValidated(body, utf8.Valid(body) && validJSON(body))
+}
+
+// extractions recycles the extractor, scanner and buffers of one
+// extraction across requests.
+var extractions = sync.Pool{New: func() any {
+	e := &extraction{}
+	e.s.x = &e.x
+	return e
+}}
+
+type extraction struct {
+	x extractor
+	s scanner
+}
+
+// extractValidated is extractPrompt for a body already known to be valid
+// (or not) UTF-8 JSON: valid bodies are read by the single-pass scanner
+// (promptscan.go), which hands the shapes it does not mirror to the
+// decoder.
+func extractValidated(body []byte, valid bool) promptInfo {
+	e := extractions.Get().(*extraction)
+	defer extractions.Put(e)
+	x := &e.x
+	*x = extractor{prompt: x.prompt[:0], d: newDigest()}
 	var ids []uint32
-	if readable {
-		for i := range c.Messages {
-			x.message(&c.Messages[i])
-		}
-		ids = x.promptField(c.Prompt)
-		x.promptField(c.Input)
-	} else {
-		x.d = newDigest()
-		x.d.bytes('B', body)
+	ok := false
+	if valid {
+		ids, ok = e.s.scanConversation(body)
 	}
-	return promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}
+	if !ok {
+		*x = extractor{prompt: x.prompt[:0], d: newDigest()}
+		ids = x.decode(body)
+	}
+	p := promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}
+	if cap(e.s.scratch) > 64<<10 {
+		e.s.scratch = nil // do not keep one huge message's buffer
+	}
+	return p
+}
+
+// decode is the reference reading of body: encoding/json into
+// conversation.
+func (x *extractor) decode(body []byte) []uint32 {
+	var c conversation
+	if json.Unmarshal(body, &c) != nil || (c.Messages == nil && len(c.Prompt) == 0 && len(c.Input) == 0) {
+		x.d.bytes('B', body)
+		return nil
+	}
+	for i := range c.Messages {
+		x.message(&c.Messages[i])
+	}
+	ids := x.promptField(c.Prompt)
+	x.promptField(c.Input)
+	return ids
 }
 
 func (x *extractor) message(m *chatMessage) {
@@ -183,29 +225,33 @@ func (x *extractor) content(raw json.RawMessage) {
 		return
 	}
 	for _, pr := range parts {
-		var p contentPart
-		if json.Unmarshal(pr, &p) != nil {
-			x.d.bytes('X', pr)
-			continue
+		x.part(pr)
+	}
+}
+
+// part reads one content part: text, an image's URL, or for audio, files
+// and future part types their whole JSON as their identity.
+func (x *extractor) part(pr []byte) {
+	var p contentPart
+	if json.Unmarshal(pr, &p) != nil {
+		x.d.bytes('X', pr)
+		return
+	}
+	switch {
+	case p.Type == "text":
+		x.text(p.Text)
+	case p.Type == "image_url" && len(p.ImageURL) > 0:
+		var img struct {
+			URL string `json:"url"`
 		}
-		switch {
-		case p.Type == "text":
-			x.text(p.Text)
-		case p.Type == "image_url" && len(p.ImageURL) > 0:
-			var img struct {
-				URL string `json:"url"`
-			}
-			if p.ImageURL[0] == '"' {
-				_ = json.Unmarshal(p.ImageURL, &img.URL)
-			} else {
-				_ = json.Unmarshal(p.ImageURL, &img)
-			}
-			x.d.field('I', img.URL)
-		default:
-			// audio, files and future part types: their whole JSON is
-			// their identity.
-			x.d.bytes('X', pr)
+		if p.ImageURL[0] == '"' {
+			_ = json.Unmarshal(p.ImageURL, &img.URL)
+		} else {
+			_ = json.Unmarshal(p.ImageURL, &img)
 		}
+		x.d.field('I', img.URL)
+	default:
+		x.d.bytes('X', pr)
 	}
 }
 
@@ -273,11 +319,17 @@ func parseTokenIDs(h string) ([]uint32, error) {
 // buildRouteContext fills rc for a request addressed as model. adapter is
 // set on passthrough group routes only.
 func buildRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte, model, adapter string) error {
+	return fillRouteContext(rc, hdr, body, utf8.Valid(body) && validJSON(body), model, adapter)
+}
+
+// fillRouteContext is buildRouteContext for a body whose validity as UTF-8
+// JSON is known (parseRequest checked it).
+func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, model, adapter string) error {
 	ids, err := parseTokenIDs(hdr.Get(headerTokenIDs))
 	if err != nil {
 		return err
 	}
-	p := extractPrompt(body)
+	p := extractValidated(body, valid)
 	if ids == nil {
 		ids = p.tokenIDs
 	}

@@ -31,9 +31,10 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	label, code := "", 0
+	var counted *pool
 	defer func() {
 		if code != 0 {
-			s.metrics.requests.WithLabelValues(label, strconv.Itoa(code)).Inc()
+			s.metrics.request(counted, label, code)
 		}
 	}()
 	fail := func(err error, retryAfter time.Duration) { code = writeError(w, err, retryAfter) }
@@ -51,9 +52,12 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	}
 	// A client that trickles its body is cut after [timeouts] read_body;
 	// the deadline is lifted again for the (long) streaming response.
-	ctl := http.NewResponseController(w)
+	// One allocation holds the request's routing state for its whole life.
+	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
+	a.req, a.rc = &a.reqv, &a.rcv
+	ctl := a.ctl
 	_ = ctl.SetReadDeadline(time.Now().Add(sn.cfg.Timeouts.ReadBody.Duration))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
 	_ = ctl.SetReadDeadline(time.Time{})
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
@@ -63,17 +67,19 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		fail(fmt.Errorf("%w: reading body: %v", ErrBadRequest, err), 0)
 		return
 	}
-	req, err := parseRequest(body)
+	a.reqv, err = parseRequest(body)
+	req := a.req
 	if err != nil {
 		fail(err, 0)
 		return
 	}
-	res, err := sn.resolve(req.model)
+	a.res, err = sn.resolve(req.model)
 	if err != nil {
 		fail(err, 0)
 		return
 	}
-	label = res.pool.key
+	res := a.res
+	label, counted = res.pool.key, res.pool
 	if !key.allows(req.model) {
 		fail(fmt.Errorf("%w: %q", ErrForbidden, req.model), 0)
 		return
@@ -88,15 +94,38 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		}
 		defer open.Add(-1)
 	}
-	var rc strategies.RouteContext
-	if err := buildRouteContext(&rc, r.Header, body, req.model, res.adapter); err != nil {
+	if err := fillRouteContext(a.rc, r.Header, body, true, req.model, res.adapter); err != nil {
 		fail(err, 0)
 		return
 	}
 	s.budget.Load().deposit()
-	a := attempt{s: s, sn: sn, w: w, r: r, res: res, req: &req, rc: &rc, start: start}
 	code = a.run()
-	s.metrics.latency.WithLabelValues(label).Observe(ms(s.clock.Now().Sub(start)))
+	s.metrics.requestLatency(res.pool).Observe(ms(s.clock.Now().Sub(start)))
+}
+
+// maxBodyHint bounds the buffer readBody allocates before data arrives.
+const maxBodyHint = 256 << 10
+
+// readBody reads r to its end like io.ReadAll, sized for a body of
+// declared length n (-1: unknown) so the usual body is read without
+// regrowing the buffer.
+func readBody(r io.Reader, n int64) ([]byte, error) {
+	// The hint is capped: a client declaring a large body and sending
+	// nothing must not make the router allocate it up front.
+	b := make([]byte, 0, min(max(n, 511), maxBodyHint)+1)
+	for {
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -115,6 +144,13 @@ type attempt struct {
 	tried   []bool
 	loads   []uint64
 	lastErr error
+	ctl     *http.ResponseController // nil: relay makes one
+
+	// Storage behind req, rc, tried and loads for the usual request.
+	reqv     request
+	rcv      strategies.RouteContext
+	triedBuf [16]bool
+	loadBuf  [16]uint64
 }
 
 // run picks, proxies and retries; it returns the status sent to the
@@ -126,16 +162,18 @@ func (a *attempt) run() int {
 	}
 	cfg := a.sn.cfg
 	size := len(p.targets)
-	var triedBuf [16]bool
-	var loadBuf [16]uint64
-	a.tried, a.loads = triedBuf[:0], loadBuf[:0]
-	if size > len(triedBuf) {
+	a.tried, a.loads = a.triedBuf[:0], a.loadBuf[:0]
+	if size > len(a.triedBuf) {
 		a.tried, a.loads = make([]bool, 0, size), make([]uint64, 0, size)
 	}
 	a.tried, a.loads = a.tried[:size], a.loads[:size]
 
-	ctx, cancel := context.WithTimeout(a.r.Context(), cfg.Timeouts.Request.Duration)
-	defer cancel()
+	// The request's deadline bounds every attempt and backoff. Each
+	// attempt derives its context from the client's with this deadline
+	// directly, rather than from a per-request context: one context and
+	// timer fewer per request.
+	deadline := time.Now().Add(cfg.Timeouts.Request.Duration)
+	expired := func() bool { return a.r.Context().Err() != nil || !time.Now().Before(deadline) }
 	var pending *http.Response // a failed response kept to relay if no retry happens
 	defer func() {
 		if pending != nil {
@@ -164,12 +202,12 @@ func (a *attempt) run() int {
 			pending.Body.Close()
 			pending = nil
 		}
-		resp, status, done := a.try(ctx, idx)
+		resp, status, done := a.try(deadline, idx)
 		if done {
 			return status
 		}
 		// The attempt failed before any byte reached the client.
-		if ctx.Err() != nil {
+		if expired() {
 			if resp != nil {
 				resp.Body.Close()
 			}
@@ -188,7 +226,7 @@ func (a *attempt) run() int {
 		pending = resp
 		a.s.metrics.retries.WithLabelValues(p.key).Inc()
 		d := backoff(n, cfg.Retry.BackoffBase.Duration, cfg.Retry.BackoffMax.Duration, a.s.rand.Float64)
-		if err := a.s.sleep(ctx, d); err != nil {
+		if err := a.backoff(deadline, d); err != nil {
 			if a.r.Context().Err() != nil {
 				return statusClientClosed
 			}
@@ -200,6 +238,14 @@ func (a *attempt) run() int {
 			return writeError(a.w, fmt.Errorf("%w: request timed out", ErrUpstream), 0)
 		}
 	}
+}
+
+// backoff waits d before a retry, or less when the client leaves or the
+// request's deadline comes first.
+func (a *attempt) backoff(deadline time.Time, d time.Duration) error {
+	ctx, cancel := context.WithDeadline(a.r.Context(), deadline)
+	defer cancel()
+	return a.s.sleep(ctx, d)
 }
 
 // anyEligible reports whether some untried target could take a retry now.
@@ -280,7 +326,7 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 // Otherwise the attempt failed before the first byte: resp is the failed
 // upstream response (nil after a transport error, see a.lastErr), to be
 // relayed if no retry follows.
-func (a *attempt) try(ctx context.Context, idx int) (resp *http.Response, status int, done bool) {
+func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status int, done bool) {
 	s := a.s
 	t := &a.res.pool.targets[idx]
 	up := t.provider.up
@@ -290,7 +336,7 @@ func (a *attempt) try(ctx context.Context, idx int) (resp *http.Response, status
 	}
 	body := a.req.withModel(t.upstreamModel(a.res.requested))
 	queue := t.stats.Begin()
-	inflight := s.metrics.inFlight.WithLabelValues(t.provider.name)
+	inflight := s.metrics.targetInFlight(t)
 	inflight.Inc()
 	begin := s.clock.Now()
 	end := func(success bool, outcome string) {
@@ -298,10 +344,10 @@ func (a *attempt) try(ctx context.Context, idx int) (resp *http.Response, status
 		t.stats.End(strategies.Outcome{Success: success, Latency: now.Sub(begin), QueueDepth: queue,
 			PromptTokens: a.rc.PromptTokens, At: now})
 		inflight.Dec()
-		s.metrics.targets.WithLabelValues(t.provider.name, t.label, outcome).Inc()
+		s.metrics.targetOutcome(t, outcome).Inc()
 	}
 
-	actx, cancelAttempt := context.WithCancel(ctx)
+	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)
 	out, err := http.NewRequestWithContext(actx, http.MethodPost, upstreamURL(t.provider, a.r.URL.Path), bytes.NewReader(body))
 	if err != nil {
 		cancelAttempt()
@@ -394,12 +440,16 @@ func (a *attempt) relayFailure(resp *http.Response) int {
 	return resp.StatusCode
 }
 
+// copyHeader copies an upstream response's headers (canonical keys: the
+// transport wrote them) to the client's, minus hop-by-hop headers.
 func copyHeader(dst, src http.Header) {
 	for k, v := range src {
-		dst[k] = v
+		if !isHopHeader(k) {
+			dst[k] = v
+		}
 	}
 	for _, k := range hopHeaders {
-		dst.Del(k)
+		delete(dst, k)
 	}
 }
 
@@ -419,7 +469,10 @@ func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bo
 		h.Set("Cache-Control", "no-cache")
 	}
 	a.w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(a.w)
+	rc := a.ctl
+	if rc == nil {
+		rc = http.NewResponseController(a.w)
+	}
 	if sse {
 		_ = rc.Flush()
 	}
@@ -432,7 +485,7 @@ func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bo
 		if n > 0 {
 			if first {
 				first = false
-				s.metrics.ttft.WithLabelValues(a.res.pool.key).Observe(ms(s.clock.Now().Sub(a.start)))
+				s.metrics.requestTTFT(a.res.pool).Observe(ms(s.clock.Now().Sub(a.start)))
 			}
 			if _, werr := a.w.Write(buf[:n]); werr != nil {
 				return statusClientClosed, false, "canceled"

@@ -33,6 +33,8 @@ type provider struct {
 	priceIn    float64
 	priceOut   float64
 	up         *upstream
+	// endpoints are the upstream URLs of inferencePaths, by path.
+	endpoints map[string]string
 }
 
 // target is one entry of a pool.
@@ -44,6 +46,8 @@ type target struct {
 	// label names the target in metrics: provider/model (or provider/*).
 	label string
 	stats *strategies.TargetStats
+	// series caches the target's metric children (series.go).
+	series *targetSeries
 }
 
 // pool is a balancer over a fixed target list: a route, a provider group
@@ -60,6 +64,8 @@ type pool struct {
 	// adapter is true on group pools with a passthrough member: the
 	// requested model is then the LoRA adapter (RouteContext.Adapter).
 	adapter bool
+	// series caches the pool's metric children (series.go).
+	series *poolSeries
 }
 
 // upstreamModel is the model forwarded to t for a request that asked for
@@ -131,6 +137,10 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 				p.authHeader = "Bearer " + k
 			}
 		}
+		p.endpoints = make(map[string]string, len(inferencePaths))
+		for _, path := range inferencePaths {
+			p.endpoints[path] = joinURL(p, path)
+		}
 		s.providers[pc.Name] = p
 	}
 	mkTarget := func(t config.Target, passthrough bool) (target, error) {
@@ -146,10 +156,10 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 		if m == "" {
 			label = p.name + "/*"
 		}
-		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label)}, nil
+		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label), series: &targetSeries{}}, nil
 	}
 	for _, rc := range cfg.Routes {
-		p := &pool{key: rc.Model, strategy: rc.Strategy}
+		p := &pool{key: rc.Model, strategy: rc.Strategy, series: &poolSeries{}}
 		for _, tc := range rc.Targets {
 			t, err := mkTarget(tc, false)
 			if err != nil {
@@ -164,7 +174,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 		s.models = append(s.models, rc.Model)
 	}
 	for _, gc := range cfg.ProviderGroups {
-		p := &pool{key: gc.Slug + "/*", strategy: gc.Strategy}
+		p := &pool{key: gc.Slug + "/*", strategy: gc.Strategy, series: &poolSeries{}}
 		declared := map[string]bool{}
 		for _, mc := range gc.Members {
 			t, err := mkTarget(mc, mc.Model == "")
@@ -191,7 +201,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	}
 	for _, pc := range cfg.Providers {
 		t, _ := mkTarget(config.Target{Provider: pc.Name, Weight: 1}, true)
-		p := &pool{key: pc.Name + "/*", strategy: "round_robin", targets: []target{t}}
+		p := &pool{key: pc.Name + "/*", strategy: "round_robin", targets: []target{t}, series: &poolSeries{}}
 		if err := b.balance(p, []int{1}, 0); err != nil {
 			return nil, fmt.Errorf("router: provider %q: %w", pc.Name, err)
 		}
