@@ -41,8 +41,21 @@ type Binary struct {
 }
 
 // BuildRolter builds ./cmd/rolter of the enclosing module into a temporary
-// directory, once per call.
+// directory, once per call, without cgo (so without the sidecar's ZMQ
+// subscriber).
 func BuildRolter(t testing.TB) Binary {
+	t.Helper()
+	return buildRolter(t, false)
+}
+
+// BuildRolterCgo is BuildRolter with cgo, for tests that run sidecars
+// following real KV-event streams.
+func BuildRolterCgo(t testing.TB) Binary {
+	t.Helper()
+	return buildRolter(t, true)
+}
+
+func buildRolter(t testing.TB, cgo bool) Binary {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -55,6 +68,9 @@ func BuildRolter(t testing.TB) Binary {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/rolter")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if cgo {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/rolter: %v\n%s", err, b)
 	}

@@ -200,7 +200,7 @@ func simCompleted(ctx context.Context, e *meshEngine) (uint64, error) {
 // 2 sims with KV events, engine 0 with a replay endpoint, a sidecar each,
 // 1 gossip router.
 func TestMeshSidecarFaults(t *testing.T) {
-	bin := meshBuildRolter(t)
+	bin := BuildRolterCgo(t)
 	p, metrics := startFaultPool(t, bin, []bool{true, false})
 	r := p.Routers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -417,7 +417,7 @@ func shareRun(ctx context.Context, t *testing.T, r *meshRouter, es []*meshEngine
 // lies. 3 sims (speed 1): engines 0 and 1 have honest sidecars (load only,
 // no KV events), engine 2 has none until the liar claims it.
 func TestMeshHostileSidecar(t *testing.T) {
-	bin := meshBuildRolter(t)
+	bin := BuildRolterCgo(t)
 	p := &meshPool{t: t, bin: bin, dir: t.TempDir()}
 	for i := range 3 {
 		url, proc := StartSimArgs(t, bin, fmt.Sprintf("sim-%d", i), p.dir, "--speed", "1", "--kv-blocks", "20000")

@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,27 +26,8 @@ import (
 // engines publishing KV events over ZMQ, a `rolter sidecar` beside each,
 // `rolter router --gossip` replicas, all on loopback.
 //
-// The sidecar's ZMQ subscriber is cgo, so these tests build their own
-// binary with cgo (BuildRolter builds CGO_ENABLED=0).
-
-func meshBuildRolter(t *testing.T) Binary {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	bin := filepath.Join(t.TempDir(), "rolter")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/rolter")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/rolter: %v\n%s", err, b)
-	}
-	return Binary{Path: bin}
-}
+// The sidecar's ZMQ subscriber is cgo, so these tests build with
+// BuildRolterCgo.
 
 // meshEngine is a sim publishing KV events and the sidecar beside it.
 type meshEngine struct {
@@ -380,7 +360,7 @@ func meshChatTOML(strategy string) func([]*meshEngine) string {
 // observations shared between routers) and for precise_cache_aware (the
 // sidecars' residency gossiped to every router).
 func TestMeshHitRateAcrossRouters(t *testing.T) {
-	bin := meshBuildRolter(t)
+	bin := BuildRolterCgo(t)
 	const groups, requests, workers = 24, 480, 6
 	reqs := meshWorkload(5, groups, requests)
 	for _, strategy := range []string{"cache_aware", "precise_cache_aware"} {
@@ -431,7 +411,7 @@ func TestMeshHitRateAcrossRouters(t *testing.T) {
 // prompt goes to the engine holding it; a killed sidecar's engine turns
 // STALE in /api/v1/cluster within 10 s and keeps serving on load alone.
 func TestMeshPreciseRoutingAndStaleness(t *testing.T) {
-	bin := meshBuildRolter(t)
+	bin := BuildRolterCgo(t)
 	p := startMeshPool(t, bin, 2, 1, meshChatTOML("precise_cache_aware"), "--instant")
 	r := p.Routers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -314,22 +314,9 @@ func routerColumn(ctx context.Context, bin, dir, strategy string, addrs []string
 	}
 	cmd := exec.CommandContext(ctx, bin, "router", "--standalone", "--config", cfgPath,
 		"--http", fmt.Sprintf("127.0.0.1:%d", api), "--admin", fmt.Sprintf("127.0.0.1:%d", admin))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	stop, err := startLogged(cmd, logf, os.Interrupt)
+	if err != nil {
 		return column{}, fmt.Errorf("bench overhead: start router: %w", err)
-	}
-	stop := func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", api)
 	if err := waitReady(ctx, base+"/v1/chat/completions", benchBody(4, 1, false)); err != nil {
@@ -390,22 +377,9 @@ http {
 	if err != nil {
 		return column{}, err
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	stop, err := startLogged(cmd, logf, syscall.SIGQUIT)
+	if err != nil {
 		return column{}, fmt.Errorf("bench overhead: start nginx: %w", err)
-	}
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGQUIT)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	if err := waitReady(ctx, base+"/v1/chat/completions", benchBody(4, 1, false)); err != nil {
@@ -607,4 +581,27 @@ func send(ctx context.Context, client *http.Client, base string, body []byte, at
 		return 0, true
 	}
 	return time.Since(at), resp.StatusCode != http.StatusOK
+}
+
+// startLogged starts cmd with its output in logf and returns the function
+// that stops it: sig (its graceful shutdown), then SIGKILL after 5 s, then
+// logf is closed. On a start error logf is closed already.
+func startLogged(cmd *exec.Cmd, logf *os.File, sig os.Signal) (stop func(), err error) {
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	return func() {
+		_ = cmd.Process.Signal(sig)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	}, nil
 }
