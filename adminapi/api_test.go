@@ -356,6 +356,8 @@ func TestProviderCRUDValidatesAndAudits(t *testing.T) {
 		{http.MethodPost, "/api/v1/providers", `{"name":"p2","api_base":"http://127.0.0.1:9000/v1"}`, http.StatusConflict},
 		{http.MethodPut, "/api/v1/providers/p2", `{"api_base":"http://127.0.0.1:9001/v1"}`, http.StatusOK},
 		{http.MethodPut, "/api/v1/providers/vllm-a", `{"api_base":"http://127.0.0.1:9001/v1"}`, http.StatusConflict},
+		{http.MethodPost, "/api/v1/routes", `{"model":"org/m","strategy":"lora_aware","max_loras":5000,"targets":[{"provider":"p2"}]}`, http.StatusBadRequest},
+		{http.MethodPost, "/api/v1/provider-groups", `{"name":"g","slug":"g","max_loras":-1,"members":[{"provider":"p2"}]}`, http.StatusBadRequest},
 		{http.MethodPost, "/api/v1/routes", `{"model":"org/m","strategy":"round_robin","targets":[{"provider":"p2"}]}`, http.StatusCreated},
 		{http.MethodDelete, "/api/v1/providers/p2", "", http.StatusConflict},
 		{http.MethodDelete, "/api/v1/routes/org/m", "", http.StatusNoContent},

@@ -237,6 +237,10 @@ func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, na
 	if !validStrategy(w, in.Strategy) {
 		return
 	}
+	if err := config.CheckMaxLoRAs(in.MaxLoRAs); err != nil {
+		badRequest(w, "max_loras: "+err.Error())
+		return
+	}
 	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targetsIn(in.Targets, in.Model), Discover: in.Discover, MaxLoRAs: in.MaxLoRAs}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(rt)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
@@ -298,6 +302,10 @@ func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, na
 		in.Strategy = "round_robin"
 	}
 	if !validStrategy(w, in.Strategy) {
+		return
+	}
+	if err := config.CheckMaxLoRAs(in.MaxLoRAs); err != nil {
+		badRequest(w, "max_loras: "+err.Error())
 		return
 	}
 	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: targetsIn(in.Members, ""), MaxLoRAs: in.MaxLoRAs}

@@ -111,8 +111,8 @@ func (c *Config) normalize(file string, getenv func(string) string) error {
 			r.Strategy = "round_robin"
 		}
 		v.strategy(entry, r.Strategy)
-		if r.MaxLoRAs < 0 || r.MaxLoRAs > 1024 {
-			v.add(entry, "max_loras", "must be in [0, 1024]")
+		if err := CheckMaxLoRAs(r.MaxLoRAs); err != nil {
+			v.add(entry, "max_loras", err.Error())
 		}
 		if len(r.Targets) == 0 && !r.Discover {
 			v.add(entry, "targets", "at least one target is required (or set discover = true)")
@@ -147,8 +147,8 @@ func (c *Config) normalize(file string, getenv func(string) string) error {
 			g.Strategy = "round_robin"
 		}
 		v.strategy(entry, g.Strategy)
-		if g.MaxLoRAs < 0 || g.MaxLoRAs > 1024 {
-			v.add(entry, "max_loras", "must be in [0, 1024]")
+		if err := CheckMaxLoRAs(g.MaxLoRAs); err != nil {
+			v.add(entry, "max_loras", err.Error())
 		}
 		if len(g.Members) == 0 {
 			v.add(entry, "members", "at least one member is required")
@@ -271,6 +271,15 @@ func (l Limits) CheckBaseURL(raw string) error {
 	}
 	if len(l.AllowedHosts) > 0 && !slices.Contains(l.AllowedHosts, u.Hostname()) {
 		return fmt.Errorf("host %q not in [limits] allowed_hosts", u.Hostname())
+	}
+	return nil
+}
+
+// CheckMaxLoRAs validates a route's or group's max_loras (0: the default).
+// The admin API applies the same rule.
+func CheckMaxLoRAs(n int) error {
+	if n < 0 || n > 1024 {
+		return errors.New("must be in [0, 1024]")
 	}
 	return nil
 }
