@@ -161,9 +161,8 @@ type learnedEntry struct {
 // Bounds of the learned tables: a full table is cleared of expired entries,
 // then of everything (records are hints; losing them only costs affinity).
 const (
-	maxLearned  = 1 << 16
-	learnedTTL  = 10 * time.Minute
-	minPrefixSz = 64
+	maxLearned = 1 << 16
+	learnedTTL = 10 * time.Minute
 )
 
 func newMeshRouter(view *mesh.View, now func() time.Time) *meshRouter {
@@ -224,48 +223,9 @@ type sessionImporter interface {
 	PinSession(key string, target int, at time.Time)
 }
 
-// Prefix observations are shared at these prompt lengths: powers of two
-// from minPrefixSz, plus the whole prompt. A router serving a prompt that
-// shares one of these prefixes with a prompt another router served finds
-// it (a shared system prompt, an earlier turn of a conversation).
-//
-// The hash that travels must agree between routers, so it is FNV-1a 64
-// over kind, pool, 0 and the prefix, computed in one pass over the prompt.
-const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
-
-func fnvAdd(h uint64, s string) uint64 {
-	for i := 0; i < len(s); i++ {
-		h = (h ^ uint64(s[i])) * fnvPrime
-	}
-	return h
-}
-
-func wireSeed(kind byte, pool string) uint64 {
-	h := (fnvOffset ^ uint64(kind)) * fnvPrime
-	return fnvAdd(h, pool) * fnvPrime // then the 0 separator
-}
-
-// prefixHash is one shared cut of a prompt and its wire hash.
-type prefixHash struct {
-	cut int
-	h   uint64
-}
-
-// appendPrefixHashes appends every shared cut of prompt with its hash.
-func appendPrefixHashes(dst []prefixHash, pool, prompt string) []prefixHash {
-	h, done := wireSeed('p', pool), 0
-	for cut := minPrefixSz; cut < len(prompt); cut *= 2 {
-		h = fnvAdd(h, prompt[done:cut])
-		done = cut
-		dst = append(dst, prefixHash{cut, h})
-	}
-	if len(prompt) > 0 {
-		dst = append(dst, prefixHash{len(prompt), fnvAdd(h, prompt[done:])})
-	}
-	return dst
-}
-
-func sessionHash(pool, key string) uint64 { return fnvAdd(wireSeed('s', pool), key) }
+// Prefix observations and session pins travel keyed by
+// strategies.AppendPrefixHashes and strategies.SessionHash, the one
+// definition routers (and the fleet simulator) agree on.
 
 func (m *meshRouter) hash(kind byte, pool string, k uint64) uint64 {
 	var h maphash.Hash
@@ -296,25 +256,25 @@ func (m *meshRouter) Recall(pool string, lb strategies.LoadBalancer, apiBases []
 		return
 	}
 	// Hash outside the lock: prompts can be long.
-	var buf [32]prefixHash
-	var hs []prefixHash
+	var buf [32]strategies.PrefixHash
+	var hs []strategies.PrefixHash
 	if okP && rc.Prompt != "" {
-		hs = appendPrefixHashes(buf[:0], pool, rc.Prompt)
+		hs = strategies.AppendPrefixHashes(buf[:0], pool, rc.Prompt)
 	}
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, ph := range hs {
-		if e, ok := m.table[ph.h]; ok {
-			delete(m.table, ph.h) // the index holds it from now on
+		if e, ok := m.table[ph.Hash]; ok {
+			delete(m.table, ph.Hash) // the index holds it from now on
 			if i := m.index(apiBases, e.target); i >= 0 && now.Before(e.expires) {
-				pi.ObservePrefixRemote(i, rc.Prompt[:ph.cut])
+				pi.ObservePrefixRemote(i, rc.Prompt[:ph.Cut])
 				m.learned.WithLabelValues("prefix", "imported").Inc()
 			}
 		}
 	}
 	if okS && rc.SessionKey != "" {
-		h := sessionHash(pool, rc.SessionKey)
+		h := strategies.SessionHash(pool, rc.SessionKey)
 		if e, ok := m.table[h]; ok {
 			delete(m.table, h)
 			if i := m.index(apiBases, e.target); i >= 0 && now.Before(e.expires) {
@@ -358,13 +318,13 @@ func (m *meshRouter) Observed(pool, apiBase string, rc *strategies.RouteContext)
 		}
 	}
 	if rc.Prompt != "" {
-		var buf [32]prefixHash
-		for _, ph := range appendPrefixHashes(buf[:0], pool, rc.Prompt) {
-			share(mesh.LearnedPrefix, ph.h)
+		var buf [32]strategies.PrefixHash
+		for _, ph := range strategies.AppendPrefixHashes(buf[:0], pool, rc.Prompt) {
+			share(mesh.LearnedPrefix, ph.Hash)
 		}
 	}
 	if rc.SessionKey != "" {
-		share(mesh.LearnedPin, sessionHash(pool, rc.SessionKey))
+		share(mesh.LearnedPin, strategies.SessionHash(pool, rc.SessionKey))
 	}
 }
 

@@ -278,24 +278,6 @@ func TestLearnedSharing(t *testing.T) {
 	}
 }
 
-func TestPrefixHashesAgreeWithWholePrefix(t *testing.T) {
-	prompt := strings.Repeat("abcdefghij", 50)
-	var cuts []int
-	for _, ph := range appendPrefixHashes(nil, "p", prompt) {
-		cuts = append(cuts, ph.cut)
-		alone := appendPrefixHashes(nil, "p", prompt[:ph.cut])
-		if last := alone[len(alone)-1]; last.cut != ph.cut || last.h != ph.h {
-			t.Fatalf("cut %d: running hash %x, hash of the prefix alone %x", ph.cut, ph.h, last.h)
-		}
-		if other := appendPrefixHashes(nil, "q", prompt[:ph.cut]); other[len(other)-1].h == ph.h {
-			t.Fatalf("cut %d: same hash in another pool", ph.cut)
-		}
-	}
-	if !slices.Equal(cuts, []int{64, 128, 256, 500}) {
-		t.Fatalf("cuts %v", cuts)
-	}
-}
-
 // TestMeshInventory: routers found by gossip become Raft peers (alive while
 // in the pool, not alive once gone, so the leader prunes them), telemetry
 // endpoints and inventory entries; an unspecified host in an announced

@@ -125,8 +125,8 @@ type run struct {
 	done     []engineDone
 	maxEnd   time.Duration
 	oracleOn bool
-	learned  []learnedRec // the mesh's shared records, in time order
-	hashes   []prefixHash // scratch
+	learned  []learnedRec            // the mesh's shared records, in time order
+	hashes   []strategies.PrefixHash // scratch
 }
 
 type engineDone struct {

@@ -26,7 +26,6 @@ import (
 
 // Mesh parameters (cmd/rolter/mesh.go).
 const (
-	meshMinPrefix    = 64
 	meshTTL          = 10 * time.Minute
 	meshMaxLearned   = 1 << 16
 	inflightInterval = 250 * time.Millisecond
@@ -97,41 +96,6 @@ func (p *meshPeer) ended(e int, t time.Duration) {
 	p.ends[e] = s
 }
 
-const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
-
-func fnvAdd(h uint64, s string) uint64 {
-	for i := 0; i < len(s); i++ {
-		h = (h ^ uint64(s[i])) * fnvPrime
-	}
-	return h
-}
-
-func wireSeed(kind byte) uint64 {
-	h := (fnvOffset ^ uint64(kind)) * fnvPrime
-	return fnvAdd(h, meshPool) * fnvPrime
-}
-
-type prefixHash struct {
-	cut int
-	h   uint64
-}
-
-// appendPrefixHashes appends every shared cut of prompt with its hash.
-func appendPrefixHashes(dst []prefixHash, prompt string) []prefixHash {
-	h, done := wireSeed('p'), 0
-	for cut := meshMinPrefix; cut < len(prompt); cut *= 2 {
-		h = fnvAdd(h, prompt[done:cut])
-		done = cut
-		dst = append(dst, prefixHash{cut, h})
-	}
-	if len(prompt) > 0 {
-		dst = append(dst, prefixHash{len(prompt), fnvAdd(h, prompt[done:])})
-	}
-	return dst
-}
-
-func sessionHash(key string) uint64 { return fnvAdd(wireSeed('s'), key) }
-
 // shares reports whether the replicas learn from each other at all: the
 // mesh hands records only to balancers with a hook, so without one the
 // exchange changes nothing and is skipped.
@@ -181,18 +145,18 @@ func (r *run) recall(k int, rc *strategies.RouteContext) {
 		return
 	}
 	if pi, ok := rep.lb.(prefixImporter); ok && rc.Prompt != "" {
-		r.hashes = appendPrefixHashes(r.hashes[:0], rc.Prompt)
+		r.hashes = strategies.AppendPrefixHashes(r.hashes[:0], meshPool, rc.Prompt)
 		for _, ph := range r.hashes {
-			if e, ok := rep.mesh.table[ph.h]; ok {
-				delete(rep.mesh.table, ph.h)
+			if e, ok := rep.mesh.table[ph.Hash]; ok {
+				delete(rep.mesh.table, ph.Hash)
 				if r.now < e.expires {
-					pi.ObservePrefixRemote(e.target, rc.Prompt[:ph.cut])
+					pi.ObservePrefixRemote(e.target, rc.Prompt[:ph.Cut])
 				}
 			}
 		}
 	}
 	if si, ok := rep.lb.(sessionImporter); ok && rc.SessionKey != "" {
-		h := sessionHash(rc.SessionKey)
+		h := strategies.SessionHash(meshPool, rc.SessionKey)
 		if e, ok := rep.mesh.table[h]; ok {
 			delete(rep.mesh.table, h)
 			if r.now < e.expires {
@@ -217,13 +181,13 @@ func (r *run) observed(k, target int, rc *strategies.RouteContext) {
 		r.learned = append(r.learned, learnedRec{at: r.now, from: k, key: key, target: target})
 	}
 	if rc.Prompt != "" {
-		r.hashes = appendPrefixHashes(r.hashes[:0], rc.Prompt)
+		r.hashes = strategies.AppendPrefixHashes(r.hashes[:0], meshPool, rc.Prompt)
 		for _, ph := range r.hashes {
-			share(ph.h)
+			share(ph.Hash)
 		}
 	}
 	if rc.SessionKey != "" {
-		share(sessionHash(rc.SessionKey))
+		share(strategies.SessionHash(meshPool, rc.SessionKey))
 	}
 }
 
