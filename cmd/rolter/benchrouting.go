@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -212,7 +213,7 @@ func loadFleetWorkload(f routingFlags) (fleetSource, error) {
 				}
 				reqs = append(reqs, part...)
 			}
-			slices.SortStableFunc(reqs, func(a, b workload.Request) int { return cmpDuration(a.At, b.At) })
+			slices.SortStableFunc(reqs, func(a, b workload.Request) int { return cmp.Compare(a.At, b.At) })
 			return reqs, nil
 		}
 	default:
@@ -221,16 +222,6 @@ func loadFleetWorkload(f routingFlags) (fleetSource, error) {
 	var err error
 	src.unit, _, err = src.at(1)
 	return src, err
-}
-
-func cmpDuration(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // routingGrid runs every strategy at every replica count, and the oracle

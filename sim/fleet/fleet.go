@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -282,7 +283,7 @@ func (r *run) reportDone(t time.Duration) {
 	if len(r.pending) == 0 {
 		return
 	}
-	slices.SortStableFunc(r.pending, func(a, b *flight) int { return cmpDur(a.fin, b.fin) })
+	slices.SortStableFunc(r.pending, func(a, b *flight) int { return cmp.Compare(a.fin, b.fin) })
 	k := 0
 	for _, f := range r.pending {
 		fin := f.fin
@@ -299,16 +300,6 @@ func (r *run) reportDone(t time.Duration) {
 		n.outstanding = slices.DeleteFunc(n.outstanding, func(x *flight) bool { return x == f })
 	}
 	r.pending = slices.Delete(r.pending, 0, k)
-}
-
-func cmpDur(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // route picks an engine for request i at replica k and submits it.
