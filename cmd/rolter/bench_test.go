@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/data/mooncake"
+	"github.com/rolter/rolter/sim/workload"
 )
 
 // writeTrace writes a small Mooncake-format trace: conversations whose
@@ -152,5 +155,29 @@ func TestLoadStatsSustained(t *testing.T) {
 		if got := tc.s.sustained(limit); got != tc.want {
 			t.Errorf("%+v: sustained %v, want %v", tc.s, got, tc.want)
 		}
+	}
+}
+
+// A plain clone has no trace beside it: with no --trace the benchmark
+// replays the Mooncake trace the binary embeds, and says so.
+func TestBenchRoutingDefaultsToTheEmbeddedTrace(t *testing.T) {
+	t.Chdir(t.TempDir()) // nothing around: no relative path can help
+	var out, errOut bytes.Buffer
+	args := []string{"bench", "routing", "--limit", "60", "--engines", "2", "--routers", "1", "--strategies", "round_robin"}
+	if code := run(t.Context(), args, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "trace "+mooncake.Name+", 60 requests") {
+		t.Errorf("report does not name the embedded trace and its 60 requests:\n%s", out.String())
+	}
+}
+
+func TestEmbeddedTraceIsTheWholeMooncakeTrace(t *testing.T) {
+	recs, err := workload.ReadTrace(mooncake.Open(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 12031 {
+		t.Fatalf("embedded trace has %d records, the Mooncake conversation trace 12031", len(recs))
 	}
 }

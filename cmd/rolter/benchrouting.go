@@ -26,14 +26,12 @@ import (
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
 
+	"github.com/rolter/rolter/data/mooncake"
 	"github.com/rolter/rolter/sim/engine"
 	"github.com/rolter/rolter/sim/fleet"
 	"github.com/rolter/rolter/sim/workload"
 	"github.com/rolter/rolter/strategies"
 )
-
-// defaultTrace is the Mooncake conversation trace shipped beside the repo.
-const defaultTrace = "/work/shared/data/mooncake/conversation_trace.jsonl"
 
 // routingFlags are the options of `rolter bench routing`.
 type routingFlags struct {
@@ -74,7 +72,8 @@ var metricNames = []string{"hit_rate", "ttft_p50", "ttft_p90", "ttft_p99", "e2e_
 func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f routingFlags
 	fs := newFlagSet("bench routing", stderr)
-	fs.StringVar(&f.trace, "trace", defaultTrace, "Mooncake-format trace (JSON lines) for --workload trace")
+	fs.StringVar(&f.trace, "trace", "", "Mooncake-format trace (JSON lines) for --workload trace "+
+		"(default: the Mooncake conversation trace embedded in the binary)")
 	fs.StringVar(&f.workload, "workload", "trace", "trace, or a synthetic workload: chat, rag, lora or mixed")
 	fs.StringVar(&f.strategies, "strategies", "", "comma-separated strategies (default: every registered one)")
 	fs.StringVar(&f.routers, "routers", "1,3,8", "comma-separated router replica counts")
@@ -187,16 +186,20 @@ func loadFleetWorkload(f routingFlags) (fleetSource, error) {
 	var src fleetSource
 	switch f.workload {
 	case "trace":
-		file, err := os.Open(f.trace)
-		if err != nil {
-			return src, fmt.Errorf("--trace: %w", err)
+		var in io.Reader = mooncake.Open()
+		src.desc = "trace " + mooncake.Name
+		if f.trace != "" {
+			file, err := os.Open(f.trace)
+			if err != nil {
+				return src, fmt.Errorf("--trace: %w", err)
+			}
+			defer file.Close()
+			in, src.desc = file, "trace "+f.trace
 		}
-		defer file.Close()
-		recs, err := workload.ReadTrace(file, f.limit)
+		recs, err := workload.ReadTrace(in, f.limit)
 		if err != nil {
 			return src, err
 		}
-		src.desc = "trace " + f.trace
 		src.unit, err = fleet.Prepare(fleet.FromWorkload(workload.FromTrace(recs, false)), engine.DefaultConfig.BlockSize)
 		return src, err
 	case "chat", "rag", "lora":

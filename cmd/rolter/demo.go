@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rolter/rolter/data/mooncake"
 	"github.com/rolter/rolter/sim"
 	"github.com/rolter/rolter/sim/workload"
 )
@@ -283,7 +284,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"engines base+100..base+134")
 	fs.Float64Var(&o.simSpeed, "speed", 10, "simulated engines run N times faster than a real GPU")
 	fs.StringVar(&o.trace, "trace", "", "Mooncake trace replayed in the background "+
-		"(default: ../shared/data/mooncake/conversation_trace.jsonl from the repository root, else synthetic chat)")
+		"(default: the Mooncake conversation trace embedded in the binary)")
 	fs.Float64Var(&o.replaySpeed, "replay-speed", 0.2, "background trace speed (1 = the trace's own rate, about 3.4 req/s)")
 	fs.BoolVar(&o.load, "load", true, "send gentle background traffic so the dashboard's numbers move")
 	fs.BoolVar(&o.sidecars, "sidecars", true, "run a sidecar beside every engine (KV events, LMCache and load over gossip)")
@@ -745,37 +746,6 @@ func (l demoLoad) loop(ctx context.Context) {
 	}
 }
 
-// demoTraceName is the Mooncake trace's path under the shared data dir.
-var demoTraceName = filepath.Join("shared", "data", "mooncake", "conversation_trace.jsonl")
-
-// findTrace looks for the Mooncake trace beside the repository: in every
-// ancestor of the working directory and of the binary, as
-// <dir>/../shared/… or <dir>/shared/….
-func findTrace() string {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if exe, err := os.Executable(); err == nil {
-		starts = append(starts, filepath.Dir(exe))
-	}
-	for _, dir := range starts {
-		for range 6 {
-			for _, p := range []string{filepath.Join(dir, "..", demoTraceName), filepath.Join(dir, demoTraceName)} {
-				if st, err := os.Stat(p); err == nil && !st.IsDir() {
-					return filepath.Clean(p)
-				}
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return ""
-}
-
 // demoTraceRequests is how much of the trace a round replays.
 const demoTraceRequests = 1200
 
@@ -787,20 +757,21 @@ func (d *demo) loads(stdout io.Writer) []demoLoad {
 	client := newReplayClient(5 * time.Minute)
 	var out []demoLoad
 	path := d.opts.trace
-	if path == "" {
-		path = findTrace()
-	}
 	var recs []workload.TraceRecord
-	if path != "" {
-		f, err := os.Open(path)
-		if err == nil {
+	var err error
+	if path == "" {
+		path = mooncake.Name
+		recs, err = workload.ReadTrace(mooncake.Open(), demoTraceRequests)
+	} else {
+		var f *os.File
+		if f, err = os.Open(path); err == nil {
 			recs, err = workload.ReadTrace(f, demoTraceRequests)
 			f.Close()
 		}
-		if err != nil {
-			fmt.Fprintf(stdout, "  load: cannot read the trace %s (%v); using synthetic chat instead\n", path, err)
-			recs = nil
-		}
+	}
+	if err != nil {
+		fmt.Fprintf(stdout, "  load: cannot read the trace %s (%v); using synthetic chat instead\n", path, err)
+		recs = nil
 	}
 	if len(recs) > 0 {
 		reqs := workload.FromTrace(recs, false)
@@ -819,7 +790,7 @@ func (d *demo) loads(stdout io.Writer) []demoLoad {
 	} else {
 		reqs, _ := workload.Synthetic("chat", 11, 300, 0.5) // a known generator and a positive count: no error
 		out = append(out, demoLoad{
-			what: "no Mooncake trace found (pass --trace FILE): synthetic chat, 0.5 req/s -> model precise via " + target(0),
+			what: "no readable trace: synthetic chat, 0.5 req/s -> model precise via " + target(0),
 			cfg:  workload.ReplayConfig{Target: target(0), Mode: workload.ModeChat, Model: "precise", Speed: 1, ConcurrencyCap: 4, Client: client},
 			reqs: reqs,
 		})
