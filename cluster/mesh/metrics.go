@@ -43,6 +43,7 @@ var counters = []counterDesc{
 	newCounter("divergences_total", "Residency views found diverged by count/digest.", func(s *Stats) *atomic.Uint64 { return &s.Divergences }),
 	newCounter("full_states_sent_total", "Full residency states this sidecar sent.", func(s *Stats) *atomic.Uint64 { return &s.FullsSent }),
 	newCounter("deltas_resent_total", "Residency deltas this sidecar resent on request.", func(s *Stats) *atomic.Uint64 { return &s.DeltasResent }),
+	newCounter("node_id_conflicts_total", "Times another member claimed this node's id (node name) or this node another's: both processes need distinct --node-id.", func(s *Stats) *atomic.Uint64 { return &s.NameConflicts }),
 	newCounter("learned_dropped_total", "Shared learned records dropped because a queue was full.", func(s *Stats) *atomic.Uint64 { return &s.LearnedDropped }),
 }
 

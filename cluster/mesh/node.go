@@ -109,6 +109,8 @@ type Node struct {
 	routers  atomic.Pointer[[]*memberlist.Node]
 	sidecars atomic.Pointer[[]*memberlist.Node]
 
+	conflicts nameConflicts
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
@@ -174,6 +176,7 @@ func Start(ctx context.Context, cfg Config, join []string) (*Node, error) {
 	mc.AdvertisePort = cfg.AdvertisePort
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
+	mc.Conflict = (*conflictDelegate)(n)
 	mc.EnableCompression = false // block keys are random: LZW only costs CPU
 	mc.Logger = slog.NewLogLogger(levelHandler{n.log.Handler()}, slog.LevelDebug)
 	if cfg.Meta.Role == RoleRouter {
@@ -210,6 +213,12 @@ func Start(ctx context.Context, cfg Config, join []string) (*Node, error) {
 		if _, err := ml.Join(join); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("mesh: join %v: %w", join, err)
+		}
+		// The push/pull exchange of Join carried the pool's members: a
+		// member already named like this node has been reported by now.
+		if err := n.Conflict(); err != nil {
+			_ = n.Leave(time.Second)
+			return nil, err
 		}
 	}
 	return n, nil
@@ -419,4 +428,5 @@ type Stats struct {
 	DeltasResent    atomic.Uint64 // sidecar: deltas resent on request
 	LearnedDropped  atomic.Uint64 // router: learned records dropped (queue full)
 	StatusReordered atomic.Uint64 // router: older status ignored
+	NameConflicts   atomic.Uint64 // another member claimed this node's name, or this node another's
 }
