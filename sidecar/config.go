@@ -71,7 +71,8 @@ func RegisterFlags(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.Topic, "topic", "", "KV-event topic prefix to subscribe to (empty: all)")
 	fs.StringVar(&c.LMCache, "lmcache", "", "LMCache signal URL: JSON {occupancy,cache_available} or metrics with lmcache:local_cache_usage")
 	fs.Int64Var(&c.LMCacheCapacity, "lmcache-capacity-bytes", DefaultLMCacheCapacity, "LMCache CPU tier size for the lmcache:local_cache_usage gauge form")
-	fs.StringVar(&c.NodeID, "node-id", "", "node id (default $ROLTER_NODE_ID, then the hostname)")
+	fs.StringVar(&c.NodeID, "node-id", "", "node id, unique in the gossip pool (default $ROLTER_NODE_ID, "+
+		"else <hostname>-sidecar-<--gossip port>)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9101", "address of the sidecar's own /metrics and /healthz (empty: off)")
 	fs.IntVar(&c.BlockSize, "block-size", kvblock.DefaultBlockSize, "engine KV block size in tokens, when events omit it")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", 200*time.Millisecond, "engine /metrics scrape period")

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -50,7 +49,8 @@ type clusterFlags struct {
 func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.standalone, "standalone", false,
 		"run the data plane alone from --config (reloaded on SIGHUP): no Raft, no admin API")
-	fs.StringVar(&f.nodeID, "node-id", "", "this router's id (default $ROLTER_NODE_ID, else the hostname)")
+	fs.StringVar(&f.nodeID, "node-id", "", "this router's id, unique in Raft and the gossip pool (default $ROLTER_NODE_ID, "+
+		"else the id kept in --data-dir, else <hostname>-router-<--raft port>)")
 	fs.StringVar(&f.raftAddr, "raft", "127.0.0.1:7947", "HOST:PORT for Raft and leader forwarding")
 	fs.StringVar(&f.raftAdvertise, "raft-advertise", "", "HOST:PORT other routers dial (default: --raft)")
 	fs.StringVar(&f.join, "join", "", "comma-separated Raft peers as id=host:port (the other routers' --raft addresses) "+
@@ -63,7 +63,8 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate of this router for Raft mutual TLS")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "PEM CA that signs every router's certificate")
-	fs.BoolVar(&f.insecureDev, "insecure-dev", false, "allow plaintext Raft and unencrypted gossip (development and tests only)")
+	fs.BoolVar(&f.insecureDev, "insecure-dev", false, "allow plaintext Raft and unencrypted gossip on non-loopback addresses "+
+		"or with peers (development and tests only; a lone router on loopback needs neither TLS nor this flag)")
 	f.gossip.register(fs, "", "HOST:PORT of this router's gossip (memberlist, UDP and TCP): joins the sidecars' "+
 		"pool for engine load, KV residency and discovery (empty: no gossip)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "",
@@ -159,16 +160,13 @@ func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) stri
 			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = t, t, t/2
 		}
 	}
-	sc.NodeID = f.nodeID
-	if sc.NodeID == "" {
-		id, ok := adminapi.ResolveNodeID(getenv, log)
-		if !ok {
-			return sc, fmt.Errorf("%w: no node id: pass --node-id or set ROLTER_NODE_ID", errFlags)
-		}
-		sc.NodeID = id
-	}
 	if f.raftAddr == "" {
 		return sc, fmt.Errorf("%w: --raft is required (or run --standalone)", errFlags)
+	}
+	var rememberID bool
+	var err error
+	if sc.NodeID, sc.DataDir, rememberID, err = routerNodeID(f.nodeID, f.dataDir, f.raftAddr, getenv, log); err != nil {
+		return sc, fmt.Errorf("%w: %v", errFlags, err)
 	}
 	join, err := parseJoin(f.join)
 	if err != nil {
@@ -181,10 +179,6 @@ func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) stri
 	if len(join.raft) > 0 {
 		sc.Peers = join.raft
 	}
-	sc.DataDir = f.dataDir
-	if sc.DataDir == "" {
-		sc.DataDir = filepath.Join("rolter-data", sc.NodeID)
-	}
 	if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
 		if f.tlsCert == "" || f.tlsKey == "" || f.tlsCA == "" {
 			return sc, fmt.Errorf("%w: --tls-cert, --tls-key and --tls-ca go together", errFlags)
@@ -195,8 +189,13 @@ func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) stri
 		}
 		sc.TLS = tc
 	} else if !f.insecureDev {
-		return sc, fmt.Errorf("%w: Raft traffic needs mutual TLS: pass --tls-cert, --tls-key and --tls-ca "+
-			"(or --insecure-dev to allow plaintext on a development machine)", errFlags)
+		if why := f.needsSecurity(join); why != "" {
+			return sc, fmt.Errorf("%w: Raft traffic needs mutual TLS because %s: pass --tls-cert, --tls-key and --tls-ca "+
+				"(or --insecure-dev to allow plaintext on a development machine)", errFlags, why)
+		}
+		log.Warn("plaintext Raft and gossip: this router is alone on loopback; TLS (or --insecure-dev) is required " +
+			"once it binds or advertises a non-loopback address or joins peers")
+		sc.InsecureDev = true
 	}
 	if sc.SuperadminToken, err = readToken(f.adminTokenFile, "ROLTER_ADMIN_TOKEN", getenv); err != nil {
 		return sc, err
@@ -220,6 +219,11 @@ func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) stri
 		sc.InternalToken = hex.EncodeToString(b[:])
 		log.Warn("no internal token: generated a random one for this single router; " +
 			"other routers cannot join it until every router shares ROLTER_INTERNAL_TOKEN")
+	}
+	if rememberID {
+		if err := rememberNodeID(sc.DataDir, sc.NodeID); err != nil {
+			return sc, fmt.Errorf("%w: data dir: %v", errFlags, err)
+		}
 	}
 	return sc, nil
 }

@@ -99,7 +99,9 @@ func TestStoreConfigFlags(t *testing.T) {
 				t.Fatalf("%+v", sc)
 			}
 		}},
-		{name: "plaintext raft refused without --insecure-dev", getenv: getenv, edit: func(f *clusterFlags) { f.insecureDev = false },
+		{name: "plaintext raft refused without --insecure-dev", getenv: getenv, edit: func(f *clusterFlags) {
+			f.insecureDev, f.raftAddr = false, "0.0.0.0:7947"
+		},
 			wantError: "--insecure-dev"},
 		{name: "partial TLS refused", getenv: getenv, edit: func(f *clusterFlags) { f.tlsCert = "c.pem" },
 			wantError: "go together"},
@@ -153,14 +155,123 @@ func TestStoreConfigFlags(t *testing.T) {
 	}
 }
 
-// TestRouterRefusesPlaintextRaft: the command line says what is missing and
-// exits 2 before opening anything.
+// TestRouterRefusesPlaintextRaft: a router reachable from other machines
+// without TLS says what is missing and why, and exits 2 before opening
+// anything.
 func TestRouterRefusesPlaintextRaft(t *testing.T) {
 	example := filepath.Join("..", "..", "examples", "rolter.toml")
 	var stderr bytes.Buffer
 	code := run(context.Background(), []string{"router", "--config", example, "--node-id", "r1",
-		"--http", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--raft", "127.0.0.1:0", "--data-dir", t.TempDir()}, io.Discard, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), "--tls-cert") || !strings.Contains(stderr.String(), "--insecure-dev") {
-		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+		"--http", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--raft", "0.0.0.0:0", "--data-dir", t.TempDir()}, io.Discard, &stderr)
+	for _, want := range []string{"--tls-cert", "--insecure-dev", "--raft 0.0.0.0:0 is not a loopback address"} {
+		if code != 2 || !strings.Contains(stderr.String(), want) {
+			t.Fatalf("exit %d, stderr without %q: %s", code, want, stderr.String())
+		}
+	}
+}
+
+// TestLoopbackNeedsNoTLS: one router alone on loopback starts plaintext
+// with a warning; anything reachable from elsewhere, or any peer, needs TLS
+// or --insecure-dev, and the error says which flag made it so.
+func TestLoopbackNeedsNoTLS(t *testing.T) {
+	noenv := func(string) string { return "" }
+	for _, tc := range []struct {
+		name string
+		edit func(*clusterFlags)
+		want string // "" = starts plaintext with a warning
+	}{
+		{name: "alone on 127.0.0.1", edit: func(*clusterFlags) {}},
+		{name: "alone on localhost with gossip", edit: func(f *clusterFlags) { f.raftAddr, f.gossip.addr = "localhost:7947", "127.0.0.1:7946" }},
+		{name: "alone on ::1", edit: func(f *clusterFlags) { f.raftAddr = "[::1]:7947" }},
+		{name: "raft on every interface", edit: func(f *clusterFlags) { f.raftAddr = "0.0.0.0:7947" }, want: "--raft 0.0.0.0:7947"},
+		{name: "raft advertised elsewhere", edit: func(f *clusterFlags) { f.raftAdvertise = "10.0.0.5:7947" }, want: "--raft-advertise 10.0.0.5:7947"},
+		{name: "gossip on every interface", edit: func(f *clusterFlags) { f.gossip.addr = ":7946" }, want: "--gossip :7946"},
+		{name: "gossip advertised elsewhere", edit: func(f *clusterFlags) {
+			f.gossip.addr, f.gossip.advertise = "127.0.0.1:7946", "10.0.0.5:7946"
+		}, want: "--gossip-advertise"},
+		{name: "raft peers", edit: func(f *clusterFlags) { f.join = "r2=127.0.0.1:7957" }, want: "joins Raft peers"},
+		{name: "gossip seeds", edit: func(f *clusterFlags) { f.gossip.addr, f.join = "127.0.0.1:7946", "127.0.0.1:7956" }, want: "joins a gossip pool"},
+		{name: "expects more routers", edit: func(f *clusterFlags) { f.bootstrapExpect = 3 }, want: "--bootstrap-expect"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := clusterFlags{nodeID: "r1", raftAddr: "127.0.0.1:7947", dataDir: t.TempDir(), internalTokenFile: writeToken(t)}
+			tc.edit(&f)
+			var log bytes.Buffer
+			sc, err := f.storeConfig(&config.Config{}, noenv, slog.New(slog.NewTextHandler(&log, nil)))
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--tls-cert") {
+					t.Fatalf("err %v, want TLS required because of %q", err, tc.want)
+				}
+				f.insecureDev = true
+				if _, err := f.storeConfig(&config.Config{}, noenv, slog.New(slog.DiscardHandler)); err != nil {
+					t.Fatalf("--insecure-dev still refused: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("a lone loopback router was refused: %v", err)
+			}
+			if !sc.InsecureDev || sc.TLS != nil || !strings.Contains(log.String(), "plaintext Raft and gossip") {
+				t.Fatalf("insecure %v, tls %v, log %s", sc.InsecureDev, sc.TLS != nil, log.String())
+			}
+		})
+	}
+}
+
+func writeToken(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "internal-token")
+	if err := os.WriteFile(p, []byte("shared-internal-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDefaultNodeIDsDoNotCollide: a router and a sidecar on one host with
+// no --node-id get different ids; a router keeps its defaulted id in its
+// data dir, and a data dir made under the old hostname default keeps it.
+func TestDefaultNodeIDsDoNotCollide(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatalf("no hostname: %v", err)
+	}
+	noenv := func(string) string { return "" }
+	log := slog.New(slog.DiscardHandler)
+	dir := t.TempDir()
+	f := clusterFlags{raftAddr: "127.0.0.1:7947", dataDir: dir}
+	sc, err := f.storeConfig(&config.Config{}, noenv, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	side, err := defaultNodeID("sidecar", "127.0.0.1:7946")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.NodeID != host+"-router-7947" || side != host+"-sidecar-7946" || sc.NodeID == side {
+		t.Fatalf("router %q, sidecar %q", sc.NodeID, side)
+	}
+	// Restarted on another port, the router keeps the id of its data dir.
+	f.raftAddr = "127.0.0.1:9947"
+	if sc, err = f.storeConfig(&config.Config{}, noenv, log); err != nil || sc.NodeID != host+"-router-7947" {
+		t.Fatalf("after a port change: %q, %v", sc.NodeID, err)
+	}
+	// A data dir from before the rule (a Raft log, no node-id file).
+	old := t.TempDir()
+	if err := os.WriteFile(filepath.Join(old, "raft.db"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.dataDir = old
+	if sc, err = f.storeConfig(&config.Config{}, noenv, log); err != nil || sc.NodeID != host {
+		t.Fatalf("old data dir: %q, %v", sc.NodeID, err)
+	}
+	// --node-id and ROLTER_NODE_ID still win.
+	env := func(k string) string { return map[string]string{"ROLTER_NODE_ID": "from-env"}[k] }
+	f.dataDir = t.TempDir()
+	if sc, _ = f.storeConfig(&config.Config{}, env, log); sc.NodeID != "from-env" {
+		t.Fatalf("env id: %q", sc.NodeID)
+	}
+	f.nodeID = "from-flag"
+	if sc, _ = f.storeConfig(&config.Config{}, env, log); sc.NodeID != "from-flag" {
+		t.Fatalf("flag id: %q", sc.NodeID)
 	}
 }

@@ -37,7 +37,8 @@ func (g *gossipFlags) register(fs *flag.FlagSet, def, help string) {
 	fs.StringVar(&g.addr, "gossip", def, help)
 	fs.StringVar(&g.advertise, "gossip-advertise", "", "HOST:PORT other members reach this node's gossip at (default: --gossip)")
 	fs.StringVar(&g.keyFile, "gossip-key-file", "",
-		"file holding the base64 gossip encryption key (default $"+mesh.KeyEnv+"; required unless --insecure-dev)")
+		"file holding the base64 gossip encryption key (default $"+mesh.KeyEnv+"; required unless --insecure-dev "+
+			"or every gossip address is loopback)")
 }
 
 // errGossip marks unusable gossip flags.
@@ -98,7 +99,7 @@ func parseSeeds(s string) ([]string, error) {
 // keeps trying to join every joinRetry until one answers or ctx ends.
 func startMesh(ctx context.Context, cfg mesh.Config, seeds []string, log *slog.Logger) (*mesh.Node, error) {
 	n, err := mesh.Start(ctx, cfg, seeds)
-	if err == nil || len(seeds) == 0 {
+	if err == nil || len(seeds) == 0 || errors.Is(err, mesh.ErrNameConflict) {
 		return n, err
 	}
 	log.Warn("gossip seeds not reachable yet; starting alone and retrying", "join", seeds, "err", err)

@@ -69,7 +69,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			raftAddr = sc.RaftAddr
 		}
 		meta := mesh.Meta{Role: mesh.RoleRouter, NodeID: sc.NodeID, Build: version, RaftAddr: raftAddr, AdminAddr: admin.Addr().String()}
-		mcfg, err := cf.gossip.meshConfig(sc.NodeID, meta, cf.insecureDev, os.Getenv, log)
+		mcfg, err := cf.gossip.meshConfig(sc.NodeID, meta, sc.InsecureDev, os.Getenv, log)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}

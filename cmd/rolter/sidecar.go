@@ -27,13 +27,24 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var gf gossipFlags
 	gf.register(fs, "127.0.0.1:7946", "HOST:PORT of this sidecar's gossip (memberlist, UDP and TCP)")
 	join := fs.String("join", "", "comma-separated gossip seeds HOST:PORT (routers' or other sidecars' --gossip)")
-	insecure := fs.Bool("insecure-dev", false, "allow unencrypted gossip without a key (development and tests only)")
+	insecure := fs.Bool("insecure-dev", false, "allow unencrypted gossip without a key on non-loopback addresses "+
+		"(development and tests only; on loopback only it is allowed with a warning)")
 	advertise := fs.String("engine-advertise", "",
 		"engine URL routers reach and name in their routes (default --engine; set it when --engine is loopback)")
 	models := fs.String("models", "", "comma-separated models the engine serves, announced for discovery "+
 		"(default: read from the engine's /v1/models, waiting for it to answer)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = strings.TrimSpace(os.Getenv("ROLTER_NODE_ID"))
+	}
+	if cfg.NodeID == "" {
+		id, err := defaultNodeID("sidecar", gf.addr)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		cfg.NodeID = id
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
@@ -51,7 +62,13 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	meta := mesh.Meta{Role: mesh.RoleSidecar, NodeID: cfg.NodeID, EngineURL: engineURL, Build: version}
-	mcfg, err := gf.meshConfig(cfg.NodeID, meta, *insecure, os.Getenv, log)
+	plaintext := *insecure
+	if key, _ := mesh.LoadKey(gf.keyFile, os.Getenv); len(key) == 0 && !plaintext && gf.needsKey(seeds) == "" {
+		log.Warn("unencrypted gossip: this sidecar binds and joins loopback addresses only; a gossip key " +
+			"(or --insecure-dev) is required once it binds, advertises or joins another address")
+		plaintext = true
+	}
+	mcfg, err := gf.meshConfig(cfg.NodeID, meta, plaintext, os.Getenv, log)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
