@@ -188,6 +188,10 @@ func (a *API) routes() {
 	r.Handle("/internal/adaptive-telemetry", http.HandlerFunc(a.postTelemetry)).Methods(http.MethodPost)
 }
 
+// ErrNotReplicated: this router has not applied the seeded state yet (a
+// follower right after the cluster formed), so it cannot check any token.
+var ErrNotReplicated = errors.New("not ready: state not yet replicated")
+
 // principal is the authenticated caller.
 type principal struct {
 	name      string
@@ -205,8 +209,17 @@ func (a *API) auth(role cluster.Role, h handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing bearer admin token", "authentication_error", "missing_token")
 			return
 		}
+		st := a.d.Store.State()
+		if !st.Seeded {
+			// A follower that has not applied the seeded state yet knows
+			// no token at all: saying "invalid" would send the operator
+			// hunting for a wrong token.
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, ErrNotReplicated.Error(), "server_error", "not_ready")
+			return
+		}
 		sum := cluster.HashToken(tok)
-		have, name := a.d.Store.State().TokenRole(sum)
+		have, name := st.TokenRole(sum)
 		if have == cluster.RoleNone {
 			writeError(w, http.StatusUnauthorized, "invalid admin token", "authentication_error", "invalid_token")
 			return

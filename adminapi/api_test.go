@@ -468,3 +468,27 @@ func TestClusterViewListsEngines(t *testing.T) {
 		})
 	}
 }
+
+// unseededStore is a follower that has not applied the seeded state yet.
+type unseededStore struct{ Store }
+
+func (unseededStore) State() *cluster.State { return &cluster.State{} }
+
+// A valid token on a router that has not applied the seed yet is not an
+// invalid token: the answer says to retry, in the OpenAI error shape.
+func TestNotYetReplicatedAnswers503NotInvalidToken(t *testing.T) {
+	api := New(Deps{Store: unseededStore{}, Cluster: nil, InternalToken: internalToken})
+	for _, path := range []string{"/api/v1/cluster", "/api/v1/providers", "/api/v1/adaptive-routing-policy"} {
+		r := call(t, api, http.MethodGet, path, superToken, "")
+		e, _ := r.body["error"].(map[string]any)
+		if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" ||
+			errMessage(r) != "not ready: state not yet replicated" || e["code"] != "not_ready" {
+			t.Errorf("%s: %d Retry-After %q %s, want 503 with Retry-After and \"not ready: state not yet replicated\"",
+				path, r.code, r.hdr.Get("Retry-After"), r.raw)
+		}
+	}
+	// No token at all is still the caller's mistake.
+	if r := call(t, api, http.MethodGet, "/api/v1/cluster", "", ""); r.code != http.StatusUnauthorized {
+		t.Errorf("no token: %d, want 401", r.code)
+	}
+}

@@ -24,9 +24,9 @@ type modelInfo struct {
 // forwarded as is). Provider pins ("provider/model") work but are not
 // listed: they bypass balancing and are an operator's tool.
 func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
-	sn := s.snap.Load()
+	sn := s.awaitSnapshot(r)
 	if sn == nil {
-		writeError(w, ErrNoConfig, 0)
+		writeError(w, ErrNoConfig, noConfigRetryAfter)
 		return
 	}
 	key, err := sn.authenticate(r)

@@ -24,12 +24,12 @@ const statusClientClosed = 499
 // serveInference handles POST /v1/chat/completions, /v1/completions and
 // /v1/embeddings.
 func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
-	start := s.clock.Now()
-	sn := s.snap.Load()
+	sn := s.awaitSnapshot(r)
 	if sn == nil {
-		writeError(w, ErrNoConfig, time.Second)
+		writeError(w, ErrNoConfig, noConfigRetryAfter)
 		return
 	}
+	start := s.clock.Now()
 	label, code := "", 0
 	var counted *pool
 	defer func() {

@@ -54,6 +54,10 @@ type Options struct {
 	// AdminExtra serves every admin-port path AdminHandler does not own
 	// itself (the admin API, the dashboard); nil: 404.
 	AdminExtra http.Handler
+	// ConfigWait bounds how long a request that arrives before the first
+	// Apply waits for it before the 503 (0: DefaultConfigWait; negative:
+	// no wait).
+	ConfigWait time.Duration
 }
 
 // Server is one router's data plane. Create it with New, give it a config
@@ -88,18 +92,27 @@ type Server struct {
 	upstreams map[string]*upstream // by provider name + "\x00" + api_base
 
 	streams sync.Map // API key name → *atomic.Int64 open streams
+
+	configWait     time.Duration
+	configured     chan struct{} // closed by the first successful Apply
+	configuredOnce sync.Once
 }
 
-// New returns a Server with no config: requests get 503 until Apply.
+// New returns a Server with no config: requests wait for the first Apply
+// (up to Options.ConfigWait), then get 503.
 func New(o Options) *Server {
 	s := &Server{
 		log: o.Logger, clock: o.Clock, rand: o.Rand, sleep: o.Sleep, transport: o.Transport,
 		getenv: o.Getenv, reg: o.Registry, engine: o.Engine, sources: o.Sources,
 		learn: o.Learn,
 		base:  o.Base, ready: o.Ready, extra: o.AdminExtra,
-		tracker:   strategies.NewTracker(),
-		policy:    strategies.NewPolicyHolder(strategies.DefaultAdaptivePolicy()),
-		upstreams: map[string]*upstream{},
+		tracker:    strategies.NewTracker(),
+		policy:     strategies.NewPolicyHolder(strategies.DefaultAdaptivePolicy()),
+		upstreams:  map[string]*upstream{},
+		configWait: o.ConfigWait, configured: make(chan struct{}),
+	}
+	if s.configWait == 0 {
+		s.configWait = DefaultConfigWait
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -181,6 +194,7 @@ func (s *Server) ApplyVersion(cfg *config.Config, version uint64) error {
 		s.budget.Store(newRetryBudget(cfg.Retry.Budget))
 	}
 	s.snap.Store(sn)
+	s.markConfigured()
 	s.pruneUpstreams(sn)
 	s.health.reconcile(sn)
 	s.metrics.configVersion.Set(float64(version))
@@ -283,7 +297,8 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // Serve runs the API on api and the admin endpoints on admin (nil: none)
-// until ctx ends; before the first Apply the API answers 503. Then it
+// until ctx ends; a request before the first Apply waits for it (bounded by
+// Options.ConfigWait), then gets 503 with Retry-After. Then it
 // drains: listeners close at once, /readyz turns 503,
 // and requests in flight (streams included) get up to [timeouts] drain to
 // finish before their connections are closed.
