@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/kvblock"
+	"github.com/rolter/rolter/scrape"
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -17,7 +18,7 @@ var ErrConfig = errors.New("invalid sidecar config")
 
 // DefaultLMCacheCapacity is LMCache's default max_local_cpu_size (5 GB),
 // the denominator of the lmcache:local_cache_usage gauge form.
-const DefaultLMCacheCapacity = 5 << 30
+const DefaultLMCacheCapacity = scrape.DefaultLMCacheCapacity
 
 // Config is everything a sidecar needs to know about its engine. Zero
 // durations and sizes take the defaults documented on RegisterFlags.

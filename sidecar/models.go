@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rolter/rolter/scrape"
 )
 
 // EngineModels is what the engine's /v1/models lists: base models, and the
@@ -28,7 +30,7 @@ func ParseModels(body []byte) (EngineModels, error) {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &v); err != nil {
-		return EngineModels{}, fmt.Errorf("%w: models: %w", ErrScrape, err)
+		return EngineModels{}, fmt.Errorf("%w: models: %w", scrape.ErrScrape, err)
 	}
 	var m EngineModels
 	for _, d := range v.Data {
@@ -52,7 +54,7 @@ func (s *Sidecar) modelsLoop(ctx context.Context) {
 	every(ctx, s.cfg.ModelsInterval, func() {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.ScrapeTimeout)
 		defer cancel()
-		body, _, err := fetch(rctx, s.opts.Client, url)
+		body, _, err := scrape.Fetch(rctx, s.opts.Client, url)
 		var m EngineModels
 		if err == nil {
 			m, err = ParseModels(body)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rolter/rolter/scrape"
 )
 
 // Options carries a sidecar's injected dependencies; zero values are the
@@ -50,8 +52,8 @@ type Sidecar struct {
 
 // telemetry holds the latest results of the background pollers.
 type telemetry struct {
-	metrics         atomic.Pointer[polled[EngineMetrics]]
-	lmcache         atomic.Pointer[polled[LMCacheSignal]]
+	metrics         atomic.Pointer[polled[scrape.EngineMetrics]]
+	lmcache         atomic.Pointer[polled[scrape.LMCacheSignal]]
 	models          atomic.Pointer[polled[EngineModels]]
 	metricsFailures atomic.Uint64
 	lmcacheFailures atomic.Uint64
@@ -231,10 +233,10 @@ func (s *Sidecar) metricsLoop(ctx context.Context) {
 	every(ctx, s.cfg.ScrapeInterval, func() {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.ScrapeTimeout)
 		defer cancel()
-		body, _, err := fetch(rctx, s.opts.Client, url)
-		var m EngineMetrics
+		body, _, err := scrape.Fetch(rctx, s.opts.Client, url)
+		var m scrape.EngineMetrics
 		if err == nil {
-			m, err = ParseEngineMetrics(strings.NewReader(string(body)))
+			m, err = scrape.ParseEngineMetrics(strings.NewReader(string(body)))
 		}
 		prev := s.tel.metrics.Load()
 		if err != nil {
@@ -245,13 +247,13 @@ func (s *Sidecar) metricsLoop(ctx context.Context) {
 			if prev == nil || prev.lastOK {
 				s.log.Warn("engine metrics scrape failed", "url", url, "err", err)
 			}
-			next := &polled[EngineMetrics]{}
+			next := &polled[scrape.EngineMetrics]{}
 			if prev != nil {
 				next.v, next.at = prev.v, prev.at
 			}
 			s.tel.metrics.Store(next)
 		} else {
-			s.tel.metrics.Store(&polled[EngineMetrics]{v: m, at: s.now(), lastOK: true})
+			s.tel.metrics.Store(&polled[scrape.EngineMetrics]{v: m, at: s.now(), lastOK: true})
 		}
 		s.pub.PublishStatus(s.Status())
 	})
@@ -261,10 +263,10 @@ func (s *Sidecar) lmcacheLoop(ctx context.Context) {
 	every(ctx, s.cfg.LMCacheInterval, func() {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.ScrapeTimeout)
 		defer cancel()
-		body, _, err := fetch(rctx, s.opts.Client, s.cfg.LMCache)
-		var sig LMCacheSignal
+		body, _, err := scrape.Fetch(rctx, s.opts.Client, s.cfg.LMCache)
+		var sig scrape.LMCacheSignal
 		if err == nil {
-			sig, err = ParseLMCache(body, s.cfg.LMCacheCapacity)
+			sig, err = scrape.ParseLMCache(body, s.cfg.LMCacheCapacity)
 		}
 		prev := s.tel.lmcache.Load()
 		if err != nil {
@@ -275,14 +277,14 @@ func (s *Sidecar) lmcacheLoop(ctx context.Context) {
 			if prev == nil || prev.lastOK {
 				s.log.Warn("lmcache poll failed", "url", s.cfg.LMCache, "err", err)
 			}
-			next := &polled[LMCacheSignal]{}
+			next := &polled[scrape.LMCacheSignal]{}
 			if prev != nil {
 				next.v, next.at = prev.v, prev.at
 			}
 			s.tel.lmcache.Store(next)
 			return
 		}
-		s.tel.lmcache.Store(&polled[LMCacheSignal]{v: sig, at: s.now(), lastOK: true})
+		s.tel.lmcache.Store(&polled[scrape.LMCacheSignal]{v: sig, at: s.now(), lastOK: true})
 	})
 }
 

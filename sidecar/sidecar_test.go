@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/rolter/rolter/scrape"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -210,8 +212,8 @@ func TestStatusGoesStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc.tel.metrics.Store(&polled[EngineMetrics]{v: EngineMetrics{Running: 3}, at: clock(), lastOK: true})
-	sc.tel.lmcache.Store(&polled[LMCacheSignal]{v: LMCacheSignal{Occupancy: 0.5, Available: true}, at: clock(), lastOK: true})
+	sc.tel.metrics.Store(&polled[scrape.EngineMetrics]{v: scrape.EngineMetrics{Running: 3}, at: clock(), lastOK: true})
+	sc.tel.lmcache.Store(&polled[scrape.LMCacheSignal]{v: scrape.LMCacheSignal{Occupancy: 0.5, Available: true}, at: clock(), lastOK: true})
 	if s := sc.Status(); !s.MetricsOK || !s.LMCacheOK || s.Running != 3 {
 		t.Fatalf("fresh status %+v", s)
 	}

@@ -1,4 +1,4 @@
-package sidecar
+package scrape
 
 import (
 	"bytes"
@@ -11,6 +11,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
+
+// DefaultLMCacheCapacity is LMCache's default max_local_cpu_size (5 GB),
+// the denominator of the lmcache:local_cache_usage gauge form.
+const DefaultLMCacheCapacity = 5 << 30
 
 // ErrNoLMCacheSignal: the LMCache answer carries neither contract.
 var ErrNoLMCacheSignal = errors.New("no LMCache occupancy signal")

@@ -1,4 +1,4 @@
-package sidecar
+package scrape
 
 import (
 	"context"
@@ -186,8 +186,8 @@ func clamp01(v float64) float64 {
 	return v
 }
 
-// fetch GETs url with a timeout and returns at most maxScrapeBody bytes.
-func fetch(ctx context.Context, client *http.Client, url string) ([]byte, string, error) {
+// Fetch GETs url with a timeout and returns at most maxScrapeBody bytes.
+func Fetch(ctx context.Context, client *http.Client, url string) ([]byte, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrScrape, err)
