@@ -22,6 +22,7 @@ type Config struct {
 	Health          Health          `toml:"health"`
 	Timeouts        Timeouts        `toml:"timeouts"`
 	Limits          Limits          `toml:"limits"`
+	MetricsScrape   MetricsScrape   `toml:"metrics_scrape"`
 	Keys            []Key           `toml:"keys"`
 }
 
@@ -35,6 +36,41 @@ type Provider struct {
 	PriceOutPerMtok float64 `toml:"price_out_per_mtok"`
 	// ReadOnly entries cannot be changed through the admin API.
 	ReadOnly bool `toml:"readonly"`
+	// LMCache is [providers.lmcache]: the router polls the engine's LMCache
+	// signal itself (for lmcache_aware without a sidecar). Like [health]
+	// it is read from this router's rolter.toml and never replicated: it
+	// applies to the provider of that name wherever the provider came from.
+	LMCache *LMCache `toml:"lmcache"`
+}
+
+// LMCache is a provider's [providers.lmcache] table.
+type LMCache struct {
+	// URL answers the JSON contract {"occupancy": 0..1, "cache_available":
+	// bool} or Prometheus text with lmcache:local_cache_usage (bytes).
+	URL string `toml:"url"`
+	// Interval is the poll period (default 1s).
+	Interval Duration `toml:"interval"`
+	// CapacityBytes is the CPU tier size for the gauge form (default
+	// 5 GiB, LMCache's max_local_cpu_size default).
+	CapacityBytes int64 `toml:"capacity_bytes"`
+}
+
+// MetricsScrape is the [metrics_scrape] section: the router scrapes every
+// provider's /metrics in the background and folds the engine's scheduler
+// queue (running + waiting requests) into the load view, for routers that
+// run without sidecars. Where a live sidecar reports the same engine, the
+// sidecar wins. Writing the section enables it (enabled defaults to true
+// then); it is process-local, like [health].
+type MetricsScrape struct {
+	Enabled  bool     `toml:"enabled"`
+	Interval Duration `toml:"interval"`
+	Timeout  Duration `toml:"timeout"`
+	// Path is appended to the provider's api_base with any /v1 suffix
+	// removed (default /metrics).
+	Path string `toml:"path"`
+	// StaleAfter: a scrape older than this is ignored (the load view falls
+	// back to the router's own in-flight count).
+	StaleAfter Duration `toml:"stale_after"`
 }
 
 // Target is one member of a route: a provider and the model forwarded to it.
@@ -185,6 +221,8 @@ func Default() Config {
 		Timeouts: Timeouts{Connect: d(5 * time.Second), FirstByte: d(120 * time.Second), Request: d(30 * time.Minute),
 			ReadHeader: d(10 * time.Second), ReadBody: d(60 * time.Second), Idle: d(120 * time.Second), Drain: d(30 * time.Second)},
 		Limits: Limits{MaxBodyBytes: 32 << 20, MaxHeaderBytes: 64 << 10, AllowedSchemes: []string{"http", "https"}},
+		MetricsScrape: MetricsScrape{Interval: d(time.Second), Timeout: d(500 * time.Millisecond), Path: "/metrics",
+			StaleAfter: d(5 * time.Second)},
 	}
 }
 

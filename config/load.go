@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/rolter/rolter/strategies"
@@ -59,21 +60,29 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, file, err)
 	}
-	if und := md.Undecoded(); len(und) > 0 {
-		var errs []error
-		for _, k := range und {
+	var errs []error
+	for _, k := range md.Undecoded() {
+		if !isCompatKey(k) {
 			errs = append(errs, &FieldError{File: file, Field: k.String(), Msg: "unknown key"})
 		}
+	}
+	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
-	if err := cfg.normalize(file, getenv); err != nil {
-		return nil, err
+	errs = applyCompat(file, data, &cfg)
+	if md.IsDefined("metrics_scrape") && !md.IsDefined("metrics_scrape", "enabled") {
+		cfg.MetricsScrape.Enabled = true
+	}
+	errs = append(errs, cfg.check(file, getenv)...)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	return &cfg, nil
 }
 
-// normalize fills per-entry defaults and validates the whole config.
-func (c *Config) normalize(file string, getenv func(string) string) error {
+// check fills per-entry defaults and validates the whole config,
+// returning each failure.
+func (c *Config) check(file string, getenv func(string) string) []error {
 	v := &validator{file: file}
 	providers := map[string]bool{}
 	for i := range c.Providers {
@@ -95,6 +104,21 @@ func (c *Config) normalize(file string, getenv func(string) string) error {
 		}
 		if p.APIKeyEnv != "" && getenv(p.APIKeyEnv) == "" {
 			v.add(entry, "api_key_env", fmt.Sprintf("environment variable %s is empty or unset", p.APIKeyEnv))
+		}
+		if l := p.LMCache; l != nil {
+			if err := c.Limits.CheckBaseURL(l.URL); err != nil {
+				v.add(entry, "lmcache.url", err.Error())
+			}
+			if l.Interval.Duration == 0 {
+				l.Interval = d(time.Second)
+			} else if l.Interval.Duration < 0 {
+				v.add(entry, "lmcache.interval", "must be a positive duration")
+			}
+			if l.CapacityBytes == 0 {
+				l.CapacityBytes = 5 << 30
+			} else if l.CapacityBytes < 0 {
+				v.add(entry, "lmcache.capacity_bytes", "must be > 0")
+			}
 		}
 	}
 	models := map[string]bool{}
@@ -191,7 +215,7 @@ func (c *Config) normalize(file string, getenv func(string) string) error {
 			k.SHA256 = strings.ToLower(k.SHA256)
 		}
 	}
-	return v.err()
+	return v.errs
 }
 
 func (c *Config) validateTuning(v *validator) {
@@ -246,6 +270,13 @@ func (c *Config) validateTuning(v *validator) {
 	}
 	if len(c.Limits.AllowedSchemes) == 0 {
 		v.add("limits", "allowed_schemes", "must name at least one scheme")
+	}
+	m := c.MetricsScrape
+	pos("metrics_scrape", "interval", m.Interval)
+	pos("metrics_scrape", "timeout", m.Timeout)
+	pos("metrics_scrape", "stale_after", m.StaleAfter)
+	if !strings.HasPrefix(m.Path, "/") {
+		v.add("metrics_scrape", "path", "must start with '/'")
 	}
 }
 
@@ -334,11 +365,4 @@ func (v *validator) target(entry string, t *Target, providers map[string]bool) {
 	case t.Weight < 0:
 		v.add(entry, "weight", "must be an integer ≥ 1")
 	}
-}
-
-func (v *validator) err() error {
-	if len(v.errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(v.errs...))
 }
