@@ -55,6 +55,18 @@ type LMCache struct {
 	CapacityBytes int64 `toml:"capacity_bytes"`
 }
 
+// LMCacheTables returns the providers' [providers.lmcache] tables by
+// provider name (providers without one are left out).
+func (c *Config) LMCacheTables() map[string]*LMCache {
+	out := map[string]*LMCache{}
+	for _, p := range c.Providers {
+		if p.LMCache != nil {
+			out[p.Name] = p.LMCache
+		}
+	}
+	return out
+}
+
 // MetricsScrape is the [metrics_scrape] section: the router scrapes every
 // provider's /metrics in the background and folds the engine's scheduler
 // queue (running + waiting requests) into the load view, for routers that

@@ -183,6 +183,14 @@ func (t *Targets) Load(i int) (uint64, bool) { return t.at(i).load() }
 // max(queue − own, Σ others). ok is false when neither is known.
 func (v *View) Load(url string) (uint64, bool) { return v.lookup(url).load() }
 
+// Reported reports whether a live sidecar's status for the engine at url
+// is fresh: Load's answer then comes from the engine's own queue, not only
+// from other routers' in-flight counts.
+func (v *View) Reported(url string) bool {
+	e := v.lookup(url)
+	return e != nil && e.fresh.Load()
+}
+
 func (e *engine) load() (uint64, bool) {
 	if e == nil {
 		return 0, false

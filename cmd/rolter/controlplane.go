@@ -24,6 +24,7 @@ import (
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/dashboard"
 	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/scrape"
 )
 
 // clusterFlags are `rolter router`'s control-plane flags.
@@ -238,6 +239,9 @@ type controlPlane struct {
 	pusher *adminapi.Pusher
 	log    *slog.Logger
 	mesh   *meshRouter // nil without gossip
+	// poller is [metrics_scrape] and [providers.lmcache]: engine state for
+	// engines no sidecar reports.
+	poller *scrape.Poller
 
 	mu      sync.Mutex
 	base    *config.Config // process-local sections (retry, breaker, health, timeouts, limits)
@@ -270,15 +274,19 @@ func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.
 	deps := adminapi.Deps{Store: store, Cluster: store, InternalToken: sc.InternalToken, Limits: base.Limits, Logger: log}
 	opts := router.Options{Logger: log, Base: base, Ready: cp.ready}
 	var peers adminapi.Endpoints = staticEndpoints(peerAdmin)
+	cp.poller = scrape.NewPoller(scrape.Options{Logger: log, Inflight: func() map[string]uint64 { return cp.srv.InflightByBase() }})
+	opts.Engine, opts.Sources = cp.poller, cp.poller
 	if node != nil {
 		cp.mesh = newMeshRouter(node.View(), time.Now)
-		opts.Engine, opts.Sources, opts.Learn = cp.mesh, cp.mesh, cp.mesh
+		opts.Engine, opts.Sources = router.PreferLoad(cp.mesh, cp.poller), router.PreferSources(cp.mesh, cp.poller)
+		opts.Learn = cp.mesh
 		deps.Inventory, deps.Engines = inv, inv
 		peers = inv
 	}
 	cp.api = adminapi.New(deps)
 	opts.AdminExtra = cp.adminHandler()
 	cp.srv = router.New(opts)
+	cp.srv.Registry().MustRegister(cp.poller)
 	if node != nil {
 		cp.srv.Registry().MustRegister(node.Collector(), cp.mesh.learned)
 	}
@@ -299,9 +307,10 @@ func (cp *controlPlane) run(ctx context.Context, api, admin net.Listener) error 
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); cp.follow(bg) }()
 	go func() { defer wg.Done(); cp.pusher.Run(bg) }()
+	go func() { defer wg.Done(); cp.poller.Run(bg) }()
 	if cp.mesh != nil {
 		wg.Add(3)
 		go func() { defer wg.Done(); cp.mesh.publishInflight(bg, inflightInterval, cp.srv.InflightByBase) }()
@@ -379,6 +388,7 @@ func (cp *controlPlane) applyState() {
 		cfg = discover(cfg, cp.mesh.view.Engines)
 	}
 	discovered := discoveredKey(cfg)
+	cp.poller.Set(cfg, cp.base.LMCacheTables())
 	if err := cp.srv.ApplyVersion(cfg, st.ConfigVersion); err != nil {
 		cp.log.Error("replicated config does not build; keeping the running snapshot",
 			"config_version", st.ConfigVersion, "err", err)

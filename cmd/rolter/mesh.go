@@ -187,6 +187,10 @@ func (m *meshRouter) key(apiBase string) string {
 // Load implements router.EngineView.
 func (m *meshRouter) Load(apiBase string) (uint64, bool) { return m.view.Load(m.key(apiBase)) }
 
+// Reported implements router.EngineReporter: a live sidecar reports the
+// engine, so it wins over the router's own [metrics_scrape].
+func (m *meshRouter) Reported(apiBase string) bool { return m.view.Reported(m.key(apiBase)) }
+
 // Sources implements router.SourceFactory over the view's Targets.
 func (m *meshRouter) Sources(apiBases []string) (strategies.Residency, strategies.CacheSignal, strategies.AdapterResidency) {
 	urls := make([]string, len(apiBases))

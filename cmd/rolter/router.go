@@ -14,6 +14,7 @@ import (
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/scrape"
 )
 
 // runRouter is `rolter router`: the Raft replica of the control plane, the
@@ -104,10 +105,18 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // runStandalone serves the data plane from the config file alone,
 // reloading it on SIGHUP.
 func runStandalone(ctx context.Context, cfg *config.Config, path, httpAddr, adminAddr string, stdout io.Writer, log *slog.Logger) error {
-	srv := router.New(router.Options{Logger: log, Base: cfg})
+	var srv *router.Server
+	poller := scrape.NewPoller(scrape.Options{Logger: log, Inflight: func() map[string]uint64 { return srv.InflightByBase() }})
+	srv = router.New(router.Options{Logger: log, Base: cfg, Engine: poller, Sources: poller})
+	srv.Registry().MustRegister(poller)
+	poller.Set(cfg, cfg.LMCacheTables())
 	if err := srv.Apply(cfg); err != nil {
 		return err
 	}
+	pctx, stopPoller := context.WithCancel(ctx)
+	pollerDone := make(chan struct{})
+	go func() { poller.Run(pctx); close(pollerDone) }()
+	defer func() { stopPoller(); <-pollerDone }()
 	api, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
@@ -119,10 +128,15 @@ func runStandalone(ctx context.Context, cfg *config.Config, path, httpAddr, admi
 	}
 	fmt.Fprintf(stdout, "rolter router (standalone): API on http://%s/v1, admin on http://%s (metrics, healthz, readyz)\n",
 		api.Addr(), admin.Addr())
+	running := cfg // touched by the reload goroutine only
 	go reloadOnHUP(ctx, path, log, func(c *config.Config) {
+		poller.Set(c, c.LMCacheTables())
 		if err := srv.Apply(c); err != nil {
+			poller.Set(running, running.LMCacheTables())
 			log.Error("config reload failed; keeping the running config", "path", path, "err", err)
+			return
 		}
+		running = c
 	})
 	return srv.Serve(ctx, api, admin)
 }
