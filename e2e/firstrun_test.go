@@ -222,6 +222,9 @@ func firstSecond(t *testing.T, bin Binary, dir string, round int) {
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
+	var held, notReady, readyAfter []time.Duration // per router: first chat's wait, admin 503s, time to ready
+	start := time.Now()
+	note := func(list *[]time.Duration, d time.Duration) { mu.Lock(); *list = append(*list, d); mu.Unlock() }
 	chat := `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
 	for _, r := range rs {
 		wg.Add(2)
@@ -230,11 +233,13 @@ func firstSecond(t *testing.T, bin Binary, dir string, round int) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
+				sent := time.Now()
 				code, b, err := DoHeaders(ctx, http.MethodPost, "http://"+r.api+"/v1/chat/completions", "", chat)
 				if err != nil {
 					time.Sleep(5 * time.Millisecond) // not listening yet
 					continue
 				}
+				note(&held, time.Since(sent))
 				if code.Status != http.StatusOK {
 					report("%s: first chat answered %d %s (Retry-After %q)", r.id, code.Status, b, code.RetryAfter)
 				}
@@ -263,9 +268,11 @@ func firstSecond(t *testing.T, bin Binary, dir string, round int) {
 				}
 				switch {
 				case h.Status == http.StatusOK && ready == http.StatusOK:
+					note(&readyAfter, time.Since(start))
 					return
 				case h.Status == http.StatusOK:
 				case h.Status == http.StatusServiceUnavailable && h.RetryAfter != "":
+					note(&notReady, 0)
 				default:
 					report("%s: a valid admin token got %d %s (Retry-After %q)", r.id, h.Status, b, h.RetryAfter)
 					return
@@ -276,6 +283,8 @@ func firstSecond(t *testing.T, bin Binary, dir string, round int) {
 		}()
 	}
 	wg.Wait()
+	t.Logf("first chat per router answered after %v (held until the config); admin 503 not-ready answers before ready: %d; ready with a working token after %v",
+		held, len(notReady), readyAfter)
 	for _, p := range problems {
 		t.Error(p)
 	}
