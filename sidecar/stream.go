@@ -74,6 +74,7 @@ func newStream(src Source, rep Replayer, topic string, tr *Tracker, log *slog.Lo
 
 // run receives and applies messages until ctx is done.
 func (s *stream) run(ctx context.Context) error {
+	s.probe(ctx)
 	backoff := time.NewTimer(0)
 	defer backoff.Stop()
 	for {
@@ -131,6 +132,32 @@ func (s *stream) handle(ctx context.Context, m Message) {
 		s.tracker.SetState(StateExact)
 	} else {
 		s.tracker.SetState(StateDegraded)
+	}
+}
+
+// probe asks the replay endpoint, before any live message, for the whole
+// history. An empty answer means the engine has published nothing yet, so
+// its cache is empty and the view is EXACT from the start: an idle engine
+// need not wait for its first request to be scored. Without a replay
+// endpoint (or when the answer is not empty) the first live message
+// decides, as start says.
+func (s *stream) probe(ctx context.Context) {
+	if !s.canReplay() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.replayTimeout)
+	defer cancel()
+	s.stats.Replays.Add(1)
+	msgs, err := s.rep.Replay(rctx, 0)
+	if err != nil {
+		s.stats.ReplayFailures.Add(1)
+		s.log.Warn("kv events: replay endpoint did not answer at start", "err", err)
+		return
+	}
+	if len(msgs) == 0 && !s.started {
+		s.exact = true
+		s.tracker.SetState(StateExact)
+		s.log.Info("kv events: the engine has published no event yet (empty replay): residency EXACT and empty")
 	}
 }
 

@@ -446,3 +446,45 @@ func BenchmarkStreamMessage(b *testing.B) {
 		}
 	}
 }
+
+// An engine that has published nothing yet (its replay buffer is empty)
+// has an empty cache: the view is EXACT before the first request, instead
+// of waiting for it. A history in the buffer, or no replay endpoint,
+// leaves the first live message to decide.
+func TestIdleEngineIsExactFromAnEmptyReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		history int  // batches already published
+		replay  bool // engine has a replay endpoint
+		want    ViewState
+	}{
+		{"idle engine with replay", 0, true, StateExact},
+		{"engine with history", 2, true, StateUnknown},
+		{"no replay endpoint", 0, false, StateUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := NewMemSource(1, 16)
+			e := newFakeEngine(t, 5, 0)
+			for range tc.history {
+				src.Record(e.step())
+			}
+			var rep Replayer
+			if tc.replay {
+				rep = src
+			}
+			tr := NewTracker(16, 1)
+			st := newStream(&scriptedSource{}, rep, "", tr, discardLog(), fixedNow, time.Second, &StreamStats{})
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- st.run(ctx) }()
+			if tc.want == StateExact {
+				eventually(t, "EXACT from the empty replay", func() bool { return tr.State() == StateExact })
+			}
+			cancel()
+			<-done
+			if got := tr.State(); got != tc.want {
+				t.Fatalf("state %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
