@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -239,19 +238,6 @@ type Pusher struct {
 	Logger *slog.Logger
 
 	hadRoutes bool
-}
-
-// ResolveNodeID returns ROLTER_NODE_ID, else the hostname; ok is false
-// (and a warning is logged) when neither resolves.
-func ResolveNodeID(getenv func(string) string, log *slog.Logger) (string, bool) {
-	if id := getenv("ROLTER_NODE_ID"); id != "" {
-		return id, true
-	}
-	if h, err := os.Hostname(); err == nil && h != "" {
-		return h, true
-	}
-	log.Warn("no node identity: set ROLTER_NODE_ID; adaptive-routing telemetry reports will be refused")
-	return "", false
 }
 
 // Run pushes until ctx ends.
