@@ -96,8 +96,10 @@ func parseSeeds(s string) ([]string, error) {
 
 // startMesh starts the node and joins seeds. Seeds that are not up yet
 // (a pool starting in any order) do not stop the node: it starts alone and
-// keeps trying to join every joinRetry until one answers or ctx ends.
-func startMesh(ctx context.Context, cfg mesh.Config, seeds []string, log *slog.Logger) (*mesh.Node, error) {
+// keeps trying to join every joinRetry until one answers or ctx ends. A
+// node id already taken in the pool is an error: at once when the seeds
+// answer at start, else through stop when the late join reveals it.
+func startMesh(ctx context.Context, cfg mesh.Config, seeds []string, log *slog.Logger, stop context.CancelCauseFunc) (*mesh.Node, error) {
 	n, err := mesh.Start(ctx, cfg, seeds)
 	if err == nil || len(seeds) == 0 || errors.Is(err, mesh.ErrNameConflict) {
 		return n, err
@@ -119,6 +121,10 @@ func startMesh(ctx context.Context, cfg mesh.Config, seeds []string, log *slog.L
 				return // someone joined us
 			}
 			if err := n.Join(seeds); err == nil {
+				if err := n.Conflict(); err != nil {
+					stop(err)
+					return
+				}
 				log.Info("joined the gossip pool", "join", seeds, "members", n.NumMembers())
 				return
 			}

@@ -367,3 +367,44 @@ func TestInflightReachesOtherRouters(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A sidecar started before its seed (the router) is up joins later; if
+// the router turns out to have its node id, the sidecar is stopped with
+// the conflict instead of running on, ignored by the pool.
+func TestLateJoinWithATakenNodeIDStops(t *testing.T) {
+	addr := loopbackAddr(t)
+	host, port, _ := splitHostPort(addr)
+	ctx, stop := context.WithCancelCause(t.Context())
+	defer stop(nil)
+	log := slog.New(slog.DiscardHandler)
+	joiner, err := startMesh(ctx, mesh.Config{Name: "host-1", Meta: mesh.Meta{Role: mesh.RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
+		BindAddr: "127.0.0.1", InsecureDev: true, Tune: mesh.FastTune}, []string{addr}, log, stop)
+	if err != nil {
+		t.Fatalf("a sidecar whose seed is not up yet must start alone: %v", err)
+	}
+	defer joiner.Close()
+	incumbent, err := mesh.Start(t.Context(), mesh.Config{Name: "host-1", Meta: mesh.Meta{Role: mesh.RoleRouter},
+		BindAddr: host, BindPort: port, InsecureDev: true, Tune: mesh.FastTune}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer incumbent.Close()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late joiner kept running with a taken node id")
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, mesh.ErrNameConflict) || !strings.Contains(cause.Error(), addr) {
+		t.Fatalf("stopped by %v, want the name conflict naming %s", cause, addr)
+	}
+}
+
+func loopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -63,6 +64,8 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 	var node *mesh.Node
 	var inv *meshInventory
+	ctx, stop := context.WithCancelCause(ctx) // stopped by a node id conflict found late
+	defer stop(nil)
 	if cf.gossip.addr != "" {
 		join, _ := parseJoin(cf.join) // storeConfig checked it
 		raftAddr := sc.Advertise
@@ -74,7 +77,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
-		if node, err = startMesh(ctx, mcfg, join.seeds, log); err != nil {
+		if node, err = startMesh(ctx, mcfg, join.seeds, log, stop); err != nil {
 			return err
 		}
 		defer func() {
@@ -99,7 +102,11 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "rolter router %s: API on http://%s/v1, admin on http://%s (api, ui, metrics, healthz, readyz), raft on %s, gossip %s\n",
 		sc.NodeID, api.Addr(), admin.Addr(), cp.store.RaftAddr(), gossip)
-	return cp.run(ctx, api, admin)
+	err = cp.run(ctx, api, admin)
+	if cause := context.Cause(ctx); errors.Is(cause, mesh.ErrNameConflict) {
+		return cause
+	}
+	return err
 }
 
 // runStandalone serves the data plane from the config file alone,

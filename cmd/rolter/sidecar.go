@@ -78,7 +78,9 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	node, err := startMesh(ctx, mcfg, seeds, log)
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	node, err := startMesh(ctx, mcfg, seeds, log, stop)
 	if err != nil {
 		return err
 	}
@@ -97,7 +99,11 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "rolter sidecar %s: engine %s (models %s), gossip on %s, metrics on %s\n",
 		cfg.NodeID, engineURL, strings.Join(mcfg.Meta.Models, ","), node.Addr(), cfg.MetricsAddr)
-	return sc.Run(ctx)
+	err = sc.Run(ctx)
+	if cause := context.Cause(ctx); errors.Is(cause, mesh.ErrNameConflict) {
+		return cause
+	}
+	return err
 }
 
 func splitList(s string) []string {
