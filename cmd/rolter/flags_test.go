@@ -275,3 +275,17 @@ func TestDefaultNodeIDsDoNotCollide(t *testing.T) {
 		t.Fatalf("flag id: %q", sc.NodeID)
 	}
 }
+
+// TestSidecarGossipKeyOnlyOffLoopback: a sidecar joining a seed on another
+// machine without a gossip key is refused, saying why; on loopback it
+// would start (TestFirstRunRouterAndSidecarOnOneHost runs that).
+func TestSidecarGossipKeyOnlyOffLoopback(t *testing.T) {
+	t.Setenv("ROLTER_GOSSIP_KEY", "")
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"sidecar", "--engine", "http://127.0.0.1:1", "--models", "m",
+		"--gossip", "127.0.0.1:0", "--join", "10.0.0.9:7946", "--metrics-addr", ""}, io.Discard, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--join 10.0.0.9:7946 is not a loopback address") ||
+		!strings.Contains(stderr.String(), "--insecure-dev") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}

@@ -63,12 +63,16 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	meta := mesh.Meta{Role: mesh.RoleSidecar, NodeID: cfg.NodeID, EngineURL: engineURL, Build: version}
 	plaintext := *insecure
-	if key, _ := mesh.LoadKey(gf.keyFile, os.Getenv); len(key) == 0 && !plaintext && gf.needsKey(seeds) == "" {
+	why := gf.needsKey(seeds)
+	if key, _ := mesh.LoadKey(gf.keyFile, os.Getenv); len(key) == 0 && !plaintext && why == "" {
 		log.Warn("unencrypted gossip: this sidecar binds and joins loopback addresses only; a gossip key " +
 			"(or --insecure-dev) is required once it binds, advertises or joins another address")
 		plaintext = true
 	}
 	mcfg, err := gf.meshConfig(cfg.NodeID, meta, plaintext, os.Getenv, log)
+	if errors.Is(err, mesh.ErrNoGossipKey) {
+		return fmt.Errorf("%w: %w (required because %s)", errUsage, err, why)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
