@@ -1,0 +1,87 @@
+package strategies
+
+import "github.com/rolter/rolter/kvblock"
+
+// PrefillWait scores a target by the prefill work this request would wait
+// for there: the prompt tokens already queued for prefill on the target
+// (RouteContext.QueuedPrefill) plus this request's own uncached tokens (its
+// prompt minus the prefix of RouteContext.BlockKeys the target holds, read
+// through Spec.Residency; without block keys or an EXACT view nothing is
+// taken as resident). Time to first token grows with exactly that sum, so
+// the target with the least of it scores 1 and another scores
+//
+//	score_i = 1 − (wait_i − wait_min) / (wait_min + PromptTokens + slack)
+//
+// where a target within Slack of the best counts as the best: every
+// router of a mesh sees the others' queues somewhat late, and routers
+// that all break a near-tie the same way send their next requests to the
+// same engine (herding). Ties go to MaxScorePicker's random choice.
+//
+// Without QueuedPrefill (nil or shorter than the target list) the scorer
+// is neutral (all 0); the stack's other scorers then decide. Inputs:
+// RouteContext.QueuedPrefill, BlockKeys, PromptTokens, Spec.Residency.
+type PrefillWait struct {
+	res Residency
+	// Slack is the margin, in prompt tokens, within which targets tie.
+	Slack int
+}
+
+// prefillSlack is precise_cache_aware's tie margin: a quarter of vLLM's
+// default 8192-token prefill chunk, so targets that would start this
+// request's prefill within about the same engine step tie and the random
+// tie-break spreads them (BENCHMARKS.md §1 measures it).
+const prefillSlack = 2048
+
+// Score implements Scorer.
+func (s PrefillWait) Score(c *Cycle, cands []int, out []float64) {
+	q := c.Ctx.QueuedPrefill
+	if len(q) < c.n || len(cands) == 0 {
+		return
+	}
+	keys := c.Ctx.BlockKeys
+	prompt := max(c.Ctx.PromptTokens, len(keys)*kvblock.DefaultBlockSize)
+	resident := c.ints[:c.n]
+	clear(resident)
+	if s.res != nil && len(keys) > 0 {
+		if b, ok := s.res.(ResidencyBatch); ok {
+			b.ResidentPrefixes(keys, resident)
+		} else {
+			for _, t := range cands {
+				if n, ok := s.res.ResidentPrefix(t, keys); ok {
+					resident[t] = n
+				}
+			}
+		}
+	}
+	// out holds each candidate's wait until it is turned into a score.
+	lo := -1.0
+	for k, t := range cands {
+		own := prompt - min(max(resident[t], 0), len(keys))*kvblock.DefaultBlockSize
+		out[k] = float64(q[t]) + float64(max(own, 0))
+		if lo < 0 || out[k] < lo {
+			lo = out[k]
+		}
+	}
+	span := lo + float64(prompt) + float64(s.Slack) + 1
+	for k := range cands {
+		d := out[k] - lo - float64(s.Slack)
+		if d <= 0 {
+			out[k] = 1
+			continue
+		}
+		out[k] = 1 - d/span
+	}
+}
+
+// withoutPrefill is its scorer when the router supplies no
+// RouteContext.QueuedPrefill, and neutral (all 0) when it does: the
+// request-count fallback of a stack whose PrefillWait decides otherwise.
+type withoutPrefill struct{ Scorer }
+
+// Score implements Scorer.
+func (w withoutPrefill) Score(c *Cycle, cands []int, out []float64) {
+	if len(c.Ctx.QueuedPrefill) >= c.n {
+		return
+	}
+	w.Scorer.Score(c, cands, out)
+}
