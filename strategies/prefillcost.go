@@ -26,11 +26,11 @@ type PrefillWait struct {
 	Slack int
 }
 
-// prefillSlack is precise_cache_aware's tie margin: a quarter of vLLM's
-// default 8192-token prefill chunk, so targets that would start this
-// request's prefill within about the same engine step tie and the random
-// tie-break spreads them (BENCHMARKS.md §1 measures it).
-const prefillSlack = 2048
+// prefillSlack is precise_cache_aware's tie margin: one KV block. Waits
+// closer than that are the same to an engine; a wider margin was measured
+// (BENCHMARKS.md §1) to buy nothing against herding and, on short prompts,
+// to hide the prefix a target holds.
+const prefillSlack = 16
 
 // Score implements Scorer.
 func (s PrefillWait) Score(c *Cycle, cands []int, out []float64) {

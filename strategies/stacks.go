@@ -63,8 +63,8 @@ func newFastest(s Spec) (LoadBalancer, error) {
 // RouteContext.QueuedPrefill it picks the target where this request waits
 // least for its first token (PrefillWait): the prompt tokens queued for
 // prefill there plus this request's own uncached tokens (prompt − the
-// resident prefix of BlockKeys), targets within prefillSlack tokens of the
-// best tied and drawn at random. Time to first token is driven by the
+// resident prefix of BlockKeys), targets within one KV block of the best
+// tied and drawn at random. Time to first token is driven by the
 // prefill tokens ahead of a request, not by how many requests are queued:
 // one 30k-token prompt delays the next request as much as thirty 1k-token
 // ones. Without the signal: total_i = 1.0·resident_i/len(BlockKeys) +

@@ -40,7 +40,7 @@ type routingFlags struct {
 	load                                                                      float64
 	seed                                                                      uint64
 	gossipDelay                                                               time.Duration
-	mesh, prefill                                                             bool
+	mesh                                                                      bool
 }
 
 // routingRow is one line of the routing report (and of --json).
@@ -89,7 +89,6 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.Float64Var(&f.load, "load", 0.7, "arrival rate as a fraction of fleet capacity (see BENCHMARKS.md)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the strategies' randomness, arrivals and synthetic workloads")
 	fs.DurationVar(&f.gossipDelay, "gossip-delay", 250*time.Millisecond, "age of the engine state routers see")
-	fs.BoolVar(&f.prefill, "prefill-signal", false, "routers pass RouteContext.QueuedPrefill (per-engine prefill tokens awaiting a first token) to the strategies; off by default because rolter router does not feed it yet")
 	fs.BoolVar(&f.mesh, "mesh", true, "replicas share learned prefixes, session pins and in-flight counts as rolter's mesh does (false: engine state only)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -120,9 +119,9 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	capacity := fleet.Capacity(src.unit, f.engines, ecfg)
 	base := fleet.Config{Engines: f.engines, Engine: ecfg, GossipDelay: f.gossipDelay, Arrival: arrival, Seed: f.seed,
-		Isolated: !f.mesh, PrefillSignal: f.prefill}
-	fmt.Fprintf(stdout, "workload: %s, %d requests; fleet: %d engines, capacity %.2f req/s (no-cache service demand); load %.2f → %.2f req/s; gossip delay %v; mesh %v; prefill signal %v\n\n",
-		src.desc, src.unit.Len(), f.engines, capacity, f.load, f.load*capacity, f.gossipDelay, f.mesh, f.prefill)
+		Isolated: !f.mesh}
+	fmt.Fprintf(stdout, "workload: %s, %d requests; fleet: %d engines, capacity %.2f req/s (no-cache service demand); load %.2f → %.2f req/s; gossip delay %v; mesh %v\n\n",
+		src.desc, src.unit.Len(), f.engines, capacity, f.load, f.load*capacity, f.gossipDelay, f.mesh)
 
 	start := time.Now()
 	rows, err := routingGrid(ctx, src, base, names, routers, f.load, capacity, f.parallel)
