@@ -149,11 +149,11 @@ type attempt struct {
 	// pick until its first byte or its end, whichever comes first.
 	prefill   uint64
 	prefillAt *strategies.TargetStats
-	ctl     *http.ResponseController // nil: relay makes one
+	ctl       *http.ResponseController // nil: relay makes one
 
 	// Storage behind req, rc, tried and loads for the usual request.
-	reqv     request
-	rcv      strategies.RouteContext
+	reqv      request
+	rcv       strategies.RouteContext
 	triedBuf  [16]bool
 	loadBuf   [16]uint64
 	queuedBuf [16]uint64

@@ -113,6 +113,7 @@ func Shares(lb strategies.LoadBalancer) bool {
 type State struct {
 	tr  Transport
 	now func() time.Time
+	key func(string) string
 
 	seed maphash.Seed
 	// learned counts records by kind and fate: "received" from other
@@ -137,9 +138,21 @@ type entry struct {
 	at, expires time.Time
 }
 
+// Options tune a State. The zero value is usable.
+type Options struct {
+	// EngineKey maps the target names callers pass (a provider's api_base
+	// in the router) to the engine keys the mesh speaks; nil: identity. It
+	// runs on the hot path: it must be fast and should not allocate.
+	EngineKey func(string) string
+}
+
 // New returns the mesh state of one router over tr, reading time from now.
-func New(tr Transport, now func() time.Time) *State {
-	s := &State{tr: tr, now: now, seed: maphash.MakeSeed(),
+func New(tr Transport, now func() time.Time, o Options) *State {
+	key := o.EngineKey
+	if key == nil {
+		key = func(s string) string { return s }
+	}
+	s := &State{tr: tr, now: now, key: key, seed: maphash.MakeSeed(),
 		table: map[uint64]entry{}, sent: map[uint64]string{}, last: map[string]EngineLoad{},
 		learned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rolter_mesh_learned_records_total",
 			Help: "Prefix observations and session pins shared between routers, by kind and what happened to them " +
@@ -175,8 +188,8 @@ func (s *State) hash(kind Kind, pool string, k uint64) uint64 {
 }
 
 // Recall imports into lb what other routers shared about rc's prompt
-// prefixes and session. targets are the pool's engine keys in target
-// order. Each filed record is handed over once and then dropped (the
+// prefixes and session. targets are the pool's targets in target order
+// (mapped through Options.EngineKey). Each filed record is handed over once and then dropped (the
 // balancer holds it from then on).
 func (s *State) Recall(pool string, lb strategies.LoadBalancer, targets []string, rc *strategies.RouteContext) {
 	if !s.any.Load() {
@@ -199,7 +212,7 @@ func (s *State) Recall(pool string, lb strategies.LoadBalancer, targets []string
 	for _, ph := range hs {
 		if e, ok := s.table[ph.Hash]; ok {
 			delete(s.table, ph.Hash)
-			if i := index(targets, e.target); i >= 0 && now.Before(e.expires) {
+			if i := s.index(targets, e.target); i >= 0 && now.Before(e.expires) {
 				pi.ObservePrefixRemote(i, rc.Prompt[:ph.Cut])
 				s.learned.WithLabelValues("prefix", "imported").Inc()
 			}
@@ -209,7 +222,7 @@ func (s *State) Recall(pool string, lb strategies.LoadBalancer, targets []string
 		h := strategies.SessionHash(pool, rc.SessionKey)
 		if e, ok := s.table[h]; ok {
 			delete(s.table, h)
-			if i := index(targets, e.target); i >= 0 && now.Before(e.expires) {
+			if i := s.index(targets, e.target); i >= 0 && now.Before(e.expires) {
 				si.PinSession(rc.SessionKey, i, e.at)
 				s.learned.WithLabelValues("session_pin", "imported").Inc()
 			}
@@ -218,21 +231,22 @@ func (s *State) Recall(pool string, lb strategies.LoadBalancer, targets []string
 	s.any.Store(len(s.table) > 0)
 }
 
-func index(targets []string, target string) int {
+func (s *State) index(targets []string, target string) int {
 	for i, t := range targets {
-		if t == target {
+		if s.key(t) == target {
 			return i
 		}
 	}
 	return -1
 }
 
-// Observed shares rc's prefixes and session pin on target (an engine key)
-// with the other routers, each (key, target) pair once.
+// Observed shares rc's prefixes and session pin on target with the other
+// routers, each (key, target) pair once.
 func (s *State) Observed(pool, target string, rc *strategies.RouteContext) {
 	if rc.Prompt == "" && rc.SessionKey == "" {
 		return
 	}
+	target = s.key(target)
 	share := func(kind Kind, k uint64) {
 		local := s.hash(kind, pool, k)
 		s.mu.Lock()
@@ -300,6 +314,7 @@ func (s *State) File(r Record) {
 // this router's own in-flight as last published: max(queue − own, Σ
 // others). ok is false when the mesh knows neither. It does not allocate.
 func (s *State) Load(engine string) (uint64, bool) {
+	engine = s.key(engine)
 	r, ok := s.tr.Engine(engine)
 	if !ok || (!r.QueueOK && !r.PeersOK) {
 		return 0, false
@@ -319,7 +334,7 @@ func (s *State) Load(engine string) (uint64, bool) {
 // its own sum (strategies.TargetStats.QueuedPrefill) for
 // RouteContext.QueuedPrefill. It does not allocate.
 func (s *State) PeerPrefill(engine string) uint64 {
-	r, ok := s.tr.Engine(engine)
+	r, ok := s.tr.Engine(s.key(engine))
 	if !ok || !r.PeersOK {
 		return 0
 	}
@@ -361,10 +376,11 @@ func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 // Publications returns how many times Tick published.
 func (s *State) Publications() uint64 { return s.published.Load() }
 
-// Run calls Tick every PublishGap with collect's loads until ctx ends (the
-// router's publish loop; the simulator calls Tick itself).
+// Run calls Tick with collect's loads every fifth of PublishGap (so a
+// change waits at most about PublishGap, whatever the phase) until ctx
+// ends: the router's publish loop. The simulator calls Tick itself.
 func (s *State) Run(ctx context.Context, collect func() []EngineLoad) {
-	t := time.NewTicker(PublishGap)
+	t := time.NewTicker(PublishGap / 5)
 	defer t.Stop()
 	for {
 		select {
