@@ -56,6 +56,7 @@ func (v *View) PublishLoads(loads map[string]Load) {
 	s.mu.Unlock()
 	for url, e := range *v.engines.Load() {
 		e.own.Store(int64(min(loads[url].Inflight, maxCount)))
+		e.ownPrefill.Store(loads[url].Prefill)
 	}
 	select {
 	case s.kick <- struct{}{}:

@@ -100,6 +100,7 @@ type engine struct {
 	remotePrefill atomic.Uint64 // Σ other routers' queued prefill tokens on it
 	remoteAt      atomic.Int64  // unix nanos of the last router message about it
 	own           atomic.Int64  // this router's in-flight as last published
+	ownPrefill    atomic.Uint64 // this router's queued prefill as last published
 	remoteAny     atomic.Bool
 	lastMsg       atomic.Int64 // unix nanos of the last message from the owner
 
