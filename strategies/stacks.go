@@ -105,7 +105,9 @@ func newLoRAAware(s Spec) (LoadBalancer, error) {
 }
 
 // newPredictedLatency builds predicted_latency: total_i =
-// 1.0·min pred / pred_i + 0.25·(1 − load_i/max load), pred_i = w0 +
+// 1.0·min pred / pred_i + 0.25·(1 − load_i/max load) (load_i measured in
+// queued prefill tokens when the router supplies them, LeastPrefill),
+// pred_i = w0 +
 // w1·queue_depth_i + w2·prompt_ktokens from target i's NLMS model
 // (PredictedLatency; a target below 8 successes scores the mean of the
 // predicted ones, and a route with no prediction is a least-load pipeline).
@@ -113,6 +115,6 @@ func newLoRAAware(s Spec) (LoadBalancer, error) {
 func newPredictedLatency(s Spec) (LoadBalancer, error) {
 	return NewPipeline("predicted_latency", len(s.Targets), nil, []WeightedScorer{
 		{PredictedLatency{s.Stats}, 1},
-		{LeastLoad{}, loadBehindWeight},
+		{LeastPrefill{}, loadBehindWeight},
 	}, MaxScorePicker{s.Rand}), nil
 }

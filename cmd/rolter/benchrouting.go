@@ -39,7 +39,7 @@ type routingFlags struct {
 	engines, limit, parallel, cpuTier, kvBlocks                               int
 	load                                                                      float64
 	seed                                                                      uint64
-	gossipDelay                                                               time.Duration
+	gossipDelay, peerDelay                                                    time.Duration
 	mesh                                                                      bool
 }
 
@@ -89,6 +89,7 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.Float64Var(&f.load, "load", 0.7, "arrival rate as a fraction of fleet capacity (see BENCHMARKS.md)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the strategies' randomness, arrivals and synthetic workloads")
 	fs.DurationVar(&f.gossipDelay, "gossip-delay", 250*time.Millisecond, "age of the engine state routers see")
+	fs.DurationVar(&f.peerDelay, "peer-delay", fleet.DefaultPeerDelay, "how late what one router shares or publishes reaches the others (beyond the publish cadence)")
 	fs.BoolVar(&f.mesh, "mesh", true, "replicas share learned prefixes, session pins and in-flight counts as rolter's mesh does (false: engine state only)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -118,10 +119,10 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	capacity := fleet.Capacity(src.unit, f.engines, ecfg)
-	base := fleet.Config{Engines: f.engines, Engine: ecfg, GossipDelay: f.gossipDelay, Arrival: arrival, Seed: f.seed,
+	base := fleet.Config{Engines: f.engines, Engine: ecfg, GossipDelay: f.gossipDelay, PeerDelay: f.peerDelay, Arrival: arrival, Seed: f.seed,
 		Isolated: !f.mesh}
-	fmt.Fprintf(stdout, "workload: %s, %d requests; fleet: %d engines, capacity %.2f req/s (no-cache service demand); load %.2f → %.2f req/s; gossip delay %v; mesh %v\n\n",
-		src.desc, src.unit.Len(), f.engines, capacity, f.load, f.load*capacity, f.gossipDelay, f.mesh)
+	fmt.Fprintf(stdout, "workload: %s, %d requests; fleet: %d engines, capacity %.2f req/s (no-cache service demand); load %.2f → %.2f req/s; gossip delay %v; peer delay %v; mesh %v\n\n",
+		src.desc, src.unit.Len(), f.engines, capacity, f.load, f.load*capacity, f.gossipDelay, f.peerDelay, f.mesh)
 
 	start := time.Now()
 	rows, err := routingGrid(ctx, src, base, names, routers, f.load, capacity, f.parallel)

@@ -37,6 +37,11 @@ type Config struct {
 	Engine   engine.Config
 	// GossipDelay is how old the engine state the replicas see is.
 	GossipDelay time.Duration
+	// PeerDelay is how late what one replica shares or publishes over the
+	// mesh (learned records, in-flight counts, prefill sums) reaches the
+	// others, on top of meshstate's publish cadence, which the replicas
+	// run themselves; 0 takes DefaultPeerDelay.
+	PeerDelay time.Duration
 	// Rate rescales arrivals to this mean rate (requests/s); 0 keeps the
 	// recorded times.
 	Rate    float64
@@ -47,6 +52,14 @@ type Config struct {
 	// (the router before the mesh shared them).
 	Isolated bool
 }
+
+// DefaultPeerDelay is Config.PeerDelay's default: router-to-router gossip
+// on a LAN. BenchmarkPeerLoadStaleness (cmd/rolter) measures 35 ms p50 /
+// 64 ms p99 from a change in one real router's counts to its visibility at
+// another on loopback, cadence included; the cadence alone averages about
+// 25 ms, and learned records wait for cluster/mesh's 50 ms batch (25 ms
+// on average). 25 ms covers both.
+const DefaultPeerDelay = 25 * time.Millisecond
 
 // ErrConfig marks an unusable Config.
 var ErrConfig = errors.New("fleet: bad config")
@@ -151,10 +164,13 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 	if cfg.Strategy != Oracle && !strategies.Known(cfg.Strategy) {
 		return Result{}, fmt.Errorf("%w: %w %q", ErrConfig, strategies.ErrUnknownStrategy, cfg.Strategy)
 	}
-	if cfg.GossipDelay < 0 {
+	if cfg.GossipDelay < 0 || cfg.PeerDelay < 0 {
 		return Result{}, fmt.Errorf("%w: negative gossip delay", ErrConfig)
 	}
 	r := &run{cfg: cfg, w: w, oracleOn: cfg.Strategy == Oracle, flights: make([]flight, w.Len())}
+	if r.cfg.PeerDelay == 0 {
+		r.cfg.PeerDelay = DefaultPeerDelay
+	}
 	if r.oracleOn {
 		r.cfg.GossipDelay = 0
 	}
@@ -208,7 +224,7 @@ func (r *run) buildRouters() error {
 	}
 	for k := range r.cfg.Routers {
 		rep := &replica{loads: make([]uint64, n), queued: make([]uint64, n),
-			state: meshstate.New(gossip{r: r, k: k}, vclock{now: &r.now}.Now)}
+			state: meshstate.New(gossip{r: r, k: k}, vclock{now: &r.now}.Now, meshstate.Options{})}
 		if !r.oracleOn {
 			tr := strategies.NewTracker()
 			spec := strategies.Spec{

@@ -12,7 +12,7 @@ import (
 // The replicas' mesh is package meshstate, the code `rolter router` runs:
 // each replica holds a meshstate.State over a virtual-time transport
 // (gossip below). What a replica shares or publishes reaches the others
-// GossipDelay later; the state's own rules decide what is shared, filed,
+// PeerDelay later; the state's own rules decide what is shared, filed,
 // imported, folded and when counts are published.
 
 // meshPool is the route key both ends of the mesh hash with.
@@ -48,7 +48,7 @@ func (g gossip) Share(rec meshstate.Record) {
 }
 
 // Publish implements meshstate.Transport: the publication goes on the
-// replica's log, read by the others once it is GossipDelay old.
+// replica's log, read by the others once it is PeerDelay old.
 func (g gossip) Publish(loads []meshstate.EngineLoad) {
 	p := publication{at: g.r.now, inflight: make([]uint64, len(g.r.engines)), prefill: make([]uint64, len(g.r.engines))}
 	for _, l := range loads {
@@ -62,14 +62,14 @@ func (g gossip) Publish(loads []meshstate.EngineLoad) {
 
 // Engine implements meshstate.Transport: the engine's queue as its sidecar
 // reported it GossipDelay ago, and the other replicas' latest
-// publications that have arrived.
+// publications that have arrived (PeerDelay old).
 func (g gossip) Engine(key string) (meshstate.Remote, bool) {
 	e, ok := g.r.keys[key]
 	if !ok {
 		return meshstate.Remote{}, false
 	}
 	rem := meshstate.Remote{Queue: g.r.engines[e].lag.queueAt(g.r.viewTime()), QueueOK: true}
-	seen := g.r.now - g.r.cfg.GossipDelay
+	seen := g.r.now - g.r.cfg.PeerDelay
 	newest := time.Duration(-1)
 	for j, rep := range g.r.routers {
 		if j == g.k {
@@ -107,14 +107,14 @@ func (r *run) shares(lb strategies.LoadBalancer) bool { return r.meshOn() && mes
 // deliver files at replica k every record that has reached it by now.
 func (r *run) deliver(k int) {
 	rep := r.routers[k]
-	for rep.next < len(r.learned) && r.learned[rep.next].at+r.cfg.GossipDelay <= r.now {
+	for rep.next < len(r.learned) && r.learned[rep.next].at+r.cfg.PeerDelay <= r.now {
 		s := r.learned[rep.next]
 		rep.next++
 		if s.from == k {
 			continue
 		}
 		rec := s.rec
-		rec.At = epoch.Add(s.at + r.cfg.GossipDelay)
+		rec.At = epoch.Add(s.at + r.cfg.PeerDelay)
 		rep.state.File(rec)
 	}
 }

@@ -20,7 +20,7 @@ func TestMeshSharesPrefixObservations(t *testing.T) {
 	})
 	run := func(seed uint64, isolated bool, delay time.Duration) Result {
 		return mustRun(t, Config{Strategy: "cache_aware", Engines: 2, Routers: 2, Arrival: RoundRobinArrival,
-			GossipDelay: delay, Isolated: isolated, Seed: seed}, w)
+			GossipDelay: delay, PeerDelay: delay, Isolated: isolated, Seed: seed}, w)
 	}
 	missed := map[string]int{}
 	for seed := uint64(1); seed <= 8; seed++ {
@@ -57,13 +57,13 @@ func TestMeshKeepsConversationsWarm(t *testing.T) {
 }
 
 // The other replicas' published counts and prefill sums reach a replica
-// once they are GossipDelay old, newest publication first; a replica's own
+// once they are PeerDelay old, newest publication first; a replica's own
 // publication never comes back to it through the mesh.
 func TestPeerLoadsArriveAfterTheGossipDelay(t *testing.T) {
-	r := &run{cfg: Config{Routers: 3, GossipDelay: 250 * time.Millisecond}, keys: map[string]int{"engine-0": 0, "engine-1": 1}}
+	r := &run{cfg: Config{Routers: 3, PeerDelay: 250 * time.Millisecond}, keys: map[string]int{"engine-0": 0, "engine-1": 1}}
 	r.engines = []*node{{lag: &lagged{res: newResidency()}}, {lag: &lagged{res: newResidency()}}}
 	for k := range 3 {
-		r.routers = append(r.routers, &replica{state: meshstate.New(gossip{r: r, k: k}, vclock{now: &r.now}.Now)})
+		r.routers = append(r.routers, &replica{state: meshstate.New(gossip{r: r, k: k}, vclock{now: &r.now}.Now, meshstate.Options{})})
 	}
 	ms := time.Millisecond
 	pub := func(at time.Duration, k int, inflight, prefill uint64) {
