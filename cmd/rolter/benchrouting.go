@@ -12,6 +12,7 @@ import (
 	"image/png"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -40,7 +41,7 @@ type routingFlags struct {
 	load                                                                      float64
 	seed                                                                      uint64
 	gossipDelay, peerDelay                                                    time.Duration
-	mesh                                                                      bool
+	mesh, spreadBatches                                                       bool
 }
 
 // routingRow is one line of the routing report (and of --json).
@@ -91,6 +92,7 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.DurationVar(&f.gossipDelay, "gossip-delay", 250*time.Millisecond, "age of the engine state routers see")
 	fs.DurationVar(&f.peerDelay, "peer-delay", fleet.DefaultPeerDelay, "how late what one router shares or publishes reaches the others (beyond the publish cadence)")
 	fs.BoolVar(&f.mesh, "mesh", true, "replicas share learned prefixes, session pins and in-flight counts as rolter's mesh does (false: engine state only)")
+	fs.BoolVar(&f.spreadBatches, "spread-batches", false, "spread trace requests that share a timestamp uniformly (seeded) up to the next timestamp, instead of arriving at one instant")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -200,7 +202,12 @@ func loadFleetWorkload(f routingFlags) (fleetSource, error) {
 		if err != nil {
 			return src, err
 		}
-		src.unit, err = fleet.Prepare(fleet.FromWorkload(workload.FromTrace(recs, false)), engine.DefaultConfig.BlockSize)
+		reqs := workload.FromTrace(recs, false)
+		if f.spreadBatches {
+			spreadBatches(reqs, f.seed)
+			src.desc += " (batches spread)"
+		}
+		src.unit, err = fleet.Prepare(fleet.FromWorkload(reqs), engine.DefaultConfig.BlockSize)
 		return src, err
 	case "chat", "rag", "lora":
 		src.desc = "synthetic " + f.workload
@@ -225,6 +232,31 @@ func loadFleetWorkload(f routingFlags) (fleetSource, error) {
 	var err error
 	src.unit, _, err = src.at(1)
 	return src, err
+}
+
+// spreadBatches moves the requests of each run sharing one send time to
+// uniformly drawn times between it and the next distinct send time (the
+// Mooncake trace records arrivals in 3 s batches), keeping their order.
+func spreadBatches(reqs []workload.Request, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	for i := 0; i < len(reqs); {
+		j := i
+		for j < len(reqs) && reqs[j].At == reqs[i].At {
+			j++
+		}
+		if j < len(reqs) {
+			gap := reqs[j].At - reqs[i].At
+			offs := make([]time.Duration, j-i)
+			for k := range offs {
+				offs[k] = time.Duration(rng.Int64N(int64(gap)))
+			}
+			slices.Sort(offs)
+			for k := range offs {
+				reqs[i+k].At += offs[k]
+			}
+		}
+		i = j
+	}
 }
 
 // routingGrid runs every strategy at every replica count, and the oracle
