@@ -15,7 +15,8 @@ import (
 // another router's queued-prefill sum is: from the moment router a's own
 // sum changes to the moment router b's PeerPrefill shows it, through
 // meshstate's publish cadence and real gossip on loopback. It reports the
-// p50, p99 and max over b.N changes (BENCHMARKS.md §3).
+// p50, p99 and max over b.N changes, and the bytes and messages router a
+// sent per second meanwhile (BENCHMARKS.md §3).
 //
 //	go test -run '^$' -bench PeerLoadStaleness -benchtime 300x ./cmd/rolter/
 func BenchmarkPeerLoadStaleness(b *testing.B) {
@@ -44,6 +45,8 @@ func BenchmarkPeerLoadStaleness(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	lags := make([]time.Duration, 0, b.N)
+	sent0, msgs0 := h.Routers[0].Stats().AppBytesSent.Load(), h.Routers[0].Stats().MsgsSent.Load()
+	start := time.Now()
 	b.ResetTimer()
 	for i := range b.N {
 		want := uint64(i + 2)
@@ -60,6 +63,9 @@ func BenchmarkPeerLoadStaleness(b *testing.B) {
 		time.Sleep(time.Duration(i%7) * 7 * time.Millisecond)
 	}
 	b.StopTimer()
+	elapsed := time.Since(start).Seconds()
+	sent := float64(h.Routers[0].Stats().AppBytesSent.Load() - sent0)
+	msgs := float64(h.Routers[0].Stats().MsgsSent.Load() - msgs0)
 	slices.Sort(lags)
 	at := func(q float64) float64 {
 		return float64(lags[min(int(q*float64(len(lags))), len(lags)-1)]) / float64(time.Millisecond)
@@ -67,4 +73,9 @@ func BenchmarkPeerLoadStaleness(b *testing.B) {
 	b.ReportMetric(at(0.50), "p50_ms")
 	b.ReportMetric(at(0.99), "p99_ms")
 	b.ReportMetric(at(1), "max_ms")
+	// What router a sent (to its one peer, and the gossip pool's probes):
+	// bytes and messages per second at this rate of changes.
+	b.ReportMetric(sent/elapsed, "B/s")
+	b.ReportMetric(msgs/elapsed, "msgs/s")
+	b.ReportMetric(float64(b.N)/elapsed, "changes/s")
 }
