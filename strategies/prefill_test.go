@@ -64,3 +64,21 @@ func TestPrefillWaitSlack(t *testing.T) {
 		t.Errorf("without the signal the scorer scores %v, want neutral", out)
 	}
 }
+
+// An adapter request keeps the residency-first stack even with the
+// signal: its wait is for a batch slot, and its prefix (keyed with the
+// adapter) marks where the adapter is loaded.
+func TestPreciseCacheAwareAdapterKeepsResidency(t *testing.T) {
+	keys := keysN(10, 9)
+	idx := newResidencyIndex(2)
+	idx.add(1, keys...)
+	lb := mustBuild(t, "precise_cache_aware", Spec{Targets: targets(2), Residency: idx, Rand: script()})
+	rc := &RouteContext{BlockKeys: keys, PromptTokens: 3000, QueuedPrefill: []uint64{0, 20000}, Adapter: "a1"}
+	if got := pickOK(t, lb, rc, []uint64{0, 1}, nil); got != 1 {
+		t.Errorf("adapter request picked %d, want 1 (holds its prefix, so its adapter)", got)
+	}
+	rc.Adapter = ""
+	if got := pickOK(t, lb, rc, []uint64{0, 1}, nil); got != 0 {
+		t.Errorf("base-model request picked %d, want 0 (20k queued outweighs 160 resident tokens)", got)
+	}
+}

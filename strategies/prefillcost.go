@@ -17,9 +17,14 @@ import "github.com/rolter/rolter/kvblock"
 // that all break a near-tie the same way send their next requests to the
 // same engine (herding). Ties go to MaxScorePicker's random choice.
 //
-// Without QueuedPrefill (nil or shorter than the target list) the scorer
-// is neutral (all 0); the stack's other scorers then decide. Inputs:
-// RouteContext.QueuedPrefill, BlockKeys, PromptTokens, Spec.Residency.
+// Without QueuedPrefill (nil or shorter than the target list), and for a
+// request addressing a LoRA adapter, the scorer is neutral (all 0) and the
+// stack's other scorers decide: an adapter request's first token waits
+// mostly for a slot in the engine's batch (max_loras adapters at once),
+// which prefill work does not measure, and keeping it where its prefix
+// (keyed with the adapter) is resident keeps the adapter there too.
+// Inputs: RouteContext.QueuedPrefill, Adapter, BlockKeys, PromptTokens,
+// Spec.Residency.
 type PrefillWait struct {
 	res Residency
 	// Slack is the margin, in prompt tokens, within which targets tie.
@@ -34,10 +39,10 @@ const prefillSlack = 16
 
 // Score implements Scorer.
 func (s PrefillWait) Score(c *Cycle, cands []int, out []float64) {
-	q := c.Ctx.QueuedPrefill
-	if len(q) < c.n || len(cands) == 0 {
+	if !prefillDecides(c) || len(cands) == 0 {
 		return
 	}
+	q := c.Ctx.QueuedPrefill
 	keys := c.Ctx.BlockKeys
 	prompt := max(c.Ctx.PromptTokens, len(keys)*kvblock.DefaultBlockSize)
 	resident := c.ints[:c.n]
@@ -73,14 +78,17 @@ func (s PrefillWait) Score(c *Cycle, cands []int, out []float64) {
 	}
 }
 
-// withoutPrefill is its scorer when the router supplies no
-// RouteContext.QueuedPrefill, and neutral (all 0) when it does: the
-// request-count fallback of a stack whose PrefillWait decides otherwise.
+// prefillDecides reports whether PrefillWait scores the cycle's request:
+// the router supplied QueuedPrefill and the request addresses no adapter.
+func prefillDecides(c *Cycle) bool { return len(c.Ctx.QueuedPrefill) >= c.n && c.Ctx.Adapter == "" }
+
+// withoutPrefill is its scorer when PrefillWait does not decide (no
+// QueuedPrefill, or an adapter request), and neutral (all 0) when it does.
 type withoutPrefill struct{ Scorer }
 
 // Score implements Scorer.
 func (w withoutPrefill) Score(c *Cycle, cands []int, out []float64) {
-	if len(c.Ctx.QueuedPrefill) >= c.n {
+	if prefillDecides(c) {
 		return
 	}
 	w.Scorer.Score(c, cands, out)

@@ -67,15 +67,17 @@ func newFastest(s Spec) (LoadBalancer, error) {
 // tied and drawn at random. Time to first token is driven by the
 // prefill tokens ahead of a request, not by how many requests are queued:
 // one 30k-token prompt delays the next request as much as thirty 1k-token
-// ones. Without the signal: total_i = 1.0·resident_i/len(BlockKeys) +
-// 0.25·(1 − load_i/max load) (PreciseResidency; unknown views score 0, so
-// load decides). Inputs: BlockKeys, PromptTokens, Spec.Residency,
-// QueuedPrefill or loads.
+// ones. Without the signal, and for a request addressing a LoRA adapter
+// (see PrefillWait): total_i = 1.0·resident_i/len(BlockKeys) + 0.25·(1 −
+// load_i/max load) (PreciseResidency; unknown views score 0, so load
+// decides), load in queued prefill tokens when supplied (LeastPrefill).
+// Inputs: Adapter, BlockKeys, PromptTokens, Spec.Residency, QueuedPrefill
+// or loads.
 func newPreciseCacheAware(s Spec) (LoadBalancer, error) {
 	return NewPipeline("precise_cache_aware", len(s.Targets), nil, []WeightedScorer{
 		{PrefillWait{res: s.Residency, Slack: prefillSlack}, 1},
 		{withoutPrefill{PreciseResidency{s.Residency}}, 1},
-		{withoutPrefill{LeastLoad{}}, loadBehindWeight},
+		{withoutPrefill{LeastPrefill{}}, loadBehindWeight},
 	}, MaxScorePicker{s.Rand}), nil
 }
 
