@@ -17,6 +17,7 @@ import (
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/sidecar"
 	"github.com/rolter/rolter/strategies"
 )
@@ -427,4 +428,17 @@ func loopbackAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestRouterRunsMeshState: rolter router's mesh is router/meshstate's
+// State, the type the fleet simulator's replicas hold
+// (sim/fleet TestReplicasRunTheRoutersMeshState), so `rolter bench
+// routing` measures the sharing code that ships.
+func TestRouterRunsMeshState(t *testing.T) {
+	h := startPool(t, 1, 0)
+	m := newMeshRouter(h.Routers[0].View(), time.Now)
+	var st *meshstate.State = m.state
+	if st == nil {
+		t.Fatal("meshRouter holds no meshstate.State")
+	}
 }
