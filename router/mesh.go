@@ -75,6 +75,14 @@ func (s *Server) LoadsByBase() map[string]BaseLoad {
 	return out
 }
 
+// InflightByBase returns LoadsByBase's in-flight counts alone (what the
+// router's own engine polls subtract from an engine's queue).
+func (s *Server) InflightByBase() map[string]uint64 {
+	out := map[string]uint64{}
+	s.eachTarget(func(t *target) { out[t.provider.apiBase] += t.stats.InFlight() })
+	return out
+}
+
 // QueuedPrefill returns, per target label, the queued-prefill estimate the
 // router's strategies see: its own attempts' plus the other routers'.
 func (s *Server) QueuedPrefill() map[string]uint64 {
