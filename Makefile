@@ -53,8 +53,8 @@ ifeq ($(BENCH_FULL),)
 	$(BIN) bench overhead --duration 1s --search-duration 1s --search-factor 2 --search-start 1000
 	$(BIN) bench gossip --sidecars 16 --routers 3 --blocks 20000 --duration 10s
 else
-	$(BIN) bench routing --prefill-signal --json docs/bench/routing.json --plots docs/bench
-	for w in chat rag lora mixed; do $(BIN) bench routing --prefill-signal --workload $$w --routers 1,8 --json docs/bench/routing-$$w.json; done
+	$(BIN) bench routing --json docs/bench/routing.json --plots docs/bench
+	for w in chat rag lora mixed; do $(BIN) bench routing --workload $$w --json docs/bench/routing-$$w.json; done
 	$(BIN) bench overhead
 	$(BIN) bench gossip
 endif

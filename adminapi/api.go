@@ -75,6 +75,11 @@ type EngineInfo struct {
 	Adapters         []string `json:"adapters"`
 	MaxLoras         int      `json:"max_loras"`
 	RemoteInflight   int64    `json:"remote_inflight"`
+	// QueuedPrefillTokens is the answering router's estimate of the prompt
+	// tokens waiting for prefill on the engine (its own in-flight requests
+	// without a first token plus the other routers' gossiped sums): the
+	// load precise_cache_aware and pipeline weigh.
+	QueuedPrefillTokens uint64 `json:"queued_prefill_tokens"`
 	// KVEvents: the engine's residency comes from a KV-event stream
 	// (EXACT or DEGRADED); LMCache: an LMCache signal is fresh.
 	KVEvents bool `json:"kv_events"`

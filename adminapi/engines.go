@@ -16,7 +16,7 @@ func (m MeshEngines) Engines() []EngineInfo {
 			NodeID: e.NodeID, EngineURL: e.EngineURL, Models: e.Models, State: e.State, AgeMS: e.AgeMS,
 			ResidentBlocks: e.ResidentBlocks, Running: e.Running, Waiting: e.Waiting, KVUsage: e.KVUsage,
 			LMCacheOccupancy: e.LMCacheOccupancy, Adapters: e.Adapters, MaxLoras: e.MaxLoras,
-			RemoteInflight: e.RemoteInflight,
+			RemoteInflight: e.RemoteInflight, QueuedPrefillTokens: e.QueuedPrefillTokens,
 			// Residency comes from a KV-event stream while it is EXACT, or
 			// DEGRADED with blocks still held; a silent sidecar is STALE.
 			KVEvents:           e.State == gossip.StateExact.String() || e.State == gossip.StateDegraded.String() && e.ResidentBlocks > 0,

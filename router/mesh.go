@@ -20,6 +20,17 @@ type EngineView interface {
 	Load(apiBase string) (queue uint64, ok bool)
 }
 
+// PrefillView is an optional capability of an EngineView, checked by type
+// assertion: the prompt tokens the other routers last reported as queued
+// for prefill on the engine at apiBase (their in-flight requests without
+// a first token, each counted as its prompt minus the prefix resident when
+// it was picked). The router adds its own sum for
+// RouteContext.QueuedPrefill. Same contract as Load: hot path, in-process
+// state only, no blocking, no allocation; 0 when unknown.
+type PrefillView interface {
+	PeerPrefill(apiBase string) uint64
+}
+
 // SourceFactory hands a pool's strategies the out-of-band engine state they
 // read (KV residency, LMCache occupancy, resident adapters). Apply calls
 // Sources once per pool (each route, each provider group, each provider
@@ -43,29 +54,71 @@ type Learner interface {
 	Observed(pool string, apiBase string, rc *strategies.RouteContext)
 }
 
-// InflightByBase returns this router's in-flight requests per provider
-// api_base, summed over the running snapshot's targets (a target shared by
-// several pools counts once). The mesh gossips it to the other routers.
+// BaseLoad is this router's own load on one provider api_base.
+type BaseLoad struct {
+	Inflight uint64 // attempts in flight
+	Prefill  uint64 // their prompt tokens still waiting for a first token
+}
+
+// LoadsByBase returns this router's in-flight attempts and queued prefill
+// per provider api_base, summed over the running snapshot's targets (a
+// target shared by several pools counts once). The mesh gossips them to
+// the other routers.
+func (s *Server) LoadsByBase() map[string]BaseLoad {
+	out := map[string]BaseLoad{}
+	s.eachTarget(func(t *target) {
+		l := out[t.provider.apiBase]
+		l.Inflight += t.stats.InFlight()
+		l.Prefill += t.stats.QueuedPrefill()
+		out[t.provider.apiBase] = l
+	})
+	return out
+}
+
+// InflightByBase returns LoadsByBase's in-flight counts alone (what the
+// router's own engine polls subtract from an engine's queue).
 func (s *Server) InflightByBase() map[string]uint64 {
-	sn := s.snap.Load()
 	out := map[string]uint64{}
+	s.eachTarget(func(t *target) { out[t.provider.apiBase] += t.stats.InFlight() })
+	return out
+}
+
+// QueuedPrefill returns, per target label, the queued-prefill estimate the
+// router's strategies see: its own attempts' plus the other routers'.
+func (s *Server) QueuedPrefill() map[string]uint64 {
+	out := map[string]uint64{}
+	pv, _ := s.engine.(PrefillView)
+	s.eachTarget(func(t *target) {
+		n := t.stats.QueuedPrefill()
+		if pv != nil {
+			n += pv.PeerPrefill(t.provider.apiBase)
+		}
+		out[t.label] = n
+	})
+	return out
+}
+
+// eachTarget calls f once per distinct target (by stats) of the running
+// snapshot.
+func (s *Server) eachTarget(f func(t *target)) {
+	sn := s.snap.Load()
 	if sn == nil {
-		return out
+		return
 	}
 	seen := map[*strategies.TargetStats]bool{}
 	add := func(pools map[string]*pool) {
 		for _, p := range pools {
-			for _, t := range p.targets {
+			for i := range p.targets {
+				t := &p.targets[i]
 				if seen[t.stats] {
 					continue
 				}
 				seen[t.stats] = true
-				out[t.provider.apiBase] += t.stats.InFlight()
+				f(t)
 			}
 		}
 	}
 	add(sn.routes)
 	add(sn.groups)
 	add(sn.pins)
-	return out
 }

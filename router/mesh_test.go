@@ -16,6 +16,9 @@ func (f fakeEngineView) Load(apiBase string) (uint64, bool) {
 	return q, ok
 }
 
+// PeerPrefill reports 1000 prompt tokens per unit of queue.
+func (f fakeEngineView) PeerPrefill(apiBase string) uint64 { return 1000 * f[apiBase] }
+
 type recordingSources struct {
 	mu    sync.Mutex
 	calls [][]string
@@ -52,16 +55,21 @@ members = [{provider = "b"}, {provider = "a"}]
 	res, _ := sn.resolve("m")
 	res.pool.targets[1].stats.Begin() // one local request in flight on b
 	defer res.pool.targets[1].stats.End(strategies.Outcome{})
+	res.pool.targets[1].stats.QueuePrefill(300) // its prompt waits for prefill
+	defer res.pool.targets[1].stats.PrefillDone(300)
 	at := attempt{s: h.srv, sn: sn, res: res, rc: &strategies.RouteContext{}, r: &http.Request{}}
-	at.tried, at.loads = make([]bool, 2), make([]uint64, 2)
+	at.tried, at.loads, at.queued = make([]bool, 2), make([]uint64, 2), make([]uint64, 2)
 	if _, ok := at.pick(); !ok {
 		t.Fatal("no pick")
 	}
 	if at.loads[0] != 7 || at.loads[1] != 3 {
 		t.Fatalf("loads %v, want [7 (mesh queue) 3 (mesh queue 2 + local in-flight 1)]", at.loads)
 	}
-	if got := h.srv.InflightByBase(); got[b.URL] != 1 || got[a.URL] != 0 {
-		t.Fatalf("InflightByBase %v, want %s: 1 (counted once though b is in the route, the group and its pin)", got, b.URL)
+	if q := at.rc.QueuedPrefill; len(q) != 2 || q[0] != 7000 || q[1] != 2300 {
+		t.Fatalf("QueuedPrefill %v, want [7000 (peers) 2300 (peers 2000 + own 300)]", q)
+	}
+	if got := h.srv.LoadsByBase(); got[b.URL] != (BaseLoad{Inflight: 1, Prefill: 300}) || got[a.URL] != (BaseLoad{}) {
+		t.Fatalf("LoadsByBase %v, want %s: {1 300} (counted once though b is in the route, the group and its pin)", got, b.URL)
 	}
 }
 

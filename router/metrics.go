@@ -47,3 +47,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.requests, m.retries, m.latency, m.ttft, m.targets, m.configVersion, m.inFlight)
 	return m
 }
+
+// queuedPrefillDesc is rolter_target_queued_prefill_tokens, read at scrape
+// time from the running snapshot (prefillCollector).
+var queuedPrefillDesc = prometheus.NewDesc("rolter_target_queued_prefill_tokens",
+	"Prompt tokens waiting for prefill on the target as this router estimates them when it picks: "+
+		"its own in-flight attempts without a first token plus the other routers' sums as last gossiped.",
+	[]string{"target"}, nil)
+
+// prefillCollector exports each target's queued-prefill estimate, the
+// value its strategies see in RouteContext.QueuedPrefill.
+type prefillCollector struct{ s *Server }
+
+// Describe implements prometheus.Collector.
+func (c prefillCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queuedPrefillDesc }
+
+// Collect implements prometheus.Collector.
+func (c prefillCollector) Collect(ch chan<- prometheus.Metric) {
+	for label, n := range c.s.QueuedPrefill() {
+		ch <- prometheus.MustNewConstMetric(queuedPrefillDesc, prometheus.GaugeValue, float64(n), label)
+	}
+}

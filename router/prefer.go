@@ -33,12 +33,25 @@ func PreferLoad(primary, secondary EngineView) EngineView {
 	}
 	p := preferLoad{primary: primary, secondary: secondary}
 	p.reporter, _ = primary.(EngineReporter)
+	if p.prefill, _ = primary.(PrefillView); p.prefill == nil {
+		p.prefill, _ = secondary.(PrefillView)
+	}
 	return p
 }
 
 type preferLoad struct {
 	primary, secondary EngineView
 	reporter           EngineReporter // primary's capability, or nil
+	prefill            PrefillView    // the first view's that has one, or nil
+}
+
+// PeerPrefill implements PrefillView with the first view that offers it
+// (the mesh: the engine polls know nothing of other routers).
+func (p preferLoad) PeerPrefill(apiBase string) uint64 {
+	if p.prefill == nil {
+		return 0
+	}
+	return p.prefill.PeerPrefill(apiBase)
 }
 
 func (p preferLoad) Load(apiBase string) (uint64, bool) {

@@ -88,3 +88,26 @@ func TestPreferLoadDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Load allocates %v times", n)
 	}
 }
+
+// prefillView is a mesh-like view that also reports the other routers'
+// queued prefill.
+type prefillView struct{ reportingView }
+
+func (prefillView) PeerPrefill(b string) uint64 { return 700 }
+
+// The mesh's other-router prefill sums reach the proxy through
+// PreferLoad: the engine polls have none, so without the pass-through the
+// real router (mesh first, polls second) would never see them.
+func TestPreferLoadPassesPeerPrefill(t *testing.T) {
+	mesh := prefillView{reportingView{fakeView{load: map[string]uint64{}, reported: map[string]bool{}}}}
+	polls := fakeView{load: map[string]uint64{}}
+	for name, v := range map[string]EngineView{"mesh first": PreferLoad(mesh, polls), "polls first": PreferLoad(polls, mesh)} {
+		pv, ok := v.(PrefillView)
+		if !ok || pv.PeerPrefill("a") != 700 {
+			t.Errorf("%s: PeerPrefill not passed through (%v)", name, ok)
+		}
+	}
+	if pv, ok := PreferLoad(polls, fakeView{}).(PrefillView); ok && pv.PeerPrefill("a") != 0 {
+		t.Error("views without peer prefill report some")
+	}
+}

@@ -143,14 +143,20 @@ type attempt struct {
 
 	tried   []bool
 	loads   []uint64
+	queued  []uint64 // RouteContext.QueuedPrefill of the current pick
 	lastErr error
-	ctl     *http.ResponseController // nil: relay makes one
+	// prefill is the attempt's queued prefill, held on prefillAt from its
+	// pick until its first byte or its end, whichever comes first.
+	prefill   uint64
+	prefillAt *strategies.TargetStats
+	ctl       *http.ResponseController // nil: relay makes one
 
 	// Storage behind req, rc, tried and loads for the usual request.
-	reqv     request
-	rcv      strategies.RouteContext
-	triedBuf [16]bool
-	loadBuf  [16]uint64
+	reqv      request
+	rcv       strategies.RouteContext
+	triedBuf  [16]bool
+	loadBuf   [16]uint64
+	queuedBuf [16]uint64
 }
 
 // run picks, proxies and retries; it returns the status sent to the
@@ -162,11 +168,11 @@ func (a *attempt) run() int {
 	}
 	cfg := a.sn.cfg
 	size := len(p.targets)
-	a.tried, a.loads = a.triedBuf[:0], a.loadBuf[:0]
+	a.tried, a.loads, a.queued = a.triedBuf[:0], a.loadBuf[:0], a.queuedBuf[:0]
 	if size > len(a.triedBuf) {
-		a.tried, a.loads = make([]bool, 0, size), make([]uint64, 0, size)
+		a.tried, a.loads, a.queued = make([]bool, 0, size), make([]uint64, 0, size), make([]uint64, 0, size)
 	}
-	a.tried, a.loads = a.tried[:size], a.loads[:size]
+	a.tried, a.loads, a.queued = a.tried[:size], a.loads[:size], a.queued[:size]
 
 	// The request's deadline bounds every attempt and backoff. Each
 	// attempt derives its context from the client's with this deadline
@@ -264,9 +270,11 @@ func (a *attempt) anyEligible() bool {
 func (a *attempt) pick() (int, bool) {
 	p := a.res.pool
 	now := a.s.clock.Now()
+	pv, _ := a.s.engine.(PrefillView)
 	for i := range p.targets {
 		t := &p.targets[i]
 		a.loads[i] = t.stats.InFlight()
+		a.queued[i] = t.stats.QueuedPrefill()
 		if a.s.engine != nil {
 			// The mesh's queue excludes our own in-flight (see
 			// EngineView): add the two.
@@ -274,7 +282,11 @@ func (a *attempt) pick() (int, bool) {
 				a.loads[i] += q
 			}
 		}
+		if pv != nil {
+			a.queued[i] += pv.PeerPrefill(t.provider.apiBase)
+		}
 	}
+	a.rc.QueuedPrefill = a.queued
 	eligible := func(i int) bool {
 		return !a.tried[i] && p.targets[i].provider.up.unavailable(now) == ""
 	}
@@ -336,10 +348,12 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	}
 	body := a.req.withModel(t.upstreamModel(a.res.requested))
 	queue := t.stats.Begin()
+	a.holdPrefill(t, idx)
 	inflight := s.metrics.targetInFlight(t)
 	inflight.Inc()
 	begin := s.clock.Now()
 	end := func(success bool, outcome string) {
+		a.releasePrefill()
 		now := s.clock.Now()
 		t.stats.End(strategies.Outcome{Success: success, Latency: now.Sub(begin), QueueDepth: queue,
 			PromptTokens: a.rc.PromptTokens, At: now})
@@ -410,6 +424,42 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		panic(http.ErrAbortHandler)
 	}
 	return nil, status, true
+}
+
+// holdPrefill queues this attempt's uncached prompt tokens on target idx
+// (see uncachedTokens) until releasePrefill.
+func (a *attempt) holdPrefill(t *target, idx int) {
+	a.prefill = uncachedTokens(a.rc, a.res.pool.residency, idx)
+	a.prefillAt = t.stats
+	t.stats.QueuePrefill(a.prefill)
+}
+
+// releasePrefill takes the attempt's queued prefill off its target; it is
+// called at the first response byte and again at every end of the
+// attempt, and acts once.
+func (a *attempt) releasePrefill() {
+	if a.prefillAt != nil {
+		a.prefillAt.PrefillDone(a.prefill)
+		a.prefillAt = nil
+	}
+}
+
+// uncachedTokens estimates the prompt tokens target idx must prefill for
+// rc: rc.PromptTokens (exact from token ids when the caller sent them,
+// else the text estimate, prompt.go) minus the prefix of rc.BlockKeys the
+// pool's residency source (the mesh's KV-event view) reports resident on
+// the target. Without token ids, or without an EXACT view of the target,
+// nothing is taken as resident: the whole prompt counts. (cache_aware's
+// remembered prefixes are not used: they say where a prefix was sent, not
+// whether the engine still holds it.)
+func uncachedTokens(rc *strategies.RouteContext, res strategies.Residency, idx int) uint64 {
+	n := rc.PromptTokens
+	if res != nil && len(rc.BlockKeys) > 0 {
+		if hit, ok := res.ResidentPrefix(idx, rc.BlockKeys); ok && hit > 0 {
+			n -= min(hit, len(rc.BlockKeys)) * blockSize
+		}
+	}
+	return uint64(max(n, 0))
 }
 
 func (a *attempt) breakerFailure(up *upstream) {
@@ -485,6 +535,7 @@ func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bo
 		if n > 0 {
 			if first {
 				first = false
+				a.releasePrefill() // the engine has prefilled the prompt
 				s.metrics.requestTTFT(a.res.pool).Observe(ms(s.clock.Now().Sub(a.start)))
 			}
 			if _, werr := a.w.Write(buf[:n]); werr != nil {

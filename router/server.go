@@ -141,6 +141,7 @@ func New(o Options) *Server {
 		s.base = &d
 	}
 	s.metrics = newMetrics(s.reg)
+	s.reg.MustRegister(prefillCollector{s})
 	s.reg.MustRegister(newAdaptiveCollector(s))
 	s.health = newHealthManager(s, o.NewTicker)
 	s.budget.Store(newRetryBudget(0.2))

@@ -66,6 +66,9 @@ type pool struct {
 	adapter bool
 	// series caches the pool's metric children (series.go).
 	series *poolSeries
+	// residency is the pool's KV residency source (nil: none); the proxy
+	// reads it to estimate an attempt's uncached prompt tokens.
+	residency strategies.Residency
 }
 
 // upstreamModel is the model forwarded to t for a request that asked for
@@ -248,6 +251,7 @@ func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
 	p.bases = bases
 	if b.sources != nil {
 		spec.Residency, spec.Cache, spec.Adapters = b.sources.Sources(bases)
+		p.residency = spec.Residency
 	}
 	lb, err := strategies.Build(p.strategy, spec)
 	if err != nil {

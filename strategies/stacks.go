@@ -18,8 +18,10 @@ const (
 //
 // session_i is 1 for the target that last served the x-session-id within
 // SessionTTL; prefix_i is the fraction of leading prompt bytes target i is
-// remembered to hold. Inputs: SessionKey, Prompt, loads, Target.Weight,
-// Spec.Clock, Spec.Rand. It is also adaptive's fallback stack.
+// remembered to hold. load_i is the prefill work queued on i when the
+// router supplies RouteContext.QueuedPrefill, else its request load
+// (LeastPrefill). Inputs: SessionKey, Prompt, QueuedPrefill or loads,
+// Target.Weight, Spec.Clock, Spec.Rand. It is also adaptive's fallback stack.
 func DefaultPipeline(name string, s Spec) *Pipeline {
 	n := len(s.Targets)
 	w := StaticWeight{weights: make([]float64, n)}
@@ -29,7 +31,7 @@ func DefaultPipeline(name string, s Spec) *Pipeline {
 	return NewPipeline(name, n, nil, []WeightedScorer{
 		{NewSessionAffinity(s.Clock, SessionTTL), 1},
 		{w, 1},
-		{LeastLoad{}, 1},
+		{LeastPrefill{}, 1},
 		{NewPrefixAffinity(n, s.PrefixCacheBytes), 1},
 	}, MaxScorePicker{s.Rand})
 }
@@ -57,21 +59,25 @@ func newFastest(s Spec) (LoadBalancer, error) {
 	}, MaxScorePicker{s.Rand}), nil
 }
 
-// newPreciseCacheAware builds precise_cache_aware: total_i =
-// 1.0·resident_i/len(BlockKeys) + 0.25·(1 − queued_i/max queued)
-// (PreciseResidency; unknown views score 0, so load decides). Load is
-// measured as prefill work when the router supplies it: queued_i is
-// RouteContext.QueuedPrefill[i], the prompt tokens waiting for prefill on
-// i (LeastPrefill). Time to first token is driven by the prefill tokens
-// queued ahead of a request, not by how many requests are queued: one
-// 30k-token prompt delays the next request as much as thirty 1k-token
-// ones, and a request count cannot tell them apart. Without the signal,
-// queued_i is the request load (loads[i]), as before. Inputs: BlockKeys,
-// Spec.Residency, QueuedPrefill or loads.
+// newPreciseCacheAware builds precise_cache_aware. When the router supplies
+// RouteContext.QueuedPrefill it picks the target where this request waits
+// least for its first token (PrefillWait): the prompt tokens queued for
+// prefill there plus this request's own uncached tokens (prompt − the
+// resident prefix of BlockKeys), targets within one KV block of the best
+// tied and drawn at random. Time to first token is driven by the
+// prefill tokens ahead of a request, not by how many requests are queued:
+// one 30k-token prompt delays the next request as much as thirty 1k-token
+// ones. Without the signal, and for a request addressing a LoRA adapter
+// (see PrefillWait): total_i = 1.0·resident_i/len(BlockKeys) + 0.25·(1 −
+// load_i/max load) (PreciseResidency; unknown views score 0, so load
+// decides), load in queued prefill tokens when supplied (LeastPrefill).
+// Inputs: Adapter, BlockKeys, PromptTokens, Spec.Residency, QueuedPrefill
+// or loads.
 func newPreciseCacheAware(s Spec) (LoadBalancer, error) {
 	return NewPipeline("precise_cache_aware", len(s.Targets), nil, []WeightedScorer{
-		{PreciseResidency{s.Residency}, 1},
-		{LeastPrefill{}, loadBehindWeight},
+		{PrefillWait{res: s.Residency, Slack: prefillSlack}, 1},
+		{withoutPrefill{PreciseResidency{s.Residency}}, 1},
+		{withoutPrefill{LeastPrefill{}}, loadBehindWeight},
 	}, MaxScorePicker{s.Rand}), nil
 }
 
@@ -101,7 +107,9 @@ func newLoRAAware(s Spec) (LoadBalancer, error) {
 }
 
 // newPredictedLatency builds predicted_latency: total_i =
-// 1.0·min pred / pred_i + 0.25·(1 − load_i/max load), pred_i = w0 +
+// 1.0·min pred / pred_i + 0.25·(1 − load_i/max load) (load_i measured in
+// queued prefill tokens when the router supplies them, LeastPrefill),
+// pred_i = w0 +
 // w1·queue_depth_i + w2·prompt_ktokens from target i's NLMS model
 // (PredictedLatency; a target below 8 successes scores the mean of the
 // predicted ones, and a route with no prediction is a least-load pipeline).
@@ -109,6 +117,6 @@ func newLoRAAware(s Spec) (LoadBalancer, error) {
 func newPredictedLatency(s Spec) (LoadBalancer, error) {
 	return NewPipeline("predicted_latency", len(s.Targets), nil, []WeightedScorer{
 		{PredictedLatency{s.Stats}, 1},
-		{LeastLoad{}, loadBehindWeight},
+		{LeastPrefill{}, loadBehindWeight},
 	}, MaxScorePicker{s.Rand}), nil
 }

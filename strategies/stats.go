@@ -60,6 +60,7 @@ type TargetStats struct {
 	samples  atomic.Uint64 // successful completions
 	ewmaBits atomic.Uint64 // latency EWMA in ms, float64 bits; 0 = none
 	lastNano atomic.Int64  // unix nanos of the last successful sample
+	prefill  atomic.Int64  // prompt tokens of attempts awaiting a first token
 	model    nlms
 }
 
@@ -108,6 +109,24 @@ func (s *TargetStats) End(o Outcome) {
 // InFlight returns this router's in-flight attempts on the target.
 func (s *TargetStats) InFlight() uint64 {
 	if v := s.inFlight.Load(); v > 0 {
+		return uint64(v)
+	}
+	return 0
+}
+
+// QueuePrefill records that an attempt queued n uncached prompt tokens
+// for prefill on the target (its prompt minus the prefix resident when it
+// was picked). The attempt calls PrefillDone with the same n exactly once:
+// at its first token, or when it ends (fails, is cancelled) without one.
+func (s *TargetStats) QueuePrefill(n uint64) { s.prefill.Add(int64(n)) }
+
+// PrefillDone takes n tokens queued by QueuePrefill off the target.
+func (s *TargetStats) PrefillDone(n uint64) { s.prefill.Add(-int64(n)) }
+
+// QueuedPrefill returns the prompt tokens this router's attempts on the
+// target still wait to prefill (Σ QueuePrefill − Σ PrefillDone).
+func (s *TargetStats) QueuedPrefill() uint64 {
+	if v := s.prefill.Load(); v > 0 {
 		return uint64(v)
 	}
 	return 0

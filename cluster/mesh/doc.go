@@ -31,9 +31,13 @@
 //   - Engine status (running, waiting, KV usage, prefix counters, block
 //     size, LoRA slots and resident adapters, LMCache) goes to each router
 //     by UDP every 250 ms; its loss is repaired by the next one.
-//   - Routers send each other their per-engine in-flight counts (every
-//     250 ms) and learned records (prefix observations, session pins; every
-//     50 ms) by UDP.
+//   - Routers send each other their per-engine loads (in-flight count and
+//     queued-prefill tokens; sent when the router publishes them, which
+//     router/meshstate does on change at most every 50 ms, and repeated
+//     every 250 ms) and learned records (prefix observations, session pins;
+//     every 50 ms) by UDP. View.Remote hands router/meshstate the raw
+//     inputs of its load fold; what the records and loads mean is
+//     meshstate's, not this package's.
 //
 // # Wire format
 //

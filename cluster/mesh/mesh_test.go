@@ -671,3 +671,34 @@ func TestRoutersReportAppliedConfigVersion(t *testing.T) {
 		t.Errorf("b's snapshot does not carry a's config_version 8: %+v", b.Snapshot().Routers)
 	}
 }
+
+// Routers' queued-prefill sums travel with their in-flight counts: a
+// router's view sums the others' (Remote, what meshstate reads) and its
+// snapshot (GET /api/v1/cluster's engines) adds its own.
+func TestRoutersSharePrefill(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 3, Sidecars: 1, Seed: 12})
+	h.Sidecars[0].Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1})
+	a, b, c := h.Routers[0].View(), h.Routers[1].View(), h.Routers[2].View()
+	url := EngineURL(0)
+	a.PublishLoads(map[string]Load{url: {Inflight: 1, Prefill: 50}})
+	b.PublishLoads(map[string]Load{url: {Inflight: 2, Prefill: 800}})
+	c.PublishLoads(map[string]Load{url: {Prefill: 200}}) // all its requests past prefill but one still counted
+	eventually(t, 5*time.Second, "a sees b's and c's prefill sums", func() bool {
+		r, ok := a.Remote(url)
+		return ok && r.PeersOK && r.Prefill == 1000 && r.Inflight == 2
+	})
+	var got uint64
+	for _, e := range a.Snapshot().Engines {
+		if e.EngineURL == url {
+			got = e.QueuedPrefillTokens
+		}
+	}
+	if got != 1050 {
+		t.Errorf("snapshot queued_prefill_tokens %d, want 1050 (own 50 + peers' 1000)", got)
+	}
+	b.PublishLoads(map[string]Load{})
+	eventually(t, 5*time.Second, "b's sum leaves a's view when b publishes none", func() bool {
+		r, _ := a.Remote(url)
+		return r.Prefill == 200
+	})
+}

@@ -20,8 +20,10 @@ type routerShare struct {
 	cfg RouterConfig
 
 	mu       sync.Mutex
-	inflight map[string]uint64 // latest published own counts
-	sentNZ   map[string]bool   // URLs sent non-zero last round
+	inflight map[string]Load // latest published own loads
+	sentNZ   map[string]bool // URLs sent non-zero last round
+	sentAt   time.Time       // last in-flight send
+	kick     chan struct{}   // a publication waits to be sent
 	outbox   []Learned
 	version  uint64            // config_version this router has applied
 	versions map[string]uint64 // config_version each other router reported
@@ -31,21 +33,44 @@ type routerShare struct {
 
 func newRouterShare(n *Node, cfg RouterConfig) *routerShare {
 	cfg.defaults()
-	return &routerShare{n: n, cfg: cfg, inflight: map[string]uint64{}, sentNZ: map[string]bool{}, versions: map[string]uint64{},
-		inbox: make(chan Learned, cfg.LearnedBuffer)}
+	return &routerShare{n: n, cfg: cfg, inflight: map[string]Load{}, sentNZ: map[string]bool{}, versions: map[string]uint64{},
+		kick: make(chan struct{}, 1), inbox: make(chan Learned, cfg.LearnedBuffer)}
 }
 
-// PublishInflight sets this router's in-flight request count per engine URL;
-// the latest map is sent to the other routers every InflightInterval. The
-// map is copied.
-func (v *View) PublishInflight(counts map[string]uint64) {
+// Load is one router's load on one engine, as routers gossip it.
+type Load struct {
+	Inflight uint64 // requests in flight
+	// Prefill is the prompt tokens of those that have no first token yet,
+	// less the prefix resident when each was picked.
+	Prefill uint64
+}
+
+// PublishLoads sets this router's load per engine URL and sends it to the
+// other routers at once (a send is also repeated every InflightInterval).
+// The caller decides the cadence (router/meshstate publishes on change).
+// The map is copied; it never blocks.
+func (v *View) PublishLoads(loads map[string]Load) {
 	s := v.n.router
 	s.mu.Lock()
-	s.inflight = maps.Clone(counts)
+	s.inflight = maps.Clone(loads)
 	s.mu.Unlock()
 	for url, e := range *v.engines.Load() {
-		e.own.Store(int64(min(counts[url], maxCount)))
+		e.own.Store(int64(min(loads[url].Inflight, maxCount)))
+		e.ownPrefill.Store(loads[url].Prefill)
 	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// PublishInflight is PublishLoads with in-flight counts alone.
+func (v *View) PublishInflight(counts map[string]uint64) {
+	loads := make(map[string]Load, len(counts))
+	for u, n := range counts {
+		loads[u] = Load{Inflight: n}
+	}
+	v.PublishLoads(loads)
 }
 
 // PublishConfigVersion sets the config_version this router has applied;
@@ -98,8 +123,15 @@ func (s *routerShare) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-inflight.C:
+		case <-s.kick:
 			s.sendInflight()
+		case <-inflight.C:
+			s.mu.Lock()
+			recent := s.n.now().Sub(s.sentAt) < s.cfg.InflightInterval/2
+			s.mu.Unlock()
+			if !recent {
+				s.sendInflight()
+			}
 		case <-learned.C:
 			s.sendLearned()
 		}
@@ -113,8 +145,8 @@ func (s *routerShare) sendInflight() {
 	var entries []inflightEntry
 	nz := map[string]bool{}
 	for u, c := range s.inflight {
-		if c > 0 {
-			entries = append(entries, inflightEntry{URL: u, N: c})
+		if c.Inflight > 0 || c.Prefill > 0 {
+			entries = append(entries, inflightEntry{URL: u, N: c.Inflight, Prefill: c.Prefill})
 			nz[u] = true
 		} else if s.sentNZ[u] {
 			entries = append(entries, inflightEntry{URL: u})
@@ -126,6 +158,7 @@ func (s *routerShare) sendInflight() {
 		}
 	}
 	s.sentNZ = nz
+	s.sentAt = s.n.now()
 	version := s.version
 	s.mu.Unlock()
 	routers := *s.n.routers.Load()
@@ -135,7 +168,7 @@ func (s *routerShare) sendInflight() {
 	for first := true; first || len(entries) > 0; first = false {
 		size, i := 64, 0
 		for ; i < len(entries) && i < maxEntriesPerMsg; i++ {
-			size += len(entries[i].URL) + 16
+			size += len(entries[i].URL) + 24
 			if size > udpBudget && i > 0 {
 				break
 			}
@@ -208,27 +241,36 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 		s.mu.Unlock()
 	}
 	v := s.n.view
-	expires := s.n.now().Add(4 * s.cfg.InflightInterval)
+	now := s.n.now()
+	expires := now.Add(4 * s.cfg.InflightInterval)
 	for _, en := range m.Entries {
 		e := v.lookup(NormalizeURL(en.URL))
 		if e == nil {
 			continue // only engines this router knows; no growth from peers
 		}
 		e.mu.Lock()
-		if en.N == 0 {
+		if en.N == 0 && en.Prefill == 0 {
 			delete(e.inflight, m.From)
 		} else {
-			e.inflight[m.From] = remoteCount{n: en.N, expires: expires}
+			e.inflight[m.From] = remoteCount{n: en.N, prefill: en.Prefill, expires: expires}
 		}
-		var sum uint64
-		for _, c := range e.inflight {
-			sum += c.n
-		}
-		e.remote.Store(int64(sum))
-		e.remoteAny.Store(len(e.inflight) > 0)
+		e.remoteAt.Store(now.UnixNano())
+		e.sumRemoteLocked()
 		e.mu.Unlock()
 	}
 	return nil
+}
+
+// sumRemoteLocked refreshes the other routers' totals from e.inflight.
+func (e *engine) sumRemoteLocked() {
+	var sum, prefill uint64
+	for _, c := range e.inflight {
+		sum += c.n
+		prefill += c.prefill
+	}
+	e.remote.Store(int64(sum))
+	e.remotePrefill.Store(prefill)
+	e.remoteAny.Store(len(e.inflight) > 0)
 }
 
 func (s *routerShare) fromRouter(name string) bool {

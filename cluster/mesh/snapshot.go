@@ -43,6 +43,10 @@ type EngineSnapshot struct {
 	Adapters         []string `json:"adapters"`
 	MaxLoras         int      `json:"max_loras"`
 	RemoteInflight   int64    `json:"remote_inflight"`
+	// QueuedPrefillTokens is this router's estimate of the prompt tokens
+	// waiting for prefill on the engine: its own requests without a first
+	// token, as it last published them, plus the other routers' sums.
+	QueuedPrefillTokens uint64 `json:"queued_prefill_tokens"`
 	// PrefixCacheHitRate is the engine's prefix-cache hits over queries
 	// since it started (its vllm:prefix_cache_* counters); nil when the
 	// status is not fresh or nothing was queried yet.
@@ -100,7 +104,8 @@ func (v *View) Snapshot() Snapshot {
 		es := EngineSnapshot{
 			NodeID: e.meta.NodeID, EngineURL: e.url, Models: slices.Clone(e.meta.Models),
 			State: ResidencyState(e.state.Load()).String(), Adapters: []string{},
-			RemoteInflight: e.remote.Load(),
+			RemoteInflight:      e.remote.Load(),
+			QueuedPrefillTokens: e.remotePrefill.Load() + e.ownPrefill.Load(),
 		}
 		if es.Models == nil {
 			es.Models = []string{}

@@ -207,3 +207,39 @@ func (e *engine) load() (uint64, bool) {
 	}
 	return uint64(max(queue, others, 0)), ok
 }
+
+// Remote is what a router's view holds of one engine beyond the router's
+// own requests (the raw inputs of router/meshstate's load fold).
+type Remote struct {
+	// Queue is the engine's running + waiting from its sidecar's last
+	// status; QueueOK is false without a fresh one.
+	Queue   uint64
+	QueueOK bool
+	// Inflight and Prefill are Σ over the other routers of their latest
+	// unexpired loads on the engine; PeersOK is false when none has one.
+	Inflight, Prefill uint64
+	PeersOK           bool
+	// Updated is when a router last sent a load for the engine.
+	Updated time.Time
+}
+
+// Remote returns the engine at url (normalised) as this router's view
+// holds it; ok is false when the view has no such engine. Lock-free and
+// allocation-free: it may run on the request hot path.
+func (v *View) Remote(url string) (Remote, bool) {
+	e := v.lookup(url)
+	if e == nil {
+		return Remote{}, false
+	}
+	r := Remote{}
+	if e.fresh.Load() {
+		r.Queue, r.QueueOK = e.running.Load()+e.waiting.Load(), true
+	}
+	if e.remoteAny.Load() {
+		r.Inflight, r.Prefill, r.PeersOK = uint64(max(e.remote.Load(), 0)), e.remotePrefill.Load(), true
+	}
+	if at := e.remoteAt.Load(); at > 0 {
+		r.Updated = time.Unix(0, at)
+	}
+	return r, true
+}

@@ -86,20 +86,23 @@ type engine struct {
 	url    string
 	pinned atomic.Bool // referenced by a route's Targets: never evicted
 
-	state     atomic.Uint32 // effective ResidencyState
-	set       atomic.Pointer[keySet]
-	fresh     atomic.Bool // status received within StaleAfter from a live sidecar
-	running   atomic.Uint64
-	waiting   atomic.Uint64
-	kvUsage   atomic.Uint64 // float64 bits
-	lmOcc     atomic.Uint64 // float64 bits
-	lmKnown   atomic.Bool
-	lmAvail   atomic.Bool
-	adapters  atomic.Pointer[adapterInfo]
-	remote    atomic.Int64 // Σ other routers' in-flight to this engine
-	own       atomic.Int64 // this router's in-flight as last published
-	remoteAny atomic.Bool
-	lastMsg   atomic.Int64 // unix nanos of the last message from the owner
+	state         atomic.Uint32 // effective ResidencyState
+	set           atomic.Pointer[keySet]
+	fresh         atomic.Bool // status received within StaleAfter from a live sidecar
+	running       atomic.Uint64
+	waiting       atomic.Uint64
+	kvUsage       atomic.Uint64 // float64 bits
+	lmOcc         atomic.Uint64 // float64 bits
+	lmKnown       atomic.Bool
+	lmAvail       atomic.Bool
+	adapters      atomic.Pointer[adapterInfo]
+	remote        atomic.Int64  // Σ other routers' in-flight to this engine
+	remotePrefill atomic.Uint64 // Σ other routers' queued prefill tokens on it
+	remoteAt      atomic.Int64  // unix nanos of the last router message about it
+	own           atomic.Int64  // this router's in-flight as last published
+	ownPrefill    atomic.Uint64 // this router's queued prefill as last published
+	remoteAny     atomic.Bool
+	lastMsg       atomic.Int64 // unix nanos of the last message from the owner
 
 	mu          sync.Mutex
 	owner       string
@@ -121,8 +124,8 @@ type engine struct {
 }
 
 type remoteCount struct {
-	n       uint64
-	expires time.Time
+	n, prefill uint64
+	expires    time.Time
 }
 
 // adapterInfo is an immutable snapshot of an engine's adapters.
@@ -573,16 +576,12 @@ func (v *View) sweep() {
 		e.mu.Lock()
 		wasFresh := e.state.Load() != uint32(StateStale)
 		e.refreshLocked(v, now)
-		var sum uint64
 		for r, c := range e.inflight {
 			if now.After(c.expires) {
 				delete(e.inflight, r)
-				continue
 			}
-			sum += c.n
 		}
-		e.remote.Store(int64(sum))
-		e.remoteAny.Store(len(e.inflight) > 0)
+		e.sumRemoteLocked()
 		if e.haveFull && e.peerSeq > e.seq {
 			if e.gapSince.IsZero() {
 				e.gapSince = now

@@ -116,8 +116,9 @@ type inflightMsg struct {
 }
 
 type inflightEntry struct {
-	URL string
-	N   uint64
+	URL     string
+	N       uint64
+	Prefill uint64 // prompt tokens queued for prefill (0 omitted on the wire)
 }
 
 // learnedMsg carries a batch of records a router learned.

@@ -20,6 +20,9 @@ const (
 	LearnedPin LearnedKind = 2
 )
 
+// maxPrefill bounds the queued-prefill tokens a peer can claim per engine.
+const maxPrefill = 1 << 40
+
 // maxLearnedTTL bounds the lifetime a peer can ask for.
 const maxLearnedTTL = time.Hour
 
@@ -46,6 +49,10 @@ func encodeInflight(m *inflightMsg) []byte {
 		sub = appendString(sub[:0], 1, e.URL)
 		sub = protowire.AppendTag(sub, 2, protowire.VarintType)
 		sub = protowire.AppendVarint(sub, e.N)
+		if e.Prefill > 0 {
+			sub = protowire.AppendTag(sub, 3, protowire.VarintType)
+			sub = protowire.AppendVarint(sub, e.Prefill)
+		}
 		b = appendSub(b, 3, sub)
 	}
 	if m.ConfigVersion > 0 {
@@ -130,6 +137,8 @@ func decodeInflight(b []byte) (*inflightMsg, error) {
 				e.URL, err = boundedString(sf.b)
 			case 2:
 				e.N = clampCount(sf.u)
+			case 3:
+				e.Prefill = min(sf.u, maxPrefill)
 			}
 			return err
 		})

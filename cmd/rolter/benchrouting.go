@@ -12,6 +12,7 @@ import (
 	"image/png"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -39,8 +40,8 @@ type routingFlags struct {
 	engines, limit, parallel, cpuTier, kvBlocks                               int
 	load                                                                      float64
 	seed                                                                      uint64
-	gossipDelay                                                               time.Duration
-	mesh, prefill                                                             bool
+	gossipDelay, peerDelay                                                    time.Duration
+	mesh, spreadBatches                                                       bool
 }
 
 // routingRow is one line of the routing report (and of --json).
@@ -89,8 +90,9 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.Float64Var(&f.load, "load", 0.7, "arrival rate as a fraction of fleet capacity (see BENCHMARKS.md)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the strategies' randomness, arrivals and synthetic workloads")
 	fs.DurationVar(&f.gossipDelay, "gossip-delay", 250*time.Millisecond, "age of the engine state routers see")
-	fs.BoolVar(&f.prefill, "prefill-signal", false, "routers pass RouteContext.QueuedPrefill (per-engine prefill tokens awaiting a first token) to the strategies; off by default because rolter router does not feed it yet")
+	fs.DurationVar(&f.peerDelay, "peer-delay", fleet.DefaultPeerDelay, "how late what one router shares or publishes reaches the others (beyond the publish cadence)")
 	fs.BoolVar(&f.mesh, "mesh", true, "replicas share learned prefixes, session pins and in-flight counts as rolter's mesh does (false: engine state only)")
+	fs.BoolVar(&f.spreadBatches, "spread-batches", false, "spread trace requests that share a timestamp uniformly (seeded) up to the next timestamp, instead of arriving at one instant")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -119,10 +121,10 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	capacity := fleet.Capacity(src.unit, f.engines, ecfg)
-	base := fleet.Config{Engines: f.engines, Engine: ecfg, GossipDelay: f.gossipDelay, Arrival: arrival, Seed: f.seed,
-		Isolated: !f.mesh, PrefillSignal: f.prefill}
-	fmt.Fprintf(stdout, "workload: %s, %d requests; fleet: %d engines, capacity %.2f req/s (no-cache service demand); load %.2f → %.2f req/s; gossip delay %v; mesh %v; prefill signal %v\n\n",
-		src.desc, src.unit.Len(), f.engines, capacity, f.load, f.load*capacity, f.gossipDelay, f.mesh, f.prefill)
+	base := fleet.Config{Engines: f.engines, Engine: ecfg, GossipDelay: f.gossipDelay, PeerDelay: f.peerDelay, Arrival: arrival, Seed: f.seed,
+		Isolated: !f.mesh}
+	fmt.Fprintf(stdout, "workload: %s, %d requests; fleet: %d engines, capacity %.2f req/s (no-cache service demand); load %.2f → %.2f req/s; gossip delay %v; peer delay %v; mesh %v\n\n",
+		src.desc, src.unit.Len(), f.engines, capacity, f.load, f.load*capacity, f.gossipDelay, f.peerDelay, f.mesh)
 
 	start := time.Now()
 	rows, err := routingGrid(ctx, src, base, names, routers, f.load, capacity, f.parallel)
@@ -200,7 +202,12 @@ func loadFleetWorkload(f routingFlags) (fleetSource, error) {
 		if err != nil {
 			return src, err
 		}
-		src.unit, err = fleet.Prepare(fleet.FromWorkload(workload.FromTrace(recs, false)), engine.DefaultConfig.BlockSize)
+		reqs := workload.FromTrace(recs, false)
+		if f.spreadBatches {
+			spreadBatches(reqs, f.seed)
+			src.desc += " (batches spread)"
+		}
+		src.unit, err = fleet.Prepare(fleet.FromWorkload(reqs), engine.DefaultConfig.BlockSize)
 		return src, err
 	case "chat", "rag", "lora":
 		src.desc = "synthetic " + f.workload
@@ -225,6 +232,31 @@ func loadFleetWorkload(f routingFlags) (fleetSource, error) {
 	var err error
 	src.unit, _, err = src.at(1)
 	return src, err
+}
+
+// spreadBatches moves the requests of each run sharing one send time to
+// uniformly drawn times between it and the next distinct send time (the
+// Mooncake trace records arrivals in 3 s batches), keeping their order.
+func spreadBatches(reqs []workload.Request, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	for i := 0; i < len(reqs); {
+		j := i
+		for j < len(reqs) && reqs[j].At == reqs[i].At {
+			j++
+		}
+		if j < len(reqs) {
+			gap := reqs[j].At - reqs[i].At
+			offs := make([]time.Duration, j-i)
+			for k := range offs {
+				offs[k] = time.Duration(rng.Int64N(int64(gap)))
+			}
+			slices.Sort(offs)
+			for k := range offs {
+				reqs[i+k].At += offs[k]
+			}
+		}
+		i = j
+	}
 }
 
 // routingGrid runs every strategy at every replica count, and the oracle

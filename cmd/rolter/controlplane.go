@@ -288,7 +288,7 @@ func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.
 	cp.srv = router.New(opts)
 	cp.srv.Registry().MustRegister(cp.poller)
 	if node != nil {
-		cp.srv.Registry().MustRegister(node.Collector(), cp.mesh.learned)
+		cp.srv.Registry().MustRegister(node.Collector(), cp.mesh.state.Collector())
 	}
 	cp.pusher = &adminapi.Pusher{NodeID: sc.NodeID, InternalToken: sc.InternalToken, Source: cp,
 		Local: cp.api.Telemetry(), Peers: peers, Logger: log}
@@ -313,7 +313,7 @@ func (cp *controlPlane) run(ctx context.Context, api, admin net.Listener) error 
 	go func() { defer wg.Done(); cp.poller.Run(bg) }()
 	if cp.mesh != nil {
 		wg.Add(3)
-		go func() { defer wg.Done(); cp.mesh.publishInflight(bg, inflightInterval, cp.srv.InflightByBase) }()
+		go func() { defer wg.Done(); cp.mesh.publish(bg, cp.srv.LoadsByBase) }()
 		go func() { defer wg.Done(); cp.mesh.follow(bg) }()
 		go func() { defer wg.Done(); cp.rediscover(bg) }()
 	}

@@ -418,7 +418,7 @@ func (d *demo) configTOML() string {
 var demoRoutes = []struct{ model, strategy, what string }{
 	{"chat", "round_robin", "turns through the engines"},
 	{"cache", "cache_aware", "prefers the engine that saw the prompt's prefix (router-side estimate)"},
-	{"precise", "precise_cache_aware", "prefers the engine whose KV cache holds the prefix (sidecar KV events)"},
+	{"precise", "precise_cache_aware", "the engine where the prompt waits least: its uncached part (sidecar KV events) + prefill queued there"},
 	{"adaptive", "adaptive", "learns latency, cost and load per engine ([adaptive_routing] enabled)"},
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"net"
 	"slices"
@@ -14,12 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -142,43 +141,22 @@ func engineKey(apiBase string) string {
 	return strings.TrimSuffix(u, "/v1")
 }
 
-// meshRouter connects one router's data plane to the gossip view: it is the
-// router's EngineView, SourceFactory and Learner.
+// meshRouter connects one router's data plane to the gossip view: it is
+// the router's EngineView (with PrefillView), SourceFactory and Learner.
+// What routers share and how it becomes routing input is
+// router/meshstate's (the code the fleet simulator runs too); this type
+// maps api_bases to engine keys and carries meshstate over the view
+// (viewTransport).
 type meshRouter struct {
-	view *mesh.View
-	now  func() time.Time
-	keys sync.Map // api_base → engine key (engineKey allocates; Load must not)
-
-	seed maphash.Seed
-	// learned counts records by kind and fate: "received" from other
-	// routers, "imported" into a balancer, "shared" with the others.
-	learned *prometheus.CounterVec
-
-	mu    sync.Mutex
-	table map[uint64]learnedEntry // (pool, prefix or session) hash → where
-	sent  map[uint64]string       // hash → target last shared (dedup)
+	view  *mesh.View
+	keys  sync.Map // api_base → engine key (engineKey allocates; Load must not)
+	state *meshstate.State
 }
-
-type learnedEntry struct {
-	target  string // engine key
-	at      time.Time
-	expires time.Time
-}
-
-// Bounds of the learned tables: a full table is cleared of expired entries,
-// then of everything (records are hints; losing them only costs affinity).
-const (
-	maxLearned = 1 << 16
-	learnedTTL = 10 * time.Minute
-)
 
 func newMeshRouter(view *mesh.View, now func() time.Time) *meshRouter {
-	return &meshRouter{view: view, now: now, seed: maphash.MakeSeed(),
-		table: map[uint64]learnedEntry{}, sent: map[uint64]string{},
-		learned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rolter_mesh_learned_records_total",
-			Help: "Prefix observations and session pins shared between routers, by kind and what happened to them " +
-				"(shared: sent to the other routers; received: from them; imported: into a balancer for a request)."},
-			[]string{"kind", "event"})}
+	m := &meshRouter{view: view}
+	m.state = meshstate.New(viewTransport{view: view, now: now}, now, meshstate.Options{EngineKey: m.key})
+	return m
 }
 
 func (m *meshRouter) key(apiBase string) string {
@@ -191,7 +169,10 @@ func (m *meshRouter) key(apiBase string) string {
 }
 
 // Load implements router.EngineView.
-func (m *meshRouter) Load(apiBase string) (uint64, bool) { return m.view.Load(m.key(apiBase)) }
+func (m *meshRouter) Load(apiBase string) (uint64, bool) { return m.state.Load(apiBase) }
+
+// PeerPrefill implements router.PrefillView.
+func (m *meshRouter) PeerPrefill(apiBase string) uint64 { return m.state.PeerPrefill(apiBase) }
 
 // Reported implements router.EngineReporter: a live sidecar reports the
 // engine, so it wins over the router's own [metrics_scrape].
@@ -207,136 +188,35 @@ func (m *meshRouter) Sources(apiBases []string) (strategies.Residency, strategie
 	return t, t, t
 }
 
-// publishInflight gossips this router's per-engine in-flight counts every
-// interval until ctx ends.
-func (m *meshRouter) publishInflight(ctx context.Context, interval time.Duration, counts func() map[string]uint64) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		out := map[string]uint64{}
-		for base, n := range counts() {
-			out[m.key(base)] += n
-		}
-		m.view.PublishInflight(out)
-	}
-}
-
-// The balancers' mesh hooks (package strategies).
-type prefixImporter interface {
-	ObservePrefixRemote(target int, prefix string)
-}
-type sessionImporter interface {
-	PinSession(key string, target int, at time.Time)
-}
-
-// Prefix observations and session pins travel keyed by
-// strategies.AppendPrefixHashes and strategies.SessionHash, the one
-// definition routers (and the fleet simulator) agree on.
-
-func (m *meshRouter) hash(kind byte, pool string, k uint64) uint64 {
-	var h maphash.Hash
-	h.SetSeed(m.seed)
-	h.WriteByte(kind)
-	h.WriteString(pool)
-	h.WriteByte(0)
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(k >> (8 * i))
-	}
-	h.Write(b[:])
-	return h.Sum64()
-}
-
-// Recall implements router.Learner: it imports into lb what other routers
-// shared about rc's prompt prefixes and session.
+// Recall implements router.Learner.
 func (m *meshRouter) Recall(pool string, lb strategies.LoadBalancer, apiBases []string, rc *strategies.RouteContext) {
-	pi, okP := lb.(prefixImporter)
-	si, okS := lb.(sessionImporter)
-	if (!okP || rc.Prompt == "") && (!okS || rc.SessionKey == "") {
-		return
-	}
-	m.mu.Lock()
-	empty := len(m.table) == 0
-	m.mu.Unlock()
-	if empty {
-		return
-	}
-	// Hash outside the lock: prompts can be long.
-	var buf [32]strategies.PrefixHash
-	var hs []strategies.PrefixHash
-	if okP && rc.Prompt != "" {
-		hs = strategies.AppendPrefixHashes(buf[:0], pool, rc.Prompt)
-	}
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, ph := range hs {
-		if e, ok := m.table[ph.Hash]; ok {
-			delete(m.table, ph.Hash) // the index holds it from now on
-			if i := m.index(apiBases, e.target); i >= 0 && now.Before(e.expires) {
-				pi.ObservePrefixRemote(i, rc.Prompt[:ph.Cut])
-				m.learned.WithLabelValues("prefix", "imported").Inc()
-			}
-		}
-	}
-	if okS && rc.SessionKey != "" {
-		h := strategies.SessionHash(pool, rc.SessionKey)
-		if e, ok := m.table[h]; ok {
-			delete(m.table, h)
-			if i := m.index(apiBases, e.target); i >= 0 && now.Before(e.expires) {
-				si.PinSession(rc.SessionKey, i, e.at)
-				m.learned.WithLabelValues("session_pin", "imported").Inc()
-			}
-		}
-	}
+	m.state.Recall(pool, lb, apiBases, rc)
 }
 
-func (m *meshRouter) index(apiBases []string, target string) int {
-	for i, b := range apiBases {
-		if m.key(b) == target {
-			return i
-		}
-	}
-	return -1
-}
-
-// Observed implements router.Learner: it shares rc's prefixes and session
-// pin with the other routers, each (key, target) pair once.
+// Observed implements router.Learner.
 func (m *meshRouter) Observed(pool, apiBase string, rc *strategies.RouteContext) {
-	if rc.Prompt == "" && rc.SessionKey == "" {
-		return
-	}
-	target := m.key(apiBase)
-	share := func(kind mesh.LearnedKind, k uint64) {
-		local := m.hash(byte(kind), pool, k)
-		m.mu.Lock()
-		dup := m.sent[local] == target
-		if !dup {
-			if len(m.sent) >= maxLearned {
-				clear(m.sent)
+	m.state.Observed(pool, apiBase, rc)
+}
+
+// publish runs meshstate's publish loop over the router's per-api_base
+// loads until ctx ends.
+func (m *meshRouter) publish(ctx context.Context, loads func() map[string]router.BaseLoad) {
+	var out []meshstate.EngineLoad
+	m.state.Run(ctx, func() []meshstate.EngineLoad {
+		out = out[:0]
+		for base, l := range loads() {
+			k := m.key(base)
+			i := slices.IndexFunc(out, func(e meshstate.EngineLoad) bool { return e.Engine == k })
+			if i < 0 {
+				out = append(out, meshstate.EngineLoad{Engine: k})
+				i = len(out) - 1
 			}
-			m.sent[local] = target
+			out[i].Inflight += l.Inflight
+			out[i].Prefill += l.Prefill
 		}
-		m.mu.Unlock()
-		if !dup {
-			m.view.Share(mesh.Learned{Kind: kind, Model: pool, Target: target, Key: k, TTL: learnedTTL})
-			m.learned.WithLabelValues(kindLabel(kind), "shared").Inc()
-		}
-	}
-	if rc.Prompt != "" {
-		var buf [32]strategies.PrefixHash
-		for _, ph := range strategies.AppendPrefixHashes(buf[:0], pool, rc.Prompt) {
-			share(mesh.LearnedPrefix, ph.Hash)
-		}
-	}
-	if rc.SessionKey != "" {
-		share(mesh.LearnedPin, strategies.SessionHash(pool, rc.SessionKey))
-	}
+		slices.SortFunc(out, func(a, b meshstate.EngineLoad) int { return strings.Compare(a.Engine, b.Engine) })
+		return out
+	})
 }
 
 // follow files every record other routers share until ctx ends.
@@ -347,47 +227,46 @@ func (m *meshRouter) follow(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case r := <-in:
-			m.file(r)
+			m.state.File(meshstate.Record{Kind: meshstate.Kind(r.Kind), Pool: r.Model, Target: engineKey(r.Target),
+				Key: r.Key, TTL: r.TTL})
 		}
 	}
 }
 
-func kindLabel(k mesh.LearnedKind) string {
-	if k == mesh.LearnedPin {
-		return "session_pin"
-	}
-	return "prefix"
+// viewTransport is meshstate.Transport over cluster/mesh's View.
+type viewTransport struct {
+	view *mesh.View
+	now  func() time.Time
 }
 
-func (m *meshRouter) file(r mesh.Learned) {
-	m.learned.WithLabelValues(kindLabel(r.Kind), "received").Inc()
-	now := m.now()
-	ttl := r.TTL
-	if ttl <= 0 || ttl > learnedTTL {
-		ttl = learnedTTL
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.table) >= maxLearned {
-		for k, e := range m.table {
-			if !now.Before(e.expires) {
-				delete(m.table, k)
-			}
-		}
-		if len(m.table) >= maxLearned {
-			clear(m.table)
-		}
-	}
-	m.table[r.Key] = learnedEntry{target: engineKey(r.Target), at: now, expires: now.Add(ttl)}
-	// What another router shares, this one need not share back.
-	if len(m.sent) >= maxLearned {
-		clear(m.sent)
-	}
-	m.sent[m.hash(byte(r.Kind), r.Model, r.Key)] = engineKey(r.Target)
+var _ meshstate.Transport = viewTransport{}
+
+// Share implements meshstate.Transport.
+func (t viewTransport) Share(r meshstate.Record) {
+	t.view.Share(mesh.Learned{Kind: mesh.LearnedKind(r.Kind), Model: r.Pool, Target: r.Target, Key: r.Key, TTL: r.TTL})
 }
 
-// inflightInterval is how often a router gossips its in-flight counts.
-const inflightInterval = 250 * time.Millisecond
+// Publish implements meshstate.Transport.
+func (t viewTransport) Publish(loads []meshstate.EngineLoad) {
+	m := make(map[string]mesh.Load, len(loads))
+	for _, l := range loads {
+		m[l.Engine] = mesh.Load{Inflight: l.Inflight, Prefill: l.Prefill}
+	}
+	t.view.PublishLoads(m)
+}
+
+// Engine implements meshstate.Transport.
+func (t viewTransport) Engine(key string) (meshstate.Remote, bool) {
+	r, ok := t.view.Remote(key)
+	if !ok {
+		return meshstate.Remote{}, false
+	}
+	out := meshstate.Remote{Queue: r.Queue, QueueOK: r.QueueOK, Inflight: r.Inflight, Prefill: r.Prefill, PeersOK: r.PeersOK}
+	if r.PeersOK && !r.Updated.IsZero() {
+		out.Age = t.now().Sub(r.Updated)
+	}
+	return out, true
+}
 
 // discover returns cfg with every `discover = true` route's targets filled
 // from the engines gossip announces for the route's model: one target per

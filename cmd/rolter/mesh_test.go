@@ -16,6 +16,8 @@ import (
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/sidecar"
 	"github.com/rolter/rolter/strategies"
 )
@@ -336,10 +338,11 @@ func TestMeshInventory(t *testing.T) {
 	}
 }
 
-// TestInflightReachesOtherRouters: a router's per-target in-flight counts,
-// keyed by provider api_base, reach the other routers' load view of the
-// engine (never its own), so replicas do not herd onto one engine.
-func TestInflightReachesOtherRouters(t *testing.T) {
+// TestLoadsReachOtherRoutersAndExpire: a router's per-target in-flight
+// counts and queued-prefill sums, keyed by provider api_base, reach the
+// other routers' view of the engine (never its own), so replicas do not
+// herd onto one engine; once the router is gone, they expire.
+func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 	h := startPool(t, 2, 0)
 	a := newMeshRouter(h.Routers[0].View(), time.Now)
 	b := newMeshRouter(h.Routers[1].View(), time.Now)
@@ -351,21 +354,39 @@ func TestInflightReachesOtherRouters(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.publishInflight(ctx, 20*time.Millisecond, func() map[string]uint64 {
-			return map[string]uint64{"http://engine-1:8000/v1": 2, "http://ENGINE-1:8000": 1}
+		a.publish(ctx, func() map[string]router.BaseLoad {
+			return map[string]router.BaseLoad{"http://engine-1:8000/v1": {Inflight: 2, Prefill: 9000}, "http://ENGINE-1:8000": {Inflight: 1, Prefill: 500}}
 		})
 	}()
-	eventually(t, 5*time.Second, "in-flight gossiped", func() error {
+	eventually(t, 5*time.Second, "loads gossiped", func() error {
 		if q, ok := b.Load("http://engine-1:8000"); !ok || q != 3 {
 			return fmt.Errorf("router b sees load %d, %v; want 3", q, ok)
+		}
+		if p := b.PeerPrefill("http://engine-1:8000"); p != 9500 {
+			return fmt.Errorf("router b sees queued prefill %d; want 9500", p)
 		}
 		return nil
 	})
 	if q, ok := a.Load("http://engine-1:8000/v1"); ok || q != 0 {
 		t.Fatalf("router a counts its own in-flight through the mesh: %d, %v", q, ok)
 	}
+	if p := a.PeerPrefill("http://engine-1:8000/v1"); p != 0 {
+		t.Fatalf("router a counts its own prefill through the mesh: %d", p)
+	}
 	cancel()
 	<-done
+	if err := h.Routers[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a's loads expire once it is gone", func() error {
+		if p := b.PeerPrefill("http://engine-1:8000"); p != 0 {
+			return fmt.Errorf("router b still sees queued prefill %d", p)
+		}
+		if q, ok := b.Load("http://engine-1:8000"); ok || q != 0 {
+			return fmt.Errorf("router b still sees load %d, %v", q, ok)
+		}
+		return nil
+	})
 }
 
 // A sidecar started before its seed (the router) is up joins later; if
@@ -407,4 +428,17 @@ func loopbackAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestRouterRunsMeshState: rolter router's mesh is router/meshstate's
+// State, the type the fleet simulator's replicas hold
+// (sim/fleet TestReplicasRunTheRoutersMeshState), so `rolter bench
+// routing` measures the sharing code that ships.
+func TestRouterRunsMeshState(t *testing.T) {
+	h := startPool(t, 1, 0)
+	m := newMeshRouter(h.Routers[0].View(), time.Now)
+	var st *meshstate.State = m.state
+	if st == nil {
+		t.Fatal("meshRouter holds no meshstate.State")
+	}
 }

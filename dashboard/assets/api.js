@@ -95,7 +95,7 @@ const list = (j, name) => arr(j && (Array.isArray(j.data) ? j.data : j[name]));
  *     applied_config_version | config_version (null: unknown), alive}],
  *   engines:[{node_id, engine_url, models, state, age_ms, resident_blocks,
  *     running, waiting, kv_usage, lmcache_occupancy, adapters, kv_events,
- *     lmcache, prefix_cache_hit_rate}]}
+ *     lmcache, prefix_cache_hit_rate, queued_prefill_tokens}]}
  * prefix_cache_hit_rate (0..1 or null) is optional; without it the hit-rate
  * chart says so.
  */
@@ -127,6 +127,7 @@ export function fromCluster(j) {
       kvEvents: !!e.kv_events,
       lmcache: !!e.lmcache,
       hitRate: numOrNull(e.prefix_cache_hit_rate),
+      queuedPrefill: num(e.queued_prefill_tokens),
     })),
   };
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/sim/engine"
 	"github.com/rolter/rolter/strategies"
 )
@@ -36,6 +37,11 @@ type Config struct {
 	Engine   engine.Config
 	// GossipDelay is how old the engine state the replicas see is.
 	GossipDelay time.Duration
+	// PeerDelay is how late what one replica shares or publishes over the
+	// mesh (learned records, in-flight counts, prefill sums) reaches the
+	// others, on top of meshstate's publish cadence, which the replicas
+	// run themselves; 0 takes DefaultPeerDelay.
+	PeerDelay time.Duration
 	// Rate rescales arrivals to this mean rate (requests/s); 0 keeps the
 	// recorded times.
 	Rate    float64
@@ -45,9 +51,15 @@ type Config struct {
 	// state only, no learned prefixes, session pins or in-flight counts
 	// (the router before the mesh shared them).
 	Isolated bool
-	// PrefillSignal has the replicas fill RouteContext.QueuedPrefill.
-	PrefillSignal bool
 }
+
+// DefaultPeerDelay is Config.PeerDelay's default: router-to-router gossip
+// on a LAN. BenchmarkPeerLoadStaleness (cmd/rolter) measures 35 ms p50 /
+// 64 ms p99 from a change in one real router's counts to its visibility at
+// another on loopback, cadence included; the cadence alone averages about
+// 25 ms, and learned records wait for cluster/mesh's 50 ms batch (25 ms
+// on average). 25 ms covers both.
+const DefaultPeerDelay = 25 * time.Millisecond
 
 // ErrConfig marks an unusable Config.
 var ErrConfig = errors.New("fleet: bad config")
@@ -111,8 +123,11 @@ type replica struct {
 	stats  []*strategies.TargetStats
 	loads  []uint64
 	queued []uint64
-	mesh   *meshPeer
 	share  bool // exchanges learned records with the other replicas
+	state  *meshstate.State
+	next   int                    // first shared record not yet delivered
+	pubs   []publication          // what it published, in time order
+	pub    []meshstate.EngineLoad // scratch
 }
 
 type run struct {
@@ -126,8 +141,11 @@ type run struct {
 	done     []engineDone
 	maxEnd   time.Duration
 	oracleOn bool
-	learned  []learnedRec            // the mesh's shared records, in time order
-	hashes   []strategies.PrefixHash // scratch
+	learned  []sharedRec // the mesh's shared records, in time order
+	keys     map[string]int
+	keyOf    []string
+	nextPub  time.Duration // next publish slot of the replicas' mesh states
+	firsts   []*flight     // first token produced, not yet seen by the router
 }
 
 type engineDone struct {
@@ -146,10 +164,13 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 	if cfg.Strategy != Oracle && !strategies.Known(cfg.Strategy) {
 		return Result{}, fmt.Errorf("%w: %w %q", ErrConfig, strategies.ErrUnknownStrategy, cfg.Strategy)
 	}
-	if cfg.GossipDelay < 0 {
+	if cfg.GossipDelay < 0 || cfg.PeerDelay < 0 {
 		return Result{}, fmt.Errorf("%w: negative gossip delay", ErrConfig)
 	}
 	r := &run{cfg: cfg, w: w, oracleOn: cfg.Strategy == Oracle, flights: make([]flight, w.Len())}
+	if r.cfg.PeerDelay == 0 {
+		r.cfg.PeerDelay = DefaultPeerDelay
+	}
 	if r.oracleOn {
 		r.cfg.GossipDelay = 0
 	}
@@ -173,6 +194,12 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 			}
 		}
 		at := time.Duration(float64(w.reqs[i].At-t0) * scale)
+		if r.meshOn() {
+			for ; r.nextPub <= at; r.nextPub += meshstate.PublishGap {
+				r.advance(r.nextPub)
+				r.publish(r.nextPub)
+			}
+		}
 		r.advance(at)
 		router := i % cfg.Routers
 		if cfg.Arrival == RandomArrival {
@@ -187,12 +214,17 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 func (r *run) buildRouters() error {
 	n := r.cfg.Engines
 	targets := make([]strategies.Target, n)
+	r.keys = make(map[string]int, n)
 	for i := range targets {
-		targets[i] = strategies.Target{ID: "engine-" + strconv.Itoa(i), Provider: "engine-" + strconv.Itoa(i),
+		key := engineKey(i)
+		targets[i] = strategies.Target{ID: key, Provider: key,
 			UpstreamModel: "fleet", Weight: 1, CostInPerMtok: 1, CostOutPerMtok: 1}
+		r.keys[key] = i
+		r.keyOf = append(r.keyOf, key)
 	}
 	for k := range r.cfg.Routers {
-		rep := &replica{loads: make([]uint64, n), queued: make([]uint64, n), mesh: newMeshPeer(n)}
+		rep := &replica{loads: make([]uint64, n), queued: make([]uint64, n),
+			state: meshstate.New(gossip{r: r, k: k}, vclock{now: &r.now}.Now, meshstate.Options{})}
 		if !r.oracleOn {
 			tr := strategies.NewTracker()
 			spec := strategies.Spec{
@@ -231,6 +263,7 @@ func (r *run) advance(t time.Duration) {
 	for i, n := range r.engines {
 		r.collect(i, n.eng.AdvanceTo(t))
 	}
+	r.reportFirsts(t)
 	r.reportDone(t)
 	for _, n := range r.engines {
 		if r.w.adapters || r.cfg.Engine.CPUTierBlocks > 0 {
@@ -253,6 +286,9 @@ func (r *run) collect(e int, steps []engine.StepResult) {
 			if o.First {
 				if f := r.flightOf(o.ID); f != nil {
 					f.first = s.End
+					if r.routers[f.router].lb != nil {
+						r.firsts = append(r.firsts, f)
+					}
 				}
 			}
 		}
@@ -278,6 +314,18 @@ func (r *run) flightOf(id string) *flight {
 	return &r.flights[i]
 }
 
+// reportFirsts takes off its router's queued prefill every attempt whose
+// first token came by t (a step reported by AdvanceTo may end after t).
+func (r *run) reportFirsts(t time.Duration) {
+	r.firsts = slices.DeleteFunc(r.firsts, func(f *flight) bool {
+		if f.first > t {
+			return false
+		}
+		r.routers[f.router].stats[f.engine].PrefillDone(uint64(f.estUncached))
+		return true
+	})
+}
+
 // reportDone ends, in completion order, the attempts that finished by t.
 func (r *run) reportDone(t time.Duration) {
 	if len(r.pending) == 0 {
@@ -294,7 +342,6 @@ func (r *run) reportDone(t time.Duration) {
 		if rep := r.routers[f.router]; rep.lb != nil {
 			rep.stats[f.engine].End(strategies.Outcome{Success: true, Latency: fin - f.at, QueueDepth: f.queue,
 				PromptTokens: f.prompt, At: epoch.Add(fin)})
-			rep.mesh.ended(f.engine, fin)
 		}
 		n := r.engines[f.engine]
 		n.outstanding = slices.DeleteFunc(n.outstanding, func(x *flight) bool { return x == f })
@@ -312,20 +359,19 @@ func (r *run) route(i, k int) {
 	if r.oracleOn {
 		target, f.uncached = r.oraclePick(p)
 	} else {
-		vt := r.viewTime()
-		for e, n := range r.engines {
-			// As cluster/mesh folds it: own in-flight + max(engine queue −
-			// own published in-flight, Σ peers' in-flight).
-			queue := int64(n.lag.queueAt(vt)) - int64(r.ownPublished(k, e))
-			rep.loads[e] = rep.stats[e].InFlight() + uint64(max(queue, int64(r.peerInflight(k, e)), 0))
+		// As router/proxy.go builds them: own in-flight + the mesh's
+		// load fold; own queued prefill + the other replicas' sums.
+		for e := range r.engines {
+			key := r.keyOf[e]
+			q, _ := rep.state.Load(key)
+			rep.loads[e] = rep.stats[e].InFlight() + q
+			rep.queued[e] = rep.stats[e].QueuedPrefill() + rep.state.PeerPrefill(key)
 		}
 		rc := p.rc
-		if r.cfg.PrefillSignal {
-			r.queuedPrefill(k)
-			rc.QueuedPrefill = rep.queued
-		}
+		rc.QueuedPrefill = rep.queued
 		if rep.share {
-			r.recall(k, &rc)
+			r.deliver(k)
+			rep.state.Recall(meshPool, rep.lb, r.keyOf, &rc)
 		}
 		t, ok := rep.lb.PickEligible(&rc, rep.loads, nil)
 		if !ok || t < 0 || t >= len(r.engines) {
@@ -334,13 +380,11 @@ func (r *run) route(i, k int) {
 		target = t
 		rep.lb.Observe(target, &rc)
 		if rep.share {
-			r.observed(k, target, &rc)
+			rep.state.Observed(meshPool, r.keyOf[target], &rc)
 		}
 		f.queue = rep.stats[target].Begin()
-		if r.cfg.PrefillSignal {
-			f.estUncached = r.estimateUncached(target, p)
-		}
-		rep.mesh.begins[target] = append(rep.mesh.begins[target], r.now)
+		f.estUncached = r.estimateUncached(target, p)
+		rep.stats[target].QueuePrefill(uint64(f.estUncached))
 	}
 	n := r.engines[target]
 	f.engine = target
@@ -350,7 +394,7 @@ func (r *run) route(i, k int) {
 		f.done = true
 		if rep.lb != nil {
 			rep.stats[target].End(strategies.Outcome{Success: false, At: epoch.Add(r.now)})
-			rep.mesh.ended(target, r.now)
+			rep.stats[target].PrefillDone(uint64(f.estUncached))
 		}
 		return
 	}
@@ -365,5 +409,6 @@ func (r *run) drain() {
 			r.collect(i, n.eng.AdvanceTo(n.eng.Now()+time.Hour))
 		}
 	}
+	r.reportFirsts(r.maxEnd)
 	r.reportDone(r.maxEnd)
 }

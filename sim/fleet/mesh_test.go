@@ -3,6 +3,9 @@ package fleet
 import (
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/router/meshstate"
+	"github.com/rolter/rolter/strategies"
 )
 
 // Replica 0 serves A; ten seconds later replica 1 serves B, which extends
@@ -17,7 +20,7 @@ func TestMeshSharesPrefixObservations(t *testing.T) {
 	})
 	run := func(seed uint64, isolated bool, delay time.Duration) Result {
 		return mustRun(t, Config{Strategy: "cache_aware", Engines: 2, Routers: 2, Arrival: RoundRobinArrival,
-			GossipDelay: delay, Isolated: isolated, Seed: seed}, w)
+			GossipDelay: delay, PeerDelay: delay, Isolated: isolated, Seed: seed}, w)
 	}
 	missed := map[string]int{}
 	for seed := uint64(1); seed <= 8; seed++ {
@@ -53,42 +56,92 @@ func TestMeshKeepsConversationsWarm(t *testing.T) {
 	}
 }
 
-// The other replicas' in-flight counts arrive as published at the last
-// 250 ms tick that is at least the gossip delay old; a replica's own count
-// never comes back to it through the mesh.
-func TestPeerInflightFolding(t *testing.T) {
-	r := &run{cfg: Config{Routers: 3, GossipDelay: 250 * time.Millisecond}}
-	for range 3 {
-		r.routers = append(r.routers, &replica{mesh: newMeshPeer(2)})
+// The other replicas' published counts and prefill sums reach a replica
+// once they are PeerDelay old, newest publication first; a replica's own
+// publication never comes back to it through the mesh.
+func TestPeerLoadsArriveAfterTheGossipDelay(t *testing.T) {
+	r := &run{cfg: Config{Routers: 3, PeerDelay: 250 * time.Millisecond}, keys: map[string]int{"engine-0": 0, "engine-1": 1}}
+	r.engines = []*node{{lag: &lagged{res: newResidency()}}, {lag: &lagged{res: newResidency()}}}
+	for k := range 3 {
+		r.routers = append(r.routers, &replica{state: meshstate.New(gossip{r: r, k: k}, vclock{now: &r.now}.Now, meshstate.Options{})})
 	}
 	ms := time.Millisecond
-	r.routers[1].mesh.begins[0] = []time.Duration{100 * ms, 600 * ms}
-	r.routers[1].mesh.ends[0] = []time.Duration{900 * ms}
-	r.routers[2].mesh.begins[0] = []time.Duration{200 * ms}
-	r.routers[0].mesh.begins[0] = []time.Duration{0}
+	pub := func(at time.Duration, k int, inflight, prefill uint64) {
+		r.now = at
+		gossip{r: r, k: k}.Publish([]meshstate.EngineLoad{{Engine: "engine-0", Inflight: inflight, Prefill: prefill}})
+	}
+	pub(0, 0, 5, 5000)
+	pub(100*ms, 1, 1, 700)
+	pub(200*ms, 2, 1, 300)
+	pub(600*ms, 1, 2, 1200)
 	tests := []struct {
-		now        time.Duration
-		k, e       int
-		want       uint64
-		whyNotZero string
+		now               time.Duration
+		k                 int
+		key               string
+		inflight, prefill uint64
+		why               string
 	}{
-		{200 * ms, 0, 0, 0, "nothing published yet has arrived"},
-		{400 * ms, 0, 0, 0, "tick 0 shows no peer request yet"},
-		{500 * ms, 0, 0, 2, "tick 250 ms: one request from each peer"},
-		{1000 * ms, 0, 0, 3, "tick 750 ms: replica 1 has two in flight"},
-		{1200 * ms, 0, 0, 3, "tick 750 ms still: the end at 900 ms is published at 1 s"},
-		{1500 * ms, 0, 0, 2, "tick 1250 ms"},
-		{1500 * ms, 1, 0, 2, "replica 1 sees 0 and 2, not itself"},
-		{1500 * ms, 0, 1, 0, "engine 1 has none"},
+		{200 * ms, 0, "engine-0", 0, 0, "nothing published has arrived yet"},
+		{350 * ms, 0, "engine-0", 1, 700, "replica 1's first publication"},
+		{450 * ms, 0, "engine-0", 2, 1000, "both peers'"},
+		{900 * ms, 0, "engine-0", 3, 1500, "replica 1's newer publication replaces its older"},
+		{900 * ms, 1, "engine-0", 6, 5300, "replica 1 sees 0 and 2, not itself"},
+		{900 * ms, 0, "engine-1", 0, 0, "engine 1 has none"},
 	}
 	for _, tc := range tests {
 		r.now = tc.now
-		if got := r.peerInflight(tc.k, tc.e); got != tc.want {
-			t.Errorf("at %v replica %d engine %d: %d, want %d (%s)", tc.now, tc.k, tc.e, got, tc.want, tc.whyNotZero)
+		st := r.routers[tc.k].state
+		if q, _ := st.Load(tc.key); q != tc.inflight {
+			t.Errorf("at %v replica %d %s: load %d, want %d (%s)", tc.now, tc.k, tc.key, q, tc.inflight, tc.why)
+		}
+		if got := st.PeerPrefill(tc.key); got != tc.prefill {
+			t.Errorf("at %v replica %d %s: peer prefill %d, want %d (%s)", tc.now, tc.k, tc.key, got, tc.prefill, tc.why)
 		}
 	}
-	r.cfg.Isolated = true
-	if got := r.peerInflight(0, 0); got != 0 {
-		t.Errorf("isolated replicas see %d peer requests", got)
+}
+
+// The replicas run the router's mesh code, not a copy of it: each holds a
+// *meshstate.State (the type `rolter router` builds in cmd/rolter) over
+// this package's virtual-time transport, and what a replica's balancer
+// learns from the others arrives through that state's File and Recall.
+func TestReplicasRunTheRoutersMeshState(t *testing.T) {
+	w := mustPrepare(t, []Request{{At: 0, Tokens: seqTokens(0, 64), MaxTokens: 1}})
+	r := &run{cfg: Config{Strategy: "cache_aware", Engines: 2, Routers: 2, Seed: 1}, w: w}
+	for range 2 {
+		r.engines = append(r.engines, &node{lag: &lagged{res: newResidency()}})
 	}
+	if err := r.buildRouters(); err != nil {
+		t.Fatal(err)
+	}
+	for k, rep := range r.routers {
+		var st *meshstate.State = rep.state // the router's type, not a copy
+		if st == nil {
+			t.Fatalf("replica %d has no meshstate.State", k)
+		}
+	}
+	// Replica 0 observes a pick; replica 1 files the record through its
+	// meshstate and publishes nothing of its own.
+	rc := w.reqs[0].rc
+	r.routers[0].state.Observed(meshPool, engineKey(1), &rc)
+	if len(r.learned) == 0 {
+		t.Fatal("meshstate.State.Observed shared nothing through the simulator's transport")
+	}
+	r.now = time.Second
+	r.deliver(1)
+	var got []int
+	r.routers[1].state.Recall(meshPool, importRecorder{&got}, r.keyOf, &rc)
+	if len(got) == 0 || got[0] != 1 {
+		t.Errorf("replica 1 imported %v, want engine 1 (what replica 0 shared)", got)
+	}
+}
+
+// importRecorder is a balancer with the prefix hook that records imports.
+type importRecorder struct{ got *[]int }
+
+func (importRecorder) Name() string                                        { return "recorder" }
+func (importRecorder) Pick(*strategies.RouteContext, []uint64) (int, bool) { return 0, true }
+func (importRecorder) Observe(int, *strategies.RouteContext)               {}
+func (i importRecorder) ObservePrefixRemote(target int, _ string)          { *i.got = append(*i.got, target) }
+func (importRecorder) PickEligible(*strategies.RouteContext, []uint64, strategies.Eligible) (int, bool) {
+	return 0, true
 }

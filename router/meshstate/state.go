@@ -1,0 +1,393 @@
+package meshstate
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rolter/rolter/strategies"
+)
+
+// Rules of the mesh: how long a learned record lives, how many a router
+// keeps, and how often it publishes its per-engine counts.
+const (
+	// Learned is the lifetime of a shared prefix observation or session
+	// pin, and the longest a peer may ask for.
+	Learned = 10 * time.Minute
+	// MaxLearned bounds the learned table and the dedup table of what was
+	// already shared: a full table is cleared of expired entries, then of
+	// everything (records are hints; losing them only costs affinity).
+	MaxLearned = 1 << 16
+	// PublishGap is the shortest time between two publications of this
+	// router's per-engine counts: a change (a pick, a first token, an end)
+	// goes out at the next PublishGap boundary.
+	PublishGap = 50 * time.Millisecond
+	// Heartbeat is the longest time between two publications, changed or
+	// not; the transport expires a peer's counts after a few heartbeats
+	// without one.
+	Heartbeat = 250 * time.Millisecond
+)
+
+// Kind says what a learned record means.
+type Kind uint8
+
+// Kinds of learned records.
+const (
+	// Prefix: a prompt prefix (Record.Key, strategies.AppendPrefixHashes)
+	// was routed to Record.Target.
+	Prefix Kind = 1
+	// Pin: a session (Record.Key, strategies.SessionHash) is pinned to
+	// Record.Target.
+	Pin Kind = 2
+)
+
+// Record is one learned record on the wire.
+type Record struct {
+	Kind   Kind
+	Pool   string // the route key both ends hash with
+	Target string // engine key
+	Key    uint64
+	TTL    time.Duration
+	// At is when the record arrived; zero means now.
+	At time.Time
+}
+
+// EngineLoad is one engine's entry in this router's publication.
+type EngineLoad struct {
+	Engine   string // engine key
+	Inflight uint64 // requests in flight from this router
+	// Prefill is the prompt tokens of this router's requests on the engine
+	// still waiting for a first token, minus the prefix resident when each
+	// was picked.
+	Prefill uint64
+}
+
+// Remote is what the transport knows of one engine beyond this router.
+type Remote struct {
+	// Queue is the engine's running + waiting as its sidecar last reported
+	// it; QueueOK is false when no fresh report exists.
+	Queue   uint64
+	QueueOK bool
+	// Inflight and Prefill are Σ over the other routers of their latest
+	// unexpired EngineLoad for the engine; PeersOK is false when none has
+	// one. Age is how old the newest of them is.
+	Inflight, Prefill uint64
+	PeersOK           bool
+	Age               time.Duration
+}
+
+// Transport is the gossip the mesh state rides on. cluster/mesh's View
+// implements it for real routers, the fleet simulator over virtual time.
+// Share and Publish are called from request goroutines and the publish
+// loop; they must not block (drop and count instead), and Publish must not
+// keep loads past the call. Engine is called
+// on the request hot path, once per target per pick: it must read
+// in-process state only and not allocate. Records other routers share are
+// handed to State.File by whoever receives them.
+type Transport interface {
+	Share(r Record)
+	Publish(loads []EngineLoad)
+	Engine(key string) (Remote, bool)
+}
+
+// The balancers' mesh hooks (package strategies), type-asserted.
+type prefixImporter interface {
+	ObservePrefixRemote(target int, prefix string)
+}
+type sessionImporter interface {
+	PinSession(key string, target int, at time.Time)
+}
+
+// Shares reports whether lb learns from the mesh at all (has a hook).
+func Shares(lb strategies.LoadBalancer) bool {
+	_, p := lb.(prefixImporter)
+	_, s := lb.(sessionImporter)
+	return p || s
+}
+
+// State is one router's end of the mesh. It is safe for concurrent use.
+type State struct {
+	tr  Transport
+	now func() time.Time
+	key func(string) string
+
+	seed maphash.Seed
+	// learned counts records by kind and fate: "received" from other
+	// routers, "imported" into a balancer, "shared" with the others.
+	learned *prometheus.CounterVec
+
+	mu    sync.Mutex
+	table map[uint64]entry  // key → where (records other routers shared)
+	sent  map[uint64]string // (kind, pool, key) hash → target shared or received
+	any   atomic.Bool       // table not empty: Recall's lock-free early out
+
+	pubMu     sync.Mutex
+	own       atomic.Pointer[map[string]uint64] // engine → in-flight last published
+	last      map[string]EngineLoad             // last publication, by engine
+	lastAt    time.Time
+	scratch   []EngineLoad
+	published atomic.Uint64
+}
+
+type entry struct {
+	target      string
+	at, expires time.Time
+}
+
+// Options tune a State. The zero value is usable.
+type Options struct {
+	// EngineKey maps the target names callers pass (a provider's api_base
+	// in the router) to the engine keys the mesh speaks; nil: identity. It
+	// runs on the hot path: it must be fast and should not allocate.
+	EngineKey func(string) string
+}
+
+// New returns the mesh state of one router over tr, reading time from now.
+func New(tr Transport, now func() time.Time, o Options) *State {
+	key := o.EngineKey
+	if key == nil {
+		key = func(s string) string { return s }
+	}
+	s := &State{tr: tr, now: now, key: key, seed: maphash.MakeSeed(),
+		table: map[uint64]entry{}, sent: map[uint64]string{}, last: map[string]EngineLoad{},
+		learned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rolter_mesh_learned_records_total",
+			Help: "Prefix observations and session pins shared between routers, by kind and what happened to them " +
+				"(shared: sent to the other routers; received: from them; imported: into a balancer for a request)."},
+			[]string{"kind", "event"})}
+	empty := map[string]uint64{}
+	s.own.Store(&empty)
+	return s
+}
+
+// Collector returns the state's metrics for a registry.
+func (s *State) Collector() prometheus.Collector { return s.learned }
+
+func kindLabel(k Kind) string {
+	if k == Pin {
+		return "session_pin"
+	}
+	return "prefix"
+}
+
+func (s *State) hash(kind Kind, pool string, k uint64) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteByte(byte(kind))
+	h.WriteString(pool)
+	h.WriteByte(0)
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(k >> (8 * i))
+	}
+	h.Write(b[:])
+	return h.Sum64()
+}
+
+// Recall imports into lb what other routers shared about rc's prompt
+// prefixes and session. targets are the pool's targets in target order
+// (mapped through Options.EngineKey). Each filed record is handed over once and then dropped (the
+// balancer holds it from then on).
+func (s *State) Recall(pool string, lb strategies.LoadBalancer, targets []string, rc *strategies.RouteContext) {
+	if !s.any.Load() {
+		return
+	}
+	pi, okP := lb.(prefixImporter)
+	si, okS := lb.(sessionImporter)
+	if (!okP || rc.Prompt == "") && (!okS || rc.SessionKey == "") {
+		return
+	}
+	// Hash outside the lock: prompts can be long.
+	var buf [32]strategies.PrefixHash
+	var hs []strategies.PrefixHash
+	if okP && rc.Prompt != "" {
+		hs = strategies.AppendPrefixHashes(buf[:0], pool, rc.Prompt)
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ph := range hs {
+		if e, ok := s.table[ph.Hash]; ok {
+			delete(s.table, ph.Hash)
+			if i := s.index(targets, e.target); i >= 0 && now.Before(e.expires) {
+				pi.ObservePrefixRemote(i, rc.Prompt[:ph.Cut])
+				s.learned.WithLabelValues("prefix", "imported").Inc()
+			}
+		}
+	}
+	if okS && rc.SessionKey != "" {
+		h := strategies.SessionHash(pool, rc.SessionKey)
+		if e, ok := s.table[h]; ok {
+			delete(s.table, h)
+			if i := s.index(targets, e.target); i >= 0 && now.Before(e.expires) {
+				si.PinSession(rc.SessionKey, i, e.at)
+				s.learned.WithLabelValues("session_pin", "imported").Inc()
+			}
+		}
+	}
+	s.any.Store(len(s.table) > 0)
+}
+
+func (s *State) index(targets []string, target string) int {
+	for i, t := range targets {
+		if s.key(t) == target {
+			return i
+		}
+	}
+	return -1
+}
+
+// Observed shares rc's prefixes and session pin on target with the other
+// routers, each (key, target) pair once.
+func (s *State) Observed(pool, target string, rc *strategies.RouteContext) {
+	if rc.Prompt == "" && rc.SessionKey == "" {
+		return
+	}
+	target = s.key(target)
+	share := func(kind Kind, k uint64) {
+		local := s.hash(kind, pool, k)
+		s.mu.Lock()
+		dup := s.sent[local] == target
+		if !dup {
+			if len(s.sent) >= MaxLearned {
+				clear(s.sent)
+			}
+			s.sent[local] = target
+		}
+		s.mu.Unlock()
+		if !dup {
+			s.tr.Share(Record{Kind: kind, Pool: pool, Target: target, Key: k, TTL: Learned})
+			s.learned.WithLabelValues(kindLabel(kind), "shared").Inc()
+		}
+	}
+	if rc.Prompt != "" {
+		var buf [32]strategies.PrefixHash
+		for _, ph := range strategies.AppendPrefixHashes(buf[:0], pool, rc.Prompt) {
+			share(Prefix, ph.Hash)
+		}
+	}
+	if rc.SessionKey != "" {
+		share(Pin, strategies.SessionHash(pool, rc.SessionKey))
+	}
+}
+
+// File files a record another router shared (newest per key wins).
+func (s *State) File(r Record) {
+	s.learned.WithLabelValues(kindLabel(r.Kind), "received").Inc()
+	at := r.At
+	if at.IsZero() {
+		at = s.now()
+	}
+	ttl := r.TTL
+	if ttl <= 0 || ttl > Learned {
+		ttl = Learned
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.table) >= MaxLearned {
+		for k, e := range s.table {
+			if !at.Before(e.expires) {
+				delete(s.table, k)
+			}
+		}
+		if len(s.table) >= MaxLearned {
+			clear(s.table)
+		}
+	}
+	s.table[r.Key] = entry{target: r.Target, at: at, expires: at.Add(ttl)}
+	s.any.Store(true)
+	// What another router shares, this one need not share back.
+	if len(s.sent) >= MaxLearned {
+		clear(s.sent)
+	}
+	s.sent[s.hash(r.Kind, r.Pool, r.Key)] = r.Target
+}
+
+// Load is the load a strategy should see on the engine beyond this
+// router's own in-flight, which the caller adds: the engine's running +
+// waiting as its sidecar reported it and Σ of the routers' in-flight are
+// two estimates of the same requests (adding them would count every other
+// router's requests twice), so the engine's total is the larger, less
+// this router's own in-flight as last published: max(queue − own, Σ
+// others). ok is false when the mesh knows neither. It does not allocate.
+func (s *State) Load(engine string) (uint64, bool) {
+	engine = s.key(engine)
+	r, ok := s.tr.Engine(engine)
+	if !ok || (!r.QueueOK && !r.PeersOK) {
+		return 0, false
+	}
+	var queue, others int64
+	if r.QueueOK {
+		queue = int64(r.Queue) - int64((*s.own.Load())[engine])
+	}
+	if r.PeersOK {
+		others = int64(r.Inflight)
+	}
+	return uint64(max(queue, others, 0)), true
+}
+
+// PeerPrefill is Σ over the other routers of the prefill tokens they last
+// published as queued on the engine (0 when none did). The router adds
+// its own sum (strategies.TargetStats.QueuedPrefill) for
+// RouteContext.QueuedPrefill. It does not allocate.
+func (s *State) PeerPrefill(engine string) uint64 {
+	r, ok := s.tr.Engine(s.key(engine))
+	if !ok || !r.PeersOK {
+		return 0
+	}
+	return r.Prefill
+}
+
+// Tick publishes loads (this router's per-engine counts and sums at now)
+// when they changed since the last publication and PublishGap has passed
+// since it, or when Heartbeat has passed. loads is read, not kept. It
+// reports whether it published.
+func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	changed := len(loads) != len(s.last)
+	for _, l := range loads {
+		if p, ok := s.last[l.Engine]; !ok || p != l {
+			changed = true
+			break
+		}
+	}
+	since := now.Sub(s.lastAt)
+	if since < Heartbeat && (!changed || since < PublishGap) {
+		return false
+	}
+	clear(s.last)
+	own := make(map[string]uint64, len(loads))
+	for _, l := range loads {
+		s.last[l.Engine] = l
+		own[l.Engine] = l.Inflight
+	}
+	s.own.Store(&own)
+	s.lastAt = now
+	s.scratch = append(s.scratch[:0], loads...)
+	s.tr.Publish(s.scratch)
+	s.published.Add(1)
+	return true
+}
+
+// Publications returns how many times Tick published.
+func (s *State) Publications() uint64 { return s.published.Load() }
+
+// Run calls Tick with collect's loads every fifth of PublishGap (so a
+// change waits at most about PublishGap, whatever the phase) until ctx
+// ends: the router's publish loop. The simulator calls Tick itself.
+func (s *State) Run(ctx context.Context, collect func() []EngineLoad) {
+	t := time.NewTicker(PublishGap / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.Tick(s.now(), collect())
+	}
+}
