@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/adminapi"
+	"github.com/rolter/rolter/cluster"
 )
 
 // runConfig is `rolter config diff|apply`: the GitOps pair. Both post
@@ -56,5 +58,15 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	return rep.WriteText(stdout)
+	if err := rep.WriteText(stdout); err != nil {
+		return err
+	}
+	if rep.Outcome == cluster.FileRefused {
+		return errRefused // diff of a file apply would refuse: fail the pipeline early
+	}
+	return nil
 }
+
+// errRefused is diff's answer for a file the cluster would refuse (the
+// reason is printed above it).
+var errRefused = errors.New("the cluster would refuse this file")
