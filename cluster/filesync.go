@@ -163,8 +163,8 @@ func FileRevisionOf(c *config.Config) FileRevision {
 	}
 	sum := sha256.Sum256(b)
 	var gen uint64
-	if c != nil {
-		gen = c.Generation
+	if c != nil && c.Generation > 0 {
+		gen = uint64(c.Generation)
 	}
 	return FileRevision{Generation: gen, SHA256: hex.EncodeToString(sum[:])}
 }

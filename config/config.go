@@ -18,7 +18,8 @@ type Config struct {
 	// change to them. A router syncs them to the cluster only when its
 	// generation is newer than the cluster's, so a router with an older
 	// file never rolls a newer one back.
-	Generation      uint64          `toml:"generation"`
+	// It is an integer ≥ 0 (default 0).
+	Generation      int64           `toml:"generation"`
 	Providers       []Provider      `toml:"providers"`
 	Routes          []Route         `toml:"routes"`
 	ProviderGroups  []ProviderGroup `toml:"provider_groups"`
