@@ -3,6 +3,7 @@ package adminapi
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/rolter/rolter/cluster"
@@ -46,6 +47,14 @@ func (a *API) readConfig(w http.ResponseWriter, r *http.Request) *config.Config 
 	if err != nil {
 		badRequest(w, err.Error())
 		return nil
+	}
+	// The posted file's [limits] are its own; the provider addresses must
+	// also pass this router's, as a provider created through the API does.
+	for i, p := range c.Providers {
+		if err := a.d.Limits.CheckBaseURL(p.APIBase); err != nil {
+			badRequest(w, fmt.Sprintf("rolter.toml: providers[%d] (name %q): api_base: %v (this router's [limits])", i, p.Name, err))
+			return nil
+		}
 	}
 	return c
 }

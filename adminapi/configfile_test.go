@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/config"
 )
 
 // meshFile is newMesh's seed as a rolter.toml at generation gen with
@@ -127,6 +129,14 @@ func TestConfigDiffAndApplyThroughTheClient(t *testing.T) {
 	_, err = cl.Diff(ctx, []byte("[[providers]]\nname = \"x\"\n"))
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, "api_base: required") {
 		t.Fatalf("invalid file: %v", err)
+	}
+	// The router's own [limits] bind a posted file, whatever its own say.
+	strict := New(Deps{Store: m.c.Node(idx), Cluster: m.c.Node(idx), InternalToken: internalToken,
+		Limits: config.Limits{AllowedSchemes: []string{"http"}, AllowedHosts: []string{"10.0.0.1"}}})
+	sneaky := meshFile("5", "http://127.0.0.1:8100/v1") + "[limits]\nallowed_hosts = []\n"
+	if r := call(t, strict, http.MethodPost, "/api/v1/config/apply", superToken, sneaky); r.code != http.StatusBadRequest ||
+		!strings.Contains(errMessage(r), "this router's [limits]") {
+		t.Fatalf("a file widening [limits]: %d %s", r.code, r.raw)
 	}
 	viewer := call(t, api, http.MethodPost, "/api/v1/admin-tokens", superToken, `{"name":"v","role":"viewer"}`)
 	vc := &Client{Admin: srv.URL, Token: viewer.body["secret"].(string), HTTP: srv.Client()}
