@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
 )
@@ -413,5 +414,75 @@ func TestRoutersSyncingOneFileAtOnceMakeOneChange(t *testing.T) {
 	}
 	if got := st.Providers["vllm-a"].APIBase; got != "http://127.0.0.1:8999/v1" {
 		t.Fatalf("api_base %q", got)
+	}
+}
+
+func TestFileSyncerSyncsOnStartAndKickAndCountsRefusals(t *testing.T) {
+	c := newCluster(t, 1)
+	node := c.Node(0)
+	v1 := seedConfig()
+	v1.Generation = 1
+	v1.Providers[0].APIBase = "http://127.0.0.1:8100/v1"
+	reg := prometheus.NewRegistry()
+	fs, err := NewFileSyncer(node, v1, reg, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { fs.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// sample reads one series from reg: the counter with result=label,
+	// or the gauge when label is "".
+	sample := func(name, label string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if label == "" {
+					return m.GetGauge().GetValue()
+				}
+				if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		t.Fatalf("%s{%s} not registered", name, label)
+		return 0
+	}
+	count := func(result string) float64 { return sample("rolter_config_file_sync_total", result) }
+	gauge := func() float64 { return sample("rolter_config_file_out_of_sync", "") }
+	eventually(t, 5*time.Second, "the file synced on start", func() bool {
+		return node.State().Providers["vllm-a"].APIBase == "http://127.0.0.1:8100/v1" && count(FileApplied) == 1
+	})
+	if g := gauge(); g != 0 {
+		t.Errorf("out_of_sync %v after the sync, want 0", g)
+	}
+
+	older := seedConfig()
+	older.Providers[0].APIBase = "http://127.0.0.1:8200/v1" // generation 0 < 1
+	fs.Kick(older)
+	eventually(t, 5*time.Second, "the older file refused", func() bool { return count(FileRefused) == 1 })
+	if g := gauge(); g != 1 {
+		t.Errorf("out_of_sync %v with an older file, want 1", g)
+	}
+	if got := node.State().Providers["vllm-a"].APIBase; got != "http://127.0.0.1:8100/v1" {
+		t.Fatalf("rolled back to %q", got)
+	}
+
+	v2 := seedConfig()
+	v2.Generation = 2
+	fs.Kick(v2)
+	eventually(t, 5*time.Second, "generation 2 applied on SIGHUP", func() bool {
+		return node.State().File.Generation == 2 && count(FileApplied) == 2
+	})
+	if g := gauge(); g != 0 {
+		t.Errorf("out_of_sync %v after generation 2, want 0", g)
 	}
 }
