@@ -139,6 +139,27 @@ func ownedEntries(s *State) fileEntries {
 	return e
 }
 
+// withAdopted adds to owned the entries of s the admin API created under
+// a name want declares: the sync makes the file their owner, and the diff
+// shows that ("managed_by: api → file") instead of a creation.
+func withAdopted(owned fileEntries, s *State, want fileEntries) fileEntries {
+	adopt(owned.providers, s.Providers, want.providers, func(p config.Provider) bool { return p.ReadOnly })
+	adopt(owned.routes, s.Routes, want.routes, func(r config.Route) bool { return r.ReadOnly })
+	adopt(owned.groups, s.Groups, want.groups, func(g config.ProviderGroup) bool { return g.ReadOnly })
+	adopt(owned.keys, s.Keys, want.keys, func(k APIKey) bool { return k.ReadOnly })
+	return owned
+}
+
+// adopt copies into owned the entries of all that want names and that are
+// not file-owned.
+func adopt[V, W any](owned, all map[string]V, want map[string]W, fileOwned func(V) bool) {
+	for n := range want {
+		if e, ok := all[n]; ok && !fileOwned(e) {
+			owned[n] = e
+		}
+	}
+}
+
 // FileRevisionOf returns the revision of what c declares: its generation
 // and the SHA-256 of the declared entries in a canonical encoding (so
 // comments, ordering and the local tuning sections do not change it).
@@ -197,7 +218,7 @@ type FilePlan struct {
 func PlanFileSync(st *State, c *config.Config) FilePlan {
 	p := FilePlan{From: st.File, To: FileRevisionOf(c)}
 	have, want := ownedEntries(st), declaredEntries(c)
-	p.Changes = diffEntries(have, want)
+	p.Changes = diffEntries(withAdopted(have, st, want), want)
 	changed, err := CheckRevision(p.From, p.To)
 	if err != nil || !changed {
 		p.Err = err
@@ -311,14 +332,16 @@ func fmtTargets(ts []config.Target) string {
 // and name.
 func diffEntries(have, want fileEntries) []string {
 	var out []string
-	out = appendDiff(out, "provider", have.providers, want.providers, providerFields)
-	out = appendDiff(out, "route", have.routes, want.routes, routeFields)
-	out = appendDiff(out, "provider_group", have.groups, want.groups, groupFields)
-	out = appendDiff(out, "key", have.keys, want.keys, keyFields)
+	out = appendDiff(out, "provider", have.providers, want.providers, providerFields,
+		func(p config.Provider) bool { return p.ReadOnly })
+	out = appendDiff(out, "route", have.routes, want.routes, routeFields, func(r config.Route) bool { return r.ReadOnly })
+	out = appendDiff(out, "provider_group", have.groups, want.groups, groupFields,
+		func(g config.ProviderGroup) bool { return g.ReadOnly })
+	out = appendDiff(out, "key", have.keys, want.keys, keyFields, func(k APIKey) bool { return k.ReadOnly })
 	return out
 }
 
-func appendDiff[V any](out []string, kind string, have, want map[string]V, fields func(V) []field) []string {
+func appendDiff[V any](out []string, kind string, have, want map[string]V, fields func(V) []field, fileOwned func(V) bool) []string {
 	names := make([]string, 0, len(have)+len(want))
 	for n := range have {
 		names = append(names, n)
@@ -342,6 +365,9 @@ func appendDiff[V any](out []string, kind string, have, want map[string]V, field
 			}
 			out = append(out, fmt.Sprintf("+ %s/%s %s", kind, n, strings.Join(parts, " ")))
 		default:
+			if !fileOwned(h) && fileOwned(w) {
+				out = append(out, fmt.Sprintf("~ %s/%s managed_by: api → file", kind, n))
+			}
 			hf, wf := fields(h), fields(w)
 			for i := range wf {
 				if hf[i].value != wf[i].value {
@@ -370,7 +396,21 @@ func (s *State) fileSync(fs *raftstore.FileSync) (res *raftstore.Result, diff []
 		return fail(raftstore.Code_CODE_CONFLICT, "computed against %s but the cluster is at %s; recompute the difference",
 			base, s.File), nil, false
 	}
-	before := ownedEntries(s)
+	puts := fileEntries{providers: map[string]config.Provider{}, routes: map[string]config.Route{},
+		groups: map[string]config.ProviderGroup{}, keys: map[string]APIKey{}}
+	for _, p := range fs.GetPutProviders() {
+		puts.providers[p.GetName()] = config.Provider{}
+	}
+	for _, r := range fs.GetPutRoutes() {
+		puts.routes[r.GetModel()] = config.Route{}
+	}
+	for _, g := range fs.GetPutGroups() {
+		puts.groups[g.GetName()] = config.ProviderGroup{}
+	}
+	for _, k := range fs.GetPutKeys() {
+		puts.keys[k.GetName()] = APIKey{}
+	}
+	before := withAdopted(ownedEntries(s), s, puts)
 	n := *s
 	n.Providers, n.Routes, n.Groups, n.Keys = cloneMap(s.Providers), cloneMap(s.Routes), cloneMap(s.Groups), cloneMap(s.Keys)
 	for _, name := range fs.GetDeleteProviders() {

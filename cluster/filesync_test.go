@@ -486,3 +486,27 @@ func TestFileSyncerSyncsOnStartAndKickAndCountsRefusals(t *testing.T) {
 		t.Errorf("out_of_sync %v after generation 2, want 0", g)
 	}
 }
+
+func TestFileAdoptsAnAPIEntryUnderItsName(t *testing.T) {
+	f := seeded(t, fileV1)
+	res := f.apply(&raftstore.Command{Op: raftstore.Op_OP_CREATE_PROVIDER, ActorTokenSha256: HashToken(testSuperadmin),
+		Payload: &raftstore.Command_Provider{Provider: &raftstore.Provider{Name: "c", ApiBase: "http://127.0.0.1:9/v1"}}})
+	if res.GetCode() != raftstore.Code_CODE_OK {
+		t.Fatal(res)
+	}
+	v2 := parse(t, edit(2)+"\n[[providers]]\nname = \"c\"\napi_base = \"http://127.0.0.1:8003/v1\"\n")
+	want := []string{"~ provider/c managed_by: api → file", "~ provider/c api_base: http://127.0.0.1:9/v1 → http://127.0.0.1:8003/v1"}
+	if got := PlanFileSync(f.State(), v2).Changes; !slices.Equal(got, want) {
+		t.Fatalf("plan:\n%s", strings.Join(got, "\n"))
+	}
+	if _, err := SyncFile(context.Background(), f, v2, FileSender{Origin: "file:r1"}); err != nil {
+		t.Fatal(err)
+	}
+	a := fileSyncAudits(f.State())
+	if !slices.Equal(a[len(a)-1].Diff, want) {
+		t.Fatalf("audit diff %v", a[len(a)-1].Diff)
+	}
+	if p := f.State().Providers["c"]; !p.ReadOnly || p.APIBase != "http://127.0.0.1:8003/v1" {
+		t.Fatalf("provider c: %+v, want file-owned at the file's address", p)
+	}
+}
