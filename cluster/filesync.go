@@ -272,21 +272,16 @@ func removedNames[V any](have, want map[string]V) []string {
 	return out
 }
 
-func providerEqual(a, b config.Provider) bool { return a == b }
+// Entries compare by their wire form, so a field added to an entry later
+// takes part without touching this file.
 
-func routeEqual(a, b config.Route) bool {
-	return a.Model == b.Model && a.Strategy == b.Strategy && slices.Equal(a.Targets, b.Targets) &&
-		a.Discover == b.Discover && a.MaxLoRAs == b.MaxLoRAs && a.ReadOnly == b.ReadOnly
-}
+func providerEqual(a, b config.Provider) bool { return proto.Equal(ProviderToPB(a), ProviderToPB(b)) }
 
-func groupEqual(a, b config.ProviderGroup) bool {
-	return a.Name == b.Name && a.Slug == b.Slug && a.Strategy == b.Strategy && slices.Equal(a.Members, b.Members) &&
-		a.MaxLoRAs == b.MaxLoRAs && a.ReadOnly == b.ReadOnly
-}
+func routeEqual(a, b config.Route) bool { return proto.Equal(RouteToPB(a), RouteToPB(b)) }
 
-func keyEqual(a, b APIKey) bool {
-	return a.Name == b.Name && a.SHA256 == b.SHA256 && slices.Equal(a.Models, b.Models) && a.ReadOnly == b.ReadOnly
-}
+func groupEqual(a, b config.ProviderGroup) bool { return proto.Equal(GroupToPB(a), GroupToPB(b)) }
+
+func keyEqual(a, b APIKey) bool { return proto.Equal(KeyToPB(a), KeyToPB(b)) }
 
 // field is one named, rendered field of an entry, for the diff.
 type field struct{ name, value string }
@@ -332,16 +327,28 @@ func fmtTargets(ts []config.Target) string {
 // and name.
 func diffEntries(have, want fileEntries) []string {
 	var out []string
-	out = appendDiff(out, "provider", have.providers, want.providers, providerFields,
-		func(p config.Provider) bool { return p.ReadOnly })
-	out = appendDiff(out, "route", have.routes, want.routes, routeFields, func(r config.Route) bool { return r.ReadOnly })
-	out = appendDiff(out, "provider_group", have.groups, want.groups, groupFields,
-		func(g config.ProviderGroup) bool { return g.ReadOnly })
-	out = appendDiff(out, "key", have.keys, want.keys, keyFields, func(k APIKey) bool { return k.ReadOnly })
+	out = appendDiff(out, "provider", have.providers, want.providers, kindOf(providerFields, providerEqual,
+		func(p config.Provider) bool { return p.ReadOnly }))
+	out = appendDiff(out, "route", have.routes, want.routes, kindOf(routeFields, routeEqual,
+		func(r config.Route) bool { return r.ReadOnly }))
+	out = appendDiff(out, "provider_group", have.groups, want.groups, kindOf(groupFields, groupEqual,
+		func(g config.ProviderGroup) bool { return g.ReadOnly }))
+	out = appendDiff(out, "key", have.keys, want.keys, kindOf(keyFields, keyEqual, func(k APIKey) bool { return k.ReadOnly }))
 	return out
 }
 
-func appendDiff[V any](out []string, kind string, have, want map[string]V, fields func(V) []field, fileOwned func(V) bool) []string {
+// entryKind is how the diff reads one kind of entry.
+type entryKind[V any] struct {
+	fields    func(V) []field
+	equal     func(a, b V) bool
+	fileOwned func(V) bool
+}
+
+func kindOf[V any](fields func(V) []field, equal func(a, b V) bool, fileOwned func(V) bool) entryKind[V] {
+	return entryKind[V]{fields, equal, fileOwned}
+}
+
+func appendDiff[V any](out []string, kind string, have, want map[string]V, k entryKind[V]) []string {
 	names := make([]string, 0, len(have)+len(want))
 	for n := range have {
 		names = append(names, n)
@@ -360,19 +367,23 @@ func appendDiff[V any](out []string, kind string, have, want map[string]V, field
 			out = append(out, fmt.Sprintf("- %s/%s", kind, n))
 		case !inHave:
 			var parts []string
-			for _, f := range fields(w) {
+			for _, f := range k.fields(w) {
 				parts = append(parts, f.name+"="+f.value)
 			}
 			out = append(out, fmt.Sprintf("+ %s/%s %s", kind, n, strings.Join(parts, " ")))
 		default:
-			if !fileOwned(h) && fileOwned(w) {
+			before := len(out)
+			if !k.fileOwned(h) && k.fileOwned(w) {
 				out = append(out, fmt.Sprintf("~ %s/%s managed_by: api → file", kind, n))
 			}
-			hf, wf := fields(h), fields(w)
+			hf, wf := k.fields(h), k.fields(w)
 			for i := range wf {
 				if hf[i].value != wf[i].value {
 					out = append(out, fmt.Sprintf("~ %s/%s %s: %s → %s", kind, n, wf[i].name, hf[i].value, wf[i].value))
 				}
+			}
+			if len(out) == before && !k.equal(h, w) {
+				out = append(out, fmt.Sprintf("~ %s/%s (a field this diff does not render changed)", kind, n))
 			}
 		}
 	}
