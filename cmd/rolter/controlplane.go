@@ -357,9 +357,18 @@ func (cp *controlPlane) ready() error {
 // it declares are synced into the cluster.
 func (cp *controlPlane) setBase(base *config.Config) {
 	cp.mu.Lock()
-	cp.base, cp.stale = base, true
+	cp.base = base
 	cp.mu.Unlock()
 	cp.files.Kick(base)
+	cp.reapply()
+}
+
+// reapply asks follow to rebuild the data plane from the state and the
+// current base (the file is unchanged: nothing to sync).
+func (cp *controlPlane) reapply() {
+	cp.mu.Lock()
+	cp.stale = true
+	cp.mu.Unlock()
 	select {
 	case cp.reload <- struct{}{}:
 	default:
