@@ -1,7 +1,8 @@
 // Package adminapi owns rolter's admin HTTP API (gorilla/mux, served on
 // every router's admin port): CRUD for providers, routes, provider groups,
 // API keys and admin tokens, the adaptive routing policy and telemetry
-// endpoints of compat.md, the audit log and the cluster view, plus
+// endpoints of compat.md, the audit log and the cluster view, the GitOps
+// rolter.toml diff/apply endpoints and their client (Client), plus
 // authentication (bearer admin tokens, SHA-256 hashed in the Raft state)
 // and role checks. Writes become cluster commands; the store forwards
 // them to the Raft leader and the FSM checks the role again when it
@@ -23,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -111,6 +113,9 @@ type Deps struct {
 	InternalToken string
 	// Limits validates provider api_base (no SSRF).
 	Limits config.Limits
+	// Getenv resolves api_key_env and secret_env in a rolter.toml posted
+	// to /api/v1/config/* (default os.Getenv: the router's environment).
+	Getenv func(string) string
 	Logger *slog.Logger
 	// Now and Random are injectable for tests (defaults: time.Now and
 	// crypto/rand).
@@ -134,6 +139,9 @@ func New(d Deps) *API {
 	}
 	if d.Random == nil {
 		d.Random = cryptoRand{}
+	}
+	if d.Getenv == nil {
+		d.Getenv = os.Getenv
 	}
 	if d.Telemetry == nil {
 		d.Telemetry = NewTelemetry(d.Now)
@@ -163,6 +171,8 @@ func (a *API) routes() {
 	v.Handle("/adaptive-routing-telemetry", a.auth(cluster.RoleSuperadmin, a.getTelemetry)).Methods(http.MethodGet)
 	v.Handle("/audit", a.auth(cluster.RoleAdmin, a.getAudit)).Methods(http.MethodGet)
 	v.Handle("/cluster", a.auth(cluster.RoleViewer, a.getCluster)).Methods(http.MethodGet)
+	v.Handle("/config/diff", a.auth(cluster.RoleAdmin, a.configDiff)).Methods(http.MethodPost)
+	v.Handle("/config/apply", a.auth(cluster.RoleAdmin, a.configApply)).Methods(http.MethodPost)
 
 	v.Handle("/providers", a.auth(cluster.RoleViewer, a.listProviders)).Methods(http.MethodGet)
 	v.Handle("/providers", a.auth(cluster.RoleAdmin, a.createProvider)).Methods(http.MethodPost)

@@ -26,6 +26,7 @@ type providerJSON struct {
 	PriceInPerMtok  float64 `json:"price_in_per_mtok"`
 	PriceOutPerMtok float64 `json:"price_out_per_mtok"`
 	ReadOnly        bool    `json:"readonly"`
+	ManagedBy       string  `json:"managed_by"`
 }
 
 type targetJSON struct {
@@ -41,21 +42,26 @@ type routeJSON struct {
 	Discover bool         `json:"discover,omitempty"`
 	MaxLoRAs int          `json:"max_loras,omitempty"`
 	ReadOnly bool         `json:"readonly"`
+	// ManagedBy is "file" for an entry rolter.toml declares (read-only
+	// here) and "api" for one created through this API.
+	ManagedBy string `json:"managed_by"`
 }
 
 type groupJSON struct {
-	Name     string       `json:"name"`
-	Slug     string       `json:"slug"`
-	Strategy string       `json:"strategy"`
-	Members  []targetJSON `json:"members"`
-	MaxLoRAs int          `json:"max_loras,omitempty"`
-	ReadOnly bool         `json:"readonly"`
+	Name      string       `json:"name"`
+	Slug      string       `json:"slug"`
+	Strategy  string       `json:"strategy"`
+	Members   []targetJSON `json:"members"`
+	MaxLoRAs  int          `json:"max_loras,omitempty"`
+	ReadOnly  bool         `json:"readonly"`
+	ManagedBy string       `json:"managed_by"`
 }
 
 type keyJSON struct {
 	Name      string    `json:"name"`
 	Models    []string  `json:"models"`
 	ReadOnly  bool      `json:"readonly"`
+	ManagedBy string    `json:"managed_by"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	// Secret is set only in the response to the creating request.
 	Secret string `json:"secret,omitempty"`
@@ -70,8 +76,16 @@ type tokenJSON struct {
 	Note     string `json:"note,omitempty"`
 }
 
+// managedBy names who owns an entry: read-only entries are rolter.toml's.
+func managedBy(readonly bool) string {
+	if readonly {
+		return "file"
+	}
+	return "api"
+}
+
 func providerOut(p config.Provider) providerJSON {
-	return providerJSON{p.Name, p.APIBase, p.APIKeyEnv, p.PriceInPerMtok, p.PriceOutPerMtok, p.ReadOnly}
+	return providerJSON{p.Name, p.APIBase, p.APIKeyEnv, p.PriceInPerMtok, p.PriceOutPerMtok, p.ReadOnly, managedBy(p.ReadOnly)}
 }
 
 func targetsOut(ts []config.Target) []targetJSON {
@@ -97,11 +111,11 @@ func targetsIn(ts []targetJSON, defModel string) []config.Target {
 }
 
 func routeOut(r config.Route) routeJSON {
-	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly}
+	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly, managedBy(r.ReadOnly)}
 }
 
 func groupOut(g config.ProviderGroup) groupJSON {
-	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly}
+	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly, managedBy(g.ReadOnly)}
 }
 
 func keyOut(k cluster.APIKey) keyJSON {
@@ -109,7 +123,7 @@ func keyOut(k cluster.APIKey) keyJSON {
 	if models == nil {
 		models = []string{}
 	}
-	return keyJSON{Name: k.Name, Models: models, ReadOnly: k.ReadOnly, CreatedAt: k.Created}
+	return keyJSON{Name: k.Name, Models: models, ReadOnly: k.ReadOnly, ManagedBy: managedBy(k.ReadOnly), CreatedAt: k.Created}
 }
 
 // ---- providers

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,10 +39,13 @@ var ops = map[raftstore.Op]opSpec{
 	raftstore.Op_OP_DELETE_TOKEN:    {RoleSuperadmin, "admin_token.delete", "admin_token"},
 	raftstore.Op_OP_SET_POLICY:      {RoleSuperadmin, "adaptive_routing_policy.update", "adaptive_routing_policy"},
 	raftstore.Op_OP_SEED:            {RoleNone, "config.seed", "config"},
+	raftstore.Op_OP_FILE_SYNC:       {RoleAdmin, "config.file_sync", "config"},
 }
 
 // RequiredRole returns the role a command's op needs (RoleNone for the
-// seed, which applies only to an unseeded store).
+// seed, which applies only to an unseeded store). A file sync without an
+// admin token is a router's own rolter.toml (only routers put entries in
+// the log); with one it needs RequiredRole(OP_FILE_SYNC).
 func RequiredRole(op raftstore.Op) Role { return ops[op].role }
 
 // ActionName returns the audit action of op, e.g.
@@ -68,6 +72,8 @@ func applyCommand(s *State, cmd *raftstore.Command, index uint64) (*State, *raft
 	n := s.clone()
 	n.AppliedIndex = index
 	var res *raftstore.Result
+	var diff []string
+	unchanged := false
 	actor := cmd.GetActor()
 	switch {
 	case !known:
@@ -75,6 +81,9 @@ func applyCommand(s *State, cmd *raftstore.Command, index uint64) (*State, *raft
 	case cmd.GetOp() == raftstore.Op_OP_SEED:
 		actor = "system"
 		res = n.seed(cmd.GetSeed())
+	case cmd.GetOp() == raftstore.Op_OP_FILE_SYNC && cmd.GetActorTokenSha256() == "":
+		actor = cmp.Or(cmd.GetFileSync().GetOrigin(), "system")
+		res, diff, unchanged = n.fileSync(cmd.GetFileSync())
 	default:
 		role, name := s.TokenRole(cmd.GetActorTokenSha256())
 		if name != "" {
@@ -85,16 +94,22 @@ func applyCommand(s *State, cmd *raftstore.Command, index uint64) (*State, *raft
 			res = fail(raftstore.Code_CODE_UNAUTHENTICATED, "unknown admin token")
 		case role < spec.role:
 			res = fail(raftstore.Code_CODE_FORBIDDEN, "%s requires the %s role (token %q has %s)", spec.action, spec.role, name, role)
+		case cmd.GetOp() == raftstore.Op_OP_FILE_SYNC:
+			res, diff, unchanged = n.fileSync(cmd.GetFileSync())
 		default:
 			res = n.mutate(cmd)
 		}
 	}
-	if res.GetCode() == raftstore.Code_CODE_OK && cmd.GetOp() != raftstore.Op_OP_SEED {
+	if res.GetCode() == raftstore.Code_CODE_OK && cmd.GetOp() != raftstore.Op_OP_SEED && !unchanged {
 		n.ConfigVersion++
 	}
 	res.ConfigVersion = n.ConfigVersion
-	n.audit(AuditEntry{Time: fromNanos(cmd.GetTimeUnixNano()), Actor: actor, Action: spec.action,
-		Resource: resourceName(spec.kind, cmd), Outcome: outcome(res), ConfigVersion: n.ConfigVersion})
+	// A file sync that finds its file applied already (another router
+	// sent it first) changed nothing and is not audited.
+	if !unchanged {
+		n.audit(AuditEntry{Time: fromNanos(cmd.GetTimeUnixNano()), Actor: actor, Action: spec.action,
+			Resource: resourceName(spec.kind, cmd), Outcome: outcome(res), ConfigVersion: n.ConfigVersion, Diff: diff})
+	}
 	if idemKey != "" {
 		n.idem = n.idem.put(idemKey, res)
 	}
@@ -168,6 +183,7 @@ func (s *State) seed(sd *raftstore.Seed) *raftstore.Result {
 	if sd.GetPolicy() != nil {
 		s.Policy = policyFromPB(sd.GetPolicy())
 	}
+	s.File = revisionFromPB(sd.GetRevision())
 	s.Seeded = true
 	s.ConfigVersion++
 	return &raftstore.Result{}
@@ -257,7 +273,8 @@ func existsWritable(kind, name string, ok, readonly bool) *raftstore.Result {
 		return fail(raftstore.Code_CODE_NOT_FOUND, "no %s %q", kind, name)
 	}
 	if readonly {
-		return fail(raftstore.Code_CODE_READONLY, "%s %q is readonly (set in rolter.toml)", kind, name)
+		return fail(raftstore.Code_CODE_READONLY, "%s %q is managed by rolter.toml and read-only in the admin API: "+
+			"change it in rolter.toml and raise its generation", kind, name)
 	}
 	return nil
 }

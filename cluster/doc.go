@@ -59,4 +59,13 @@
 // that exact configuration. The leader seeds the state from rolter.toml
 // once, adds routers discovery knows and Raft does not, and removes voters
 // discovery has reported dead for longer than DeadGrace.
+//
+// # rolter.toml as code
+//
+// The entries rolter.toml declares are file-owned (stored read-only).
+// Every router's FileSyncer sends the difference between its file and the
+// stored file-owned entries as one FileSync command on start and on
+// SIGHUP; the FSM applies it only over an older generation of the file
+// (filesync.go states the rule) and audits it as config.file_sync with
+// the diff.
 package cluster

@@ -66,6 +66,13 @@ func fuzzCommandSeeds(f *testing.F) {
 		{Op: raftstore.Op_OP_SET_POLICY, ActorTokenSha256: root, Payload: &raftstore.Command_Policy{Policy: &raftstore.Policy{
 			Enabled: true, LatencyWeight: -1, ExplorationRatio: 7}}},
 		{Op: raftstore.Op_OP_SEED, Payload: &raftstore.Command_Seed{Seed: &raftstore.Seed{}}},
+		{Op: raftstore.Op_OP_FILE_SYNC, Payload: &raftstore.Command_FileSync{FileSync: &raftstore.FileSync{
+			Revision: &raftstore.FileRevision{Generation: 1, Sha256: "aa"}, Base: revisionToPB(FileRevisionOf(fuzzSeedConfig())),
+			PutProviders: []*raftstore.Provider{ProviderToPB(config.Provider{Name: "p", APIBase: "http://127.0.0.1:11/v1"})},
+			DeleteRoutes: []string{"chat"}, Origin: "file:fuzz"}}},
+		{Op: raftstore.Op_OP_FILE_SYNC, Payload: &raftstore.Command_FileSync{FileSync: &raftstore.FileSync{
+			Revision: &raftstore.FileRevision{Generation: 2}, DeleteProviders: []string{"p", "nope"}}}},
+		{Op: raftstore.Op_OP_FILE_SYNC},
 		{Op: raftstore.Op(999)},
 	}
 	for _, c := range cmds {

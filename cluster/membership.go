@@ -18,7 +18,8 @@ import (
 //     BootstrapExpect routers are known and nobody answers as leader,
 //     bootstraps with exactly those routers (every one of them computes
 //     the same configuration, which raft accepts);
-//   - the leader seeds the state from rolter.toml once, adds routers that
+//   - the leader seeds the state from rolter.toml once (later edits arrive
+//     as file syncs, filesync.go), adds routers that
 //     discovery knows but Raft does not as voters, and removes voters that
 //     discovery has reported dead for longer than DeadGrace.
 

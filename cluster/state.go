@@ -83,6 +83,8 @@ type AuditEntry struct {
 	Resource      string    `json:"resource"`
 	Outcome       string    `json:"outcome"`
 	ConfigVersion uint64    `json:"config_version"`
+	// Diff is what a config.file_sync changed, one line per field.
+	Diff []string `json:"diff,omitempty"`
 }
 
 // State is one immutable version of the replicated control-plane state.
@@ -97,9 +99,12 @@ type State struct {
 	// AppliedIndex is the Raft index this state reflects.
 	AppliedIndex uint64
 	Seeded       bool
-	Providers    map[string]config.Provider
-	Routes       map[string]config.Route
-	Groups       map[string]config.ProviderGroup
+	// File is the revision of rolter.toml the file-owned (read-only)
+	// entries come from.
+	File      FileRevision
+	Providers map[string]config.Provider
+	Routes    map[string]config.Route
+	Groups    map[string]config.ProviderGroup
 	// Keys is keyed by key name.
 	Keys map[string]APIKey
 	// Tokens is keyed by the token's hex SHA-256.

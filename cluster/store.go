@@ -106,7 +106,8 @@ type StoreConfig struct {
 	InsecureDev bool
 	// InternalToken authenticates node-to-node RPCs; required.
 	InternalToken string
-	// Seed is rolter.toml, applied once at the first bootstrap.
+	// Seed is rolter.toml, applied at the first bootstrap (its entries
+	// file-owned); later edits arrive through a FileSyncer.
 	Seed *config.Config
 	// SuperadminToken is the raw bootstrap superadmin token
 	// (ROLTER_ADMIN_TOKEN); only its SHA-256 enters the state.

@@ -100,12 +100,12 @@ func policyFromPB(p *raftstore.Policy) Policy {
 
 func auditToPB(e AuditEntry) *raftstore.AuditEntry {
 	return &raftstore.AuditEntry{Seq: e.Seq, TimeUnixNano: e.Time.UnixNano(), Actor: e.Actor, Action: e.Action,
-		Resource: e.Resource, Outcome: e.Outcome, ConfigVersion: e.ConfigVersion}
+		Resource: e.Resource, Outcome: e.Outcome, ConfigVersion: e.ConfigVersion, Diff: slices.Clone(e.Diff)}
 }
 
 func auditFromPB(e *raftstore.AuditEntry) AuditEntry {
 	return AuditEntry{Seq: e.GetSeq(), Time: fromNanos(e.GetTimeUnixNano()), Actor: e.GetActor(), Action: e.GetAction(),
-		Resource: e.GetResource(), Outcome: e.GetOutcome(), ConfigVersion: e.GetConfigVersion()}
+		Resource: e.GetResource(), Outcome: e.GetOutcome(), ConfigVersion: e.GetConfigVersion(), Diff: slices.Clone(e.GetDiff())}
 }
 
 func fromNanos(n int64) time.Time {
@@ -116,21 +116,24 @@ func fromNanos(n int64) time.Time {
 }
 
 // SeedFromConfig builds the first-bootstrap seed from rolter.toml and the
-// bootstrap superadmin token's SHA-256 (empty: none).
+// bootstrap superadmin token's SHA-256 (empty: none). Every entry the
+// file declares is seeded file-owned (read-only), with the file's
+// revision.
 func SeedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
-	s := &raftstore.Seed{}
+	s := &raftstore.Seed{Revision: revisionToPB(FileRevisionOf(c))}
 	if c != nil {
-		for _, p := range c.Providers {
+		e := declaredEntries(c)
+		for _, p := range sortedValues(e.providers) {
 			s.Providers = append(s.Providers, ProviderToPB(p))
 		}
-		for _, r := range c.Routes {
+		for _, r := range sortedValues(e.routes) {
 			s.Routes = append(s.Routes, RouteToPB(r))
 		}
-		for _, g := range c.ProviderGroups {
+		for _, g := range sortedValues(e.groups) {
 			s.Groups = append(s.Groups, GroupToPB(g))
 		}
-		for _, k := range c.Keys {
-			s.Keys = append(s.Keys, KeyToPB(APIKey{Name: k.Name, SHA256: k.SHA256, Models: k.Models, ReadOnly: k.ReadOnly}))
+		for _, k := range sortedValues(e.keys) {
+			s.Keys = append(s.Keys, KeyToPB(k))
 		}
 		s.Policy = PolicyToPB(c.AdaptiveRouting.Policy())
 	}
@@ -143,7 +146,8 @@ func SeedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 
 // toSnapshot encodes the whole state.
 func (s *State) toSnapshot() *raftstore.Snapshot {
-	out := &raftstore.Snapshot{ConfigVersion: s.ConfigVersion, Seeded: s.Seeded, AuditSeq: s.auditSeq}
+	out := &raftstore.Snapshot{ConfigVersion: s.ConfigVersion, Seeded: s.Seeded, AuditSeq: s.auditSeq,
+		FileRevision: revisionToPB(s.File)}
 	for _, p := range s.ProviderList() {
 		out.Providers = append(out.Providers, ProviderToPB(p))
 	}
@@ -179,6 +183,7 @@ func (s *State) toSnapshot() *raftstore.Snapshot {
 func stateFromSnapshot(sn *raftstore.Snapshot) *State {
 	s := emptyState()
 	s.ConfigVersion, s.Seeded, s.auditSeq = sn.GetConfigVersion(), sn.GetSeeded(), sn.GetAuditSeq()
+	s.File = revisionFromPB(sn.GetFileRevision())
 	for _, p := range sn.GetProviders() {
 		s.Providers[p.GetName()] = providerFromPB(p)
 	}

@@ -13,6 +13,13 @@ import (
 
 // Config is a parsed, defaulted rolter.toml.
 type Config struct {
+	// Generation is the revision of the entries the file declares
+	// (providers, routes, provider groups, keys): raise it with every
+	// change to them. A router syncs them to the cluster only when its
+	// generation is newer than the cluster's, so a router with an older
+	// file never rolls a newer one back.
+	// It is an integer ≥ 0 (default 0).
+	Generation      int64           `toml:"generation"`
 	Providers       []Provider      `toml:"providers"`
 	Routes          []Route         `toml:"routes"`
 	ProviderGroups  []ProviderGroup `toml:"provider_groups"`
@@ -34,7 +41,9 @@ type Provider struct {
 	APIKeyEnv       string  `toml:"api_key_env"`
 	PriceInPerMtok  float64 `toml:"price_in_per_mtok"`
 	PriceOutPerMtok float64 `toml:"price_out_per_mtok"`
-	// ReadOnly entries cannot be changed through the admin API.
+	// ReadOnly entries cannot be changed through the admin API. Every
+	// entry rolter.toml declares is read-only there (the file owns it);
+	// the key is accepted for compatibility.
 	ReadOnly bool `toml:"readonly"`
 	// LMCache is [providers.lmcache]: the router polls the engine's LMCache
 	// signal itself (for lmcache_aware without a sidecar). Like [health]

@@ -87,6 +87,7 @@ func TestParseErrorsNameFileEntryAndField(t *testing.T) {
 		{"negative weight", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\", weight = -1}]\n",
 			[]string{"weight", "≥ 1"}},
 		{"unset key env", "[[keys]]\nname = \"k\"\nsecret_env = \"NOPE\"\n", []string{`keys[0] (name "k")`, "secret_env", "NOPE"}},
+		{"negative generation", "generation = -1\n", []string{"rolter.toml", "generation"}},
 		{"duplicate route", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n",
 			[]string{"duplicate route"}},
 	}
@@ -105,5 +106,29 @@ func TestParseErrorsNameFileEntryAndField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestGenerationIsTheFileRevision(t *testing.T) {
+	c, err := Parse("rolter.toml", []byte("generation = 42\n"+good), env(map[string]string{"TEAM_A_KEY": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Generation != 42 {
+		t.Fatalf("generation %d, want 42", c.Generation)
+	}
+	c, err = Parse("rolter.toml", []byte(good), env(map[string]string{"TEAM_A_KEY": "x"}))
+	if err != nil || c.Generation != 0 {
+		t.Fatalf("a file without generation: %d %v, want 0", c.Generation, err)
+	}
+}
+
+func TestExampleFileParses(t *testing.T) {
+	c, err := Load("../examples/rolter.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Generation == 0 || len(c.Providers) == 0 {
+		t.Fatalf("examples/rolter.toml: generation %d, %d providers", c.Generation, len(c.Providers))
 	}
 }

@@ -84,6 +84,9 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 // returning each failure.
 func (c *Config) check(file string, getenv func(string) string) []error {
 	v := &validator{file: file}
+	if c.Generation < 0 {
+		v.add("", "generation", "must be an integer ≥ 0")
+	}
 	providers := map[string]bool{}
 	for i := range c.Providers {
 		p := &c.Providers[i]

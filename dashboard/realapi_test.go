@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
 )
 
@@ -19,21 +20,35 @@ import (
 // group addressing, strict PUT bodies, the router view).
 func TestAgainstRealAdminAPI(t *testing.T) {
 	const super, internal = "dashboard-super-token", "dashboard-internal-token"
+	// rolter.toml declares the providers and one route (file-owned,
+	// read-only); the routes and the group the dashboard edits are
+	// created through the admin API below.
 	seed := config.Default()
 	seed.Providers = []config.Provider{
 		{Name: "gpu-a", APIBase: "http://127.0.0.1:18000/v1"},
 		{Name: "gpu-b", APIBase: "http://127.0.0.1:18001/v1"},
 	}
 	seed.Routes = []config.Route{
-		{Model: "chat", Strategy: "adaptive", Targets: []config.Target{{Provider: "gpu-a", Model: "chat", Weight: 3}, {Provider: "gpu-b", Model: "chat", Weight: 1}}},
-		{Model: "plain", Strategy: "round_robin", Targets: []config.Target{{Provider: "gpu-a", Model: "plain", Weight: 1}}},
+		{Model: "embed", Strategy: "round_robin", Targets: []config.Target{{Provider: "gpu-b", Model: "embed", Weight: 1}}},
 	}
-	seed.ProviderGroups = []config.ProviderGroup{{Name: "fleet", Slug: "fleet", Strategy: "adaptive",
-		Members: []config.Target{{Provider: "gpu-a", Weight: 1}, {Provider: "gpu-b", Weight: 1}}}}
+	apiMade := []*raftstore.Command{
+		{Op: raftstore.Op_OP_CREATE_ROUTE, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(config.Route{Model: "chat", Strategy: "adaptive",
+			Targets: []config.Target{{Provider: "gpu-a", Model: "chat", Weight: 3}, {Provider: "gpu-b", Model: "chat", Weight: 1}}})}},
+		{Op: raftstore.Op_OP_CREATE_ROUTE, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(config.Route{Model: "plain", Strategy: "round_robin",
+			Targets: []config.Target{{Provider: "gpu-a", Model: "plain", Weight: 1}}})}},
+		{Op: raftstore.Op_OP_CREATE_GROUP, Payload: &raftstore.Command_Group{Group: cluster.GroupToPB(config.ProviderGroup{Name: "fleet", Slug: "fleet",
+			Strategy: "adaptive", Members: []config.Target{{Provider: "gpu-a", Weight: 1}, {Provider: "gpu-b", Weight: 1}}})}},
+	}
 
 	p := newPage(t, newFakeAdmin(super)) // only the fake's token is used: the page signs in with it
 	// Served from a follower, so writes go through leader forwarding.
 	c, node := realCluster(t, &seed, super, internal)
+	for _, cmd := range apiMade {
+		cmd.ActorTokenSha256 = cluster.HashToken(super)
+		if res, err := c.Node(node).Apply(t.Context(), cmd); err != nil || res.GetCode() != raftstore.Code_CODE_OK {
+			t.Fatalf("%s: %v %v", cmd.GetOp(), res, err)
+		}
+	}
 	api := adminapi.New(adminapi.Deps{Store: c.Node(node), Cluster: c.Node(node), InternalToken: internal})
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", Handler())
@@ -65,6 +80,20 @@ func TestAgainstRealAdminAPI(t *testing.T) {
 		r := s.Routes["chat"]
 		return r.Strategy == "adaptive" && len(r.Targets) == 2 && r.Targets[0].Weight == 5
 	})
+
+	// The route rolter.toml declares is shown read-only: badge, disabled
+	// inputs, no save button.
+	file := `section.editor[data-key="embed"]`
+	p.waitText(file, "managed by rolter.toml")
+	if n := evalJS[int](p, `document.querySelectorAll('section.editor[data-key="embed"] button.save').length`); n != 0 {
+		t.Errorf("the file-owned route has %d save buttons", n)
+	}
+	if !evalJS[bool](p, `document.querySelector('section.editor[data-key="embed"] input.weight').disabled`) {
+		t.Error("the file-owned route's weight is editable")
+	}
+	if strings.Contains(p.text(card), "managed by rolter.toml") {
+		t.Error("the API-created route carries the rolter.toml badge")
+	}
 
 	// Groups are addressed by name.
 	group := `section.editor[data-key="fleet"]`

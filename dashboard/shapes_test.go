@@ -50,7 +50,16 @@ func TestAPIShapes(t *testing.T) {
 		{"route with omitted weight and discover", "fromRoute",
 			`{"model":"m","strategy":"adaptive","targets":[{"provider":"p"}],"readonly":false}`,
 			`{"raw":{"model":"m","strategy":"adaptive","targets":[{"provider":"p"}],"readonly":false},"key":"m","model":"m","strategy":"adaptive",
-				"targets":[{"provider":"p","model":"","weight":1}],"discover":false,"readonly":false}`},
+				"targets":[{"provider":"p","model":"","weight":1}],"discover":false,"readonly":false,"managedBy":"api"}`},
+		{"file-owned route", "fromRoute",
+			`{"model":"m","strategy":"round_robin","targets":[{"provider":"p","weight":2}],"readonly":true,"managed_by":"file"}`,
+			`{"raw":{"model":"m","strategy":"round_robin","targets":[{"provider":"p","weight":2}],"readonly":true,"managed_by":"file"},"key":"m","model":"m",
+				"strategy":"round_robin","targets":[{"provider":"p","model":"","weight":2}],"discover":false,"readonly":true,"managedBy":"file"}`},
+		{"a file sync's diff is the audit detail", "fromAudit",
+			`{"data":[{"seq":3,"time":"2026-12-01T10:00:00Z","actor":"file:r1","action":"config.file_sync","resource":"config","outcome":"ok","config_version":4,
+				"diff":["~ provider/a api_base: http://x → http://y","- route/old"]}]}`,
+			`[{"seq":3,"time":"2026-12-01T10:00:00Z","actor":"file:r1","action":"config.file_sync","resource":"config","outcome":"ok","configVersion":4,
+				"detail":"~ provider/a api_base: http://x → http://y\n- route/old"}]`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

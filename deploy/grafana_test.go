@@ -24,6 +24,9 @@ var exportedMetrics = map[string][]string{
 	"rolter_adaptive_routing_target_score":    {"model", "target"},
 	"rolter_adaptive_routing_decisions_total": {"model", "mode"},
 	"rolter_adaptive_routing_engaged":         {"model"},
+	// rolter.toml as code (cluster.FileSyncer), beyond compat.md.
+	"rolter_config_file_sync_total":  {"result"},
+	"rolter_config_file_out_of_sync": {},
 }
 
 var histograms = map[string]bool{"rolter_request_latency_ms": true, "rolter_request_ttft_ms": true}

@@ -214,8 +214,15 @@ func stripComments(doc []byte) []byte {
 // example Secrets, which the base deliberately leaves out.
 func render(t *testing.T, dir string) *fleet {
 	t.Helper()
+	return renderFS(t, filesys.MakeFsOnDisk(), dir)
+}
+
+// renderFS is render over fs (an in-memory copy lets a test edit a file
+// first).
+func renderFS(t *testing.T, fs filesys.FileSystem, dir string) *fleet {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	rm, err := k.Run(fs, dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}

@@ -139,6 +139,9 @@ func (p *Proc) Kill() {
 	}
 }
 
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Exited reports whether the process has ended.
 func (p *Proc) Exited() bool {
 	select {
@@ -236,6 +239,9 @@ type Router struct {
 	Admin string // http://host:port
 	Raft  string // host:port
 	Proc  *Proc
+	// args are the flags it was started with (Restart reuses them).
+	args     []string
+	restarts int
 }
 
 // Cluster is a set of routers sharing a Raft store.
@@ -243,6 +249,8 @@ type Cluster struct {
 	Routers []*Router
 	// Token is the bootstrap superadmin token.
 	Token string
+	bin   Binary
+	dir   string
 }
 
 // ClusterOptions configures StartCluster.
@@ -259,7 +267,7 @@ type ClusterOptions struct {
 // replicated config applied).
 func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	t.Helper()
-	c := &Cluster{Token: "e2e-superadmin-token"}
+	c := &Cluster{Token: "e2e-superadmin-token", bin: o.Bin, dir: o.Dir}
 	files := map[string]string{"rolter.toml": o.Config, "admin-token": c.Token, "internal-token": "e2e-internal-token"}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(o.Dir, name), []byte(content+"\n"), 0o600); err != nil {
@@ -280,31 +288,62 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 				peers = append(peers, o.Admin)
 			}
 		}
-		r.Proc = Start(t, o.Bin, r.ID, o.Dir, "router",
+		r.args = []string{"router",
 			"--config", filepath.Join(o.Dir, "rolter.toml"),
 			"--http", strings.TrimPrefix(r.API, "http://"), "--admin", strings.TrimPrefix(r.Admin, "http://"),
 			"--node-id", r.ID, "--raft", r.Raft, "--join", strings.Join(join, ","),
 			"--peer-admin", strings.Join(peers, ","),
 			"--bootstrap-expect", fmt.Sprint(o.N), "--data-dir", filepath.Join(o.Dir, "data-"+r.ID),
 			"--insecure-dev", "--admin-token-file", filepath.Join(o.Dir, "admin-token"),
-			"--internal-token-file", filepath.Join(o.Dir, "internal-token"))
+			"--internal-token-file", filepath.Join(o.Dir, "internal-token")}
+		r.Proc = Start(t, o.Bin, r.ID, o.Dir, r.args...)
 	}
 	for _, r := range c.Routers {
-		err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
-			if r.Proc.Exited() {
-				return errors.New("exited")
-			}
-			code, body, err := Do(context.Background(), http.MethodGet, r.Admin+"/readyz", "", "")
-			if err == nil && code != http.StatusOK {
-				err = fmt.Errorf("%d %s", code, bytes.TrimSpace(body))
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatalf("router %s not ready: %v\n%s", r.ID, err, r.Proc.Tail(3000))
-		}
+		c.WaitReady(t, r)
 	}
 	return c
+}
+
+// WaitReady waits until r's /readyz answers 200.
+func (c *Cluster) WaitReady(t testing.TB, r *Router) {
+	t.Helper()
+	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+		if r.Proc.Exited() {
+			return errors.New("exited")
+		}
+		code, body, err := Do(context.Background(), http.MethodGet, r.Admin+"/readyz", "", "")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("%d %s", code, bytes.TrimSpace(body))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("router %s not ready: %v\n%s", r.ID, err, r.Proc.Tail(3000))
+	}
+}
+
+// Restart stops r (SIGTERM, a drain) and starts it again with the same
+// flags and data dir, reading config instead of its rolter.toml when
+// config is not empty; it waits until r is ready. Its log continues in
+// <id>-restart<N>.log.
+func (c *Cluster) Restart(t testing.TB, r *Router, config string) {
+	t.Helper()
+	_ = r.Proc.Signal(syscall.SIGTERM)
+	select {
+	case <-r.Proc.done:
+	case <-time.After(40 * time.Second):
+		r.Proc.Kill()
+	}
+	if config != "" {
+		for i, a := range r.args {
+			if a == "--config" && i+1 < len(r.args) {
+				r.args[i+1] = config
+			}
+		}
+	}
+	r.restarts++
+	r.Proc = Start(t, c.bin, fmt.Sprintf("%s-restart%d", r.ID, r.restarts), c.dir, r.args...)
+	c.WaitReady(t, r)
 }
 
 // Live returns the routers whose process is running.

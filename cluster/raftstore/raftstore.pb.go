@@ -157,6 +157,7 @@ const (
 	Op_OP_CREATE_TOKEN    Op = 13
 	Op_OP_DELETE_TOKEN    Op = 14
 	Op_OP_SET_POLICY      Op = 15
+	Op_OP_FILE_SYNC       Op = 40
 )
 
 // Enum value maps for Op.
@@ -178,6 +179,7 @@ var (
 		13: "OP_CREATE_TOKEN",
 		14: "OP_DELETE_TOKEN",
 		15: "OP_SET_POLICY",
+		40: "OP_FILE_SYNC",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":     0,
@@ -196,6 +198,7 @@ var (
 		"OP_CREATE_TOKEN":    13,
 		"OP_DELETE_TOKEN":    14,
 		"OP_SET_POLICY":      15,
+		"OP_FILE_SYNC":       40,
 	}
 )
 
@@ -834,6 +837,8 @@ type AuditEntry struct {
 	Resource      string                 `protobuf:"bytes,5,opt,name=resource,proto3" json:"resource,omitempty"`
 	Outcome       string                 `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	ConfigVersion uint64                 `protobuf:"varint,7,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	// diff lists what a config.file_sync changed, one line per field.
+	Diff          []string `protobuf:"bytes,40,rep,name=diff,proto3" json:"diff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -917,6 +922,13 @@ func (x *AuditEntry) GetConfigVersion() uint64 {
 	return 0
 }
 
+func (x *AuditEntry) GetDiff() []string {
+	if x != nil {
+		return x.Diff
+	}
+	return nil
+}
+
 // Result is what applying a command produced; it is remembered per
 // idempotency key so a retried write returns the original answer.
 type Result struct {
@@ -990,13 +1002,15 @@ func (x *Result) GetReplayed() bool {
 
 // Seed is the first-bootstrap content taken from rolter.toml.
 type Seed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Providers     []*Provider            `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
-	Routes        []*Route               `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
-	Groups        []*ProviderGroup       `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
-	Keys          []*Key                 `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
-	Tokens        []*AdminToken          `protobuf:"bytes,5,rep,name=tokens,proto3" json:"tokens,omitempty"`
-	Policy        *Policy                `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Providers []*Provider            `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
+	Routes    []*Route               `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
+	Groups    []*ProviderGroup       `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	Keys      []*Key                 `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	Tokens    []*AdminToken          `protobuf:"bytes,5,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	Policy    *Policy                `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
+	// revision is the seeding rolter.toml's; its entries are file-owned.
+	Revision      *FileRevision `protobuf:"bytes,40,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1073,6 +1087,199 @@ func (x *Seed) GetPolicy() *Policy {
 	return nil
 }
 
+func (x *Seed) GetRevision() *FileRevision {
+	if x != nil {
+		return x.Revision
+	}
+	return nil
+}
+
+// FileRevision names one content of the entries rolter.toml declares:
+// the operator's monotonic generation key and the SHA-256 of the
+// declared providers, routes, groups and keys.
+type FileRevision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileRevision) Reset() {
+	*x = FileRevision{}
+	mi := &file_raftstore_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileRevision) ProtoMessage() {}
+
+func (x *FileRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_raftstore_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileRevision.ProtoReflect.Descriptor instead.
+func (*FileRevision) Descriptor() ([]byte, []int) {
+	return file_raftstore_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FileRevision) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *FileRevision) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+// FileSync brings the file-owned entries from the revision base to
+// revision: upserts replace whole entries (marked readonly, owned by the
+// file), deletes remove file-owned entries by name. The FSM applies it
+// only when base is the stored revision and the generation rule allows
+// revision (see cluster/filesync.go).
+type FileSync struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Revision        *FileRevision          `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Base            *FileRevision          `protobuf:"bytes,2,opt,name=base,proto3" json:"base,omitempty"`
+	PutProviders    []*Provider            `protobuf:"bytes,3,rep,name=put_providers,json=putProviders,proto3" json:"put_providers,omitempty"`
+	DeleteProviders []string               `protobuf:"bytes,4,rep,name=delete_providers,json=deleteProviders,proto3" json:"delete_providers,omitempty"`
+	PutRoutes       []*Route               `protobuf:"bytes,5,rep,name=put_routes,json=putRoutes,proto3" json:"put_routes,omitempty"`
+	DeleteRoutes    []string               `protobuf:"bytes,6,rep,name=delete_routes,json=deleteRoutes,proto3" json:"delete_routes,omitempty"`
+	PutGroups       []*ProviderGroup       `protobuf:"bytes,7,rep,name=put_groups,json=putGroups,proto3" json:"put_groups,omitempty"`
+	DeleteGroups    []string               `protobuf:"bytes,8,rep,name=delete_groups,json=deleteGroups,proto3" json:"delete_groups,omitempty"`
+	PutKeys         []*Key                 `protobuf:"bytes,9,rep,name=put_keys,json=putKeys,proto3" json:"put_keys,omitempty"`
+	DeleteKeys      []string               `protobuf:"bytes,10,rep,name=delete_keys,json=deleteKeys,proto3" json:"delete_keys,omitempty"`
+	// origin names the sender for the audit ("file:<node-id>" for a
+	// router's own rolter.toml); an admin-token sync is audited by token.
+	Origin        string `protobuf:"bytes,11,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileSync) Reset() {
+	*x = FileSync{}
+	mi := &file_raftstore_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileSync) ProtoMessage() {}
+
+func (x *FileSync) ProtoReflect() protoreflect.Message {
+	mi := &file_raftstore_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileSync.ProtoReflect.Descriptor instead.
+func (*FileSync) Descriptor() ([]byte, []int) {
+	return file_raftstore_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FileSync) GetRevision() *FileRevision {
+	if x != nil {
+		return x.Revision
+	}
+	return nil
+}
+
+func (x *FileSync) GetBase() *FileRevision {
+	if x != nil {
+		return x.Base
+	}
+	return nil
+}
+
+func (x *FileSync) GetPutProviders() []*Provider {
+	if x != nil {
+		return x.PutProviders
+	}
+	return nil
+}
+
+func (x *FileSync) GetDeleteProviders() []string {
+	if x != nil {
+		return x.DeleteProviders
+	}
+	return nil
+}
+
+func (x *FileSync) GetPutRoutes() []*Route {
+	if x != nil {
+		return x.PutRoutes
+	}
+	return nil
+}
+
+func (x *FileSync) GetDeleteRoutes() []string {
+	if x != nil {
+		return x.DeleteRoutes
+	}
+	return nil
+}
+
+func (x *FileSync) GetPutGroups() []*ProviderGroup {
+	if x != nil {
+		return x.PutGroups
+	}
+	return nil
+}
+
+func (x *FileSync) GetDeleteGroups() []string {
+	if x != nil {
+		return x.DeleteGroups
+	}
+	return nil
+}
+
+func (x *FileSync) GetPutKeys() []*Key {
+	if x != nil {
+		return x.PutKeys
+	}
+	return nil
+}
+
+func (x *FileSync) GetDeleteKeys() []string {
+	if x != nil {
+		return x.DeleteKeys
+	}
+	return nil
+}
+
+func (x *FileSync) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
 // Command is one Raft log entry. actor_token_sha256 names the admin token
 // that authorised the write; the FSM resolves its role from the replicated
 // token table and refuses the command when the role is too weak.
@@ -1093,6 +1300,7 @@ type Command struct {
 	//	*Command_Policy
 	//	*Command_Name
 	//	*Command_Seed
+	//	*Command_FileSync
 	Payload       isCommand_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1100,7 +1308,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_raftstore_proto_msgTypes[10]
+	mi := &file_raftstore_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1320,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[10]
+	mi := &file_raftstore_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1333,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{10}
+	return file_raftstore_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Command) GetOp() Op {
@@ -1242,6 +1450,15 @@ func (x *Command) GetSeed() *Seed {
 	return nil
 }
 
+func (x *Command) GetFileSync() *FileSync {
+	if x != nil {
+		if x, ok := x.Payload.(*Command_FileSync); ok {
+			return x.FileSync
+		}
+	}
+	return nil
+}
+
 type isCommand_Payload interface {
 	isCommand_Payload()
 }
@@ -1278,6 +1495,10 @@ type Command_Seed struct {
 	Seed *Seed `protobuf:"bytes,17,opt,name=seed,proto3,oneof"`
 }
 
+type Command_FileSync struct {
+	FileSync *FileSync `protobuf:"bytes,40,opt,name=file_sync,json=fileSync,proto3,oneof"`
+}
+
 func (*Command_Provider) isCommand_Payload() {}
 
 func (*Command_Route) isCommand_Payload() {}
@@ -1294,6 +1515,8 @@ func (*Command_Name) isCommand_Payload() {}
 
 func (*Command_Seed) isCommand_Payload() {}
 
+func (*Command_FileSync) isCommand_Payload() {}
+
 type IdempotencyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1304,7 +1527,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_raftstore_proto_msgTypes[11]
+	mi := &file_raftstore_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1539,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[11]
+	mi := &file_raftstore_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1552,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{11}
+	return file_raftstore_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *IdempotencyRecord) GetKey() string {
@@ -1360,13 +1583,14 @@ type Snapshot struct {
 	Audit         []*AuditEntry          `protobuf:"bytes,9,rep,name=audit,proto3" json:"audit,omitempty"`
 	AuditSeq      uint64                 `protobuf:"varint,10,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
 	Idempotency   []*IdempotencyRecord   `protobuf:"bytes,11,rep,name=idempotency,proto3" json:"idempotency,omitempty"`
+	FileRevision  *FileRevision          `protobuf:"bytes,40,opt,name=file_revision,json=fileRevision,proto3" json:"file_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_raftstore_proto_msgTypes[12]
+	mi := &file_raftstore_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1602,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[12]
+	mi := &file_raftstore_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1615,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{12}
+	return file_raftstore_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Snapshot) GetConfigVersion() uint64 {
@@ -1471,6 +1695,13 @@ func (x *Snapshot) GetIdempotency() []*IdempotencyRecord {
 	return nil
 }
 
+func (x *Snapshot) GetFileRevision() *FileRevision {
+	if x != nil {
+		return x.FileRevision
+	}
+	return nil
+}
+
 // ForwardRequest travels from a follower (or a joining router) to the
 // leader over the Raft port. mac is HMAC-SHA256 over kind, node_id,
 // raft_addr and command with the cluster's internal token.
@@ -1487,7 +1718,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_raftstore_proto_msgTypes[13]
+	mi := &file_raftstore_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1730,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[13]
+	mi := &file_raftstore_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1743,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{13}
+	return file_raftstore_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ForwardRequest) GetKind() RPCKind {
@@ -1562,7 +1793,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_raftstore_proto_msgTypes[14]
+	mi := &file_raftstore_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1805,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[14]
+	mi := &file_raftstore_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1818,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{14}
+	return file_raftstore_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForwardResponse) GetResult() *Result {
@@ -1670,7 +1901,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x11exploration_ratio\x18\x05 \x01(\x01R\x10explorationRatio\x12\x1f\n" +
 	"\vmin_samples\x18\x06 \x01(\x03R\n" +
 	"minSamples\x12*\n" +
-	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\"\xcf\x01\n" +
+	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\"\xe3\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
@@ -1679,19 +1910,42 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x1a\n" +
 	"\bresource\x18\x05 \x01(\tR\bresource\x12\x18\n" +
 	"\aoutcome\x18\x06 \x01(\tR\aoutcome\x12%\n" +
-	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\"\x94\x01\n" +
+	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\x12\x12\n" +
+	"\x04diff\x18( \x03(\tR\x04diff\"\x94\x01\n" +
 	"\x06Result\x12%\n" +
 	"\x0econfig_version\x18\x01 \x01(\x04R\rconfigVersion\x12-\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x19.rolter.raftstore.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed\"\xcf\x02\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\"\x8e\x03\n" +
 	"\x04Seed\x12;\n" +
 	"\tproviders\x18\x01 \x03(\v2\x1d.rolter.raftstore.v1.ProviderR\tproviders\x122\n" +
 	"\x06routes\x18\x02 \x03(\v2\x1a.rolter.raftstore.v1.RouteR\x06routes\x12:\n" +
 	"\x06groups\x18\x03 \x03(\v2\".rolter.raftstore.v1.ProviderGroupR\x06groups\x12,\n" +
 	"\x04keys\x18\x04 \x03(\v2\x18.rolter.raftstore.v1.KeyR\x04keys\x127\n" +
 	"\x06tokens\x18\x05 \x03(\v2\x1f.rolter.raftstore.v1.AdminTokenR\x06tokens\x123\n" +
-	"\x06policy\x18\x06 \x01(\v2\x1b.rolter.raftstore.v1.PolicyR\x06policy\"\xe2\x04\n" +
+	"\x06policy\x18\x06 \x01(\v2\x1b.rolter.raftstore.v1.PolicyR\x06policy\x12=\n" +
+	"\brevision\x18( \x01(\v2!.rolter.raftstore.v1.FileRevisionR\brevision\"F\n" +
+	"\fFileRevision\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"\xa5\x04\n" +
+	"\bFileSync\x12=\n" +
+	"\brevision\x18\x01 \x01(\v2!.rolter.raftstore.v1.FileRevisionR\brevision\x125\n" +
+	"\x04base\x18\x02 \x01(\v2!.rolter.raftstore.v1.FileRevisionR\x04base\x12B\n" +
+	"\rput_providers\x18\x03 \x03(\v2\x1d.rolter.raftstore.v1.ProviderR\fputProviders\x12)\n" +
+	"\x10delete_providers\x18\x04 \x03(\tR\x0fdeleteProviders\x129\n" +
+	"\n" +
+	"put_routes\x18\x05 \x03(\v2\x1a.rolter.raftstore.v1.RouteR\tputRoutes\x12#\n" +
+	"\rdelete_routes\x18\x06 \x03(\tR\fdeleteRoutes\x12A\n" +
+	"\n" +
+	"put_groups\x18\a \x03(\v2\".rolter.raftstore.v1.ProviderGroupR\tputGroups\x12#\n" +
+	"\rdelete_groups\x18\b \x03(\tR\fdeleteGroups\x123\n" +
+	"\bput_keys\x18\t \x03(\v2\x18.rolter.raftstore.v1.KeyR\aputKeys\x12\x1f\n" +
+	"\vdelete_keys\x18\n" +
+	" \x03(\tR\n" +
+	"deleteKeys\x12\x16\n" +
+	"\x06origin\x18\v \x01(\tR\x06origin\"\xa0\x05\n" +
 	"\aCommand\x12'\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x17.rolter.raftstore.v1.OpR\x02op\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12,\n" +
@@ -1706,11 +1960,12 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x05token\x18\x0e \x01(\v2\x1f.rolter.raftstore.v1.AdminTokenH\x00R\x05token\x125\n" +
 	"\x06policy\x18\x0f \x01(\v2\x1b.rolter.raftstore.v1.PolicyH\x00R\x06policy\x12\x14\n" +
 	"\x04name\x18\x10 \x01(\tH\x00R\x04name\x12/\n" +
-	"\x04seed\x18\x11 \x01(\v2\x19.rolter.raftstore.v1.SeedH\x00R\x04seedB\t\n" +
+	"\x04seed\x18\x11 \x01(\v2\x19.rolter.raftstore.v1.SeedH\x00R\x04seed\x12<\n" +
+	"\tfile_sync\x18( \x01(\v2\x1d.rolter.raftstore.v1.FileSyncH\x00R\bfileSyncB\t\n" +
 	"\apayload\"Z\n" +
 	"\x11IdempotencyRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x06result\x18\x02 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\"\xb0\x04\n" +
+	"\x06result\x18\x02 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\"\xf8\x04\n" +
 	"\bSnapshot\x12%\n" +
 	"\x0econfig_version\x18\x01 \x01(\x04R\rconfigVersion\x12\x16\n" +
 	"\x06seeded\x18\x02 \x01(\bR\x06seeded\x12;\n" +
@@ -1723,7 +1978,8 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x05audit\x18\t \x03(\v2\x1f.rolter.raftstore.v1.AuditEntryR\x05audit\x12\x1b\n" +
 	"\taudit_seq\x18\n" +
 	" \x01(\x04R\bauditSeq\x12H\n" +
-	"\vidempotency\x18\v \x03(\v2&.rolter.raftstore.v1.IdempotencyRecordR\vidempotency\"\xa4\x01\n" +
+	"\vidempotency\x18\v \x03(\v2&.rolter.raftstore.v1.IdempotencyRecordR\vidempotency\x12F\n" +
+	"\rfile_revision\x18( \x01(\v2!.rolter.raftstore.v1.FileRevisionR\ffileRevision\"\xa4\x01\n" +
 	"\x0eForwardRequest\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.rolter.raftstore.v1.RPCKindR\x04kind\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\fR\acommand\x12\x17\n" +
@@ -1749,7 +2005,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\rCODE_CONFLICT\x10\x03\x12\x11\n" +
 	"\rCODE_READONLY\x10\x04\x12\x10\n" +
 	"\fCODE_INVALID\x10\x05\x12\x18\n" +
-	"\x14CODE_UNAUTHENTICATED\x10\x06*\xce\x02\n" +
+	"\x14CODE_UNAUTHENTICATED\x10\x06*\xe0\x02\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_SEED\x10\x01\x12\x16\n" +
@@ -1767,7 +2023,8 @@ const file_raftstore_proto_rawDesc = "" +
 	"\rOP_DELETE_KEY\x10\f\x12\x13\n" +
 	"\x0fOP_CREATE_TOKEN\x10\r\x12\x13\n" +
 	"\x0fOP_DELETE_TOKEN\x10\x0e\x12\x11\n" +
-	"\rOP_SET_POLICY\x10\x0f*;\n" +
+	"\rOP_SET_POLICY\x10\x0f\x12\x10\n" +
+	"\fOP_FILE_SYNC\x10(*;\n" +
 	"\aRPCKind\x12\x13\n" +
 	"\x0fRPC_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tRPC_APPLY\x10\x01\x12\f\n" +
@@ -1786,7 +2043,7 @@ func file_raftstore_proto_rawDescGZIP() []byte {
 }
 
 var file_raftstore_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_raftstore_proto_goTypes = []any{
 	(Role)(0),                 // 0: rolter.raftstore.v1.Role
 	(Code)(0),                 // 1: rolter.raftstore.v1.Code
@@ -1802,11 +2059,13 @@ var file_raftstore_proto_goTypes = []any{
 	(*AuditEntry)(nil),        // 11: rolter.raftstore.v1.AuditEntry
 	(*Result)(nil),            // 12: rolter.raftstore.v1.Result
 	(*Seed)(nil),              // 13: rolter.raftstore.v1.Seed
-	(*Command)(nil),           // 14: rolter.raftstore.v1.Command
-	(*IdempotencyRecord)(nil), // 15: rolter.raftstore.v1.IdempotencyRecord
-	(*Snapshot)(nil),          // 16: rolter.raftstore.v1.Snapshot
-	(*ForwardRequest)(nil),    // 17: rolter.raftstore.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 18: rolter.raftstore.v1.ForwardResponse
+	(*FileRevision)(nil),      // 14: rolter.raftstore.v1.FileRevision
+	(*FileSync)(nil),          // 15: rolter.raftstore.v1.FileSync
+	(*Command)(nil),           // 16: rolter.raftstore.v1.Command
+	(*IdempotencyRecord)(nil), // 17: rolter.raftstore.v1.IdempotencyRecord
+	(*Snapshot)(nil),          // 18: rolter.raftstore.v1.Snapshot
+	(*ForwardRequest)(nil),    // 19: rolter.raftstore.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 20: rolter.raftstore.v1.ForwardResponse
 }
 var file_raftstore_proto_depIdxs = []int32{
 	4,  // 0: rolter.raftstore.v1.Route.targets:type_name -> rolter.raftstore.v1.Target
@@ -1819,30 +2078,39 @@ var file_raftstore_proto_depIdxs = []int32{
 	8,  // 7: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
 	9,  // 8: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
 	10, // 9: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
-	2,  // 10: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
-	5,  // 11: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
-	6,  // 12: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
-	7,  // 13: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 14: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
-	9,  // 15: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
-	10, // 16: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
-	13, // 17: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
-	12, // 18: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
-	5,  // 19: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
-	6,  // 20: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
-	7,  // 21: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 22: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
-	9,  // 23: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	10, // 24: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
-	11, // 25: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
-	15, // 26: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
-	3,  // 27: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
-	12, // 28: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	14, // 10: rolter.raftstore.v1.Seed.revision:type_name -> rolter.raftstore.v1.FileRevision
+	14, // 11: rolter.raftstore.v1.FileSync.revision:type_name -> rolter.raftstore.v1.FileRevision
+	14, // 12: rolter.raftstore.v1.FileSync.base:type_name -> rolter.raftstore.v1.FileRevision
+	5,  // 13: rolter.raftstore.v1.FileSync.put_providers:type_name -> rolter.raftstore.v1.Provider
+	6,  // 14: rolter.raftstore.v1.FileSync.put_routes:type_name -> rolter.raftstore.v1.Route
+	7,  // 15: rolter.raftstore.v1.FileSync.put_groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	8,  // 16: rolter.raftstore.v1.FileSync.put_keys:type_name -> rolter.raftstore.v1.Key
+	2,  // 17: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
+	5,  // 18: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
+	6,  // 19: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
+	7,  // 20: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
+	8,  // 21: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
+	9,  // 22: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
+	10, // 23: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
+	13, // 24: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
+	15, // 25: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
+	12, // 26: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
+	5,  // 27: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
+	6,  // 28: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
+	7,  // 29: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	8,  // 30: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
+	9,  // 31: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	10, // 32: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
+	11, // 33: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
+	17, // 34: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
+	14, // 35: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
+	3,  // 36: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
+	12, // 37: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_raftstore_proto_init() }
@@ -1850,7 +2118,7 @@ func file_raftstore_proto_init() {
 	if File_raftstore_proto != nil {
 		return
 	}
-	file_raftstore_proto_msgTypes[10].OneofWrappers = []any{
+	file_raftstore_proto_msgTypes[12].OneofWrappers = []any{
 		(*Command_Provider)(nil),
 		(*Command_Route)(nil),
 		(*Command_Group)(nil),
@@ -1859,6 +2127,7 @@ func file_raftstore_proto_init() {
 		(*Command_Policy)(nil),
 		(*Command_Name)(nil),
 		(*Command_Seed)(nil),
+		(*Command_FileSync)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1866,7 +2135,7 @@ func file_raftstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftstore_proto_rawDesc), len(file_raftstore_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

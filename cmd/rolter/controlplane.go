@@ -237,6 +237,7 @@ type controlPlane struct {
 	srv    *router.Server
 	api    *adminapi.API
 	pusher *adminapi.Pusher
+	files  *cluster.FileSyncer
 	log    *slog.Logger
 	mesh   *meshRouter // nil without gossip
 	// poller is [metrics_scrape] and [providers.lmcache]: engine state for
@@ -290,6 +291,10 @@ func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.
 	if node != nil {
 		cp.srv.Registry().MustRegister(node.Collector(), cp.mesh.state.Collector())
 	}
+	if cp.files, err = cluster.NewFileSyncer(store, base, cp.srv.Registry(), log); err != nil {
+		store.Close()
+		return nil, err
+	}
 	cp.pusher = &adminapi.Pusher{NodeID: sc.NodeID, InternalToken: sc.InternalToken, Source: cp,
 		Local: cp.api.Telemetry(), Peers: peers, Logger: log}
 	return cp, nil
@@ -307,7 +312,8 @@ func (cp *controlPlane) run(ctx context.Context, api, admin net.Listener) error 
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); cp.files.Run(bg) }()
 	go func() { defer wg.Done(); cp.follow(bg) }()
 	go func() { defer wg.Done(); cp.pusher.Run(bg) }()
 	go func() { defer wg.Done(); cp.poller.Run(bg) }()
@@ -346,11 +352,22 @@ func (cp *controlPlane) ready() error {
 	return nil
 }
 
-// setBase replaces the process-local config sections (SIGHUP) and asks
-// follow to re-apply.
+// setBase takes a reloaded rolter.toml (SIGHUP): its process-local
+// sections replace the running ones (follow re-applies), and the entries
+// it declares are synced into the cluster.
 func (cp *controlPlane) setBase(base *config.Config) {
 	cp.mu.Lock()
-	cp.base, cp.stale = base, true
+	cp.base = base
+	cp.mu.Unlock()
+	cp.files.Kick(base)
+	cp.reapply()
+}
+
+// reapply asks follow to rebuild the data plane from the state and the
+// current base (the file is unchanged: nothing to sync).
+func (cp *controlPlane) reapply() {
+	cp.mu.Lock()
+	cp.stale = true
 	cp.mu.Unlock()
 	select {
 	case cp.reload <- struct{}{}:

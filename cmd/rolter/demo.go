@@ -387,7 +387,7 @@ func (d *demo) prepare() error {
 // adaptive policy on.
 func (d *demo) configTOML() string {
 	var b strings.Builder
-	b.WriteString("# rolter demo: seeds the replicated state at the first bootstrap.\n\n")
+	b.WriteString("# rolter demo: every router syncs the entries below into the replicated state (raise generation to change them).\ngeneration = 1\n\n")
 	for j, e := range d.layout.engines {
 		// Different prices so the adaptive route's cost term has something to weigh.
 		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\nprice_in_per_mtok = %.2f\nprice_out_per_mtok = %.2f\n\n",

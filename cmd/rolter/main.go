@@ -39,6 +39,7 @@ func commands() map[string]command {
 		"router":  {"run the data plane: the OpenAI-compatible API with streaming and retries", runRouter},
 		"sim":     {"run a simulated vLLM engine; 'sim replay' replays a trace or synthetic load", runSim},
 		"sidecar": {"run beside one engine: follow its KV events and metrics, gossip summaries to the routers", runSidecar},
+		"config":  {"'config diff' / 'config apply': compare or sync a rolter.toml with a cluster through its admin API", runConfig},
 		"demo":    {"the whole mesh on loopback: 3 routers, 4 simulated engines with sidecars, background traffic", runDemo},
 	}
 }

@@ -338,7 +338,7 @@ func (cp *controlPlane) rediscover(ctx context.Context) {
 			continue
 		}
 		if discoveredKey(discover(st.Config(base), cp.mesh.view.Engines)) != applied {
-			cp.setBase(base)
+			cp.reapply()
 		}
 	}
 }

@@ -25,7 +25,7 @@ import (
 // from --config.
 func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("router", stderr)
-	cfgPath := fs.String("config", "rolter.toml", "path of rolter.toml (seeds the replicated state at the first bootstrap; "+
+	cfgPath := fs.String("config", "rolter.toml", "path of rolter.toml (its providers, routes, groups and keys are synced into the replicated state on start and SIGHUP; "+
 		"its retry, breaker, health, timeouts and limits sections stay local to this router)")
 	httpAddr := fs.String("http", "127.0.0.1:4000", "address of the OpenAI-compatible API")
 	adminAddr := fs.String("admin", "127.0.0.1:4001", "address of the admin API, /ui/, /metrics, /healthz and /readyz")

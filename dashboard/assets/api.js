@@ -136,7 +136,16 @@ function fromTarget(t) {
   return { provider: t.provider || '', model: t.model || '', weight: num(t.weight, 1) };
 }
 
-/** One route of GET /api/v1/routes → {routes:[{model, strategy, targets, discover, readonly}]}. */
+/**
+ * Who owns an entry: "file" (rolter.toml declares it; read-only in the API)
+ * or "api". Older servers send only readonly.
+ */
+function managedBy(x) {
+  if (x.managed_by === 'file' || x.managed_by === 'api') return x.managed_by;
+  return x.readonly ? 'file' : 'api';
+}
+
+/** One route of GET /api/v1/routes → {routes:[{model, strategy, targets, discover, readonly, managed_by}]}. */
 export function fromRoute(r) {
   return {
     raw: r,
@@ -145,7 +154,8 @@ export function fromRoute(r) {
     strategy: r.strategy || '',
     targets: arr(r.targets).map(fromTarget),
     discover: !!r.discover,
-    readonly: !!r.readonly,
+    readonly: !!r.readonly || r.managed_by === 'file',
+    managedBy: managedBy(r),
   };
 }
 
@@ -159,7 +169,8 @@ export function fromGroup(g) {
     strategy: g.strategy || '',
     targets: arr(g.members).map(fromTarget),
     discover: false,
-    readonly: !!g.readonly,
+    readonly: !!g.readonly || g.managed_by === 'file',
+    managedBy: managedBy(g),
   };
 }
 
@@ -170,7 +181,8 @@ export function fromProvider(p) {
     apiBase: p.api_base || '',
     priceIn: num(p.price_in_per_mtok),
     priceOut: num(p.price_out_per_mtok),
-    readonly: !!p.readonly,
+    readonly: !!p.readonly || p.managed_by === 'file',
+    managedBy: managedBy(p),
   };
 }
 
@@ -280,7 +292,8 @@ export function fromAudit(j) {
     resource: e.resource || '',
     outcome: e.outcome || '',
     configVersion: numOrNull(e.config_version),
-    detail: e.detail === undefined || e.detail === null ? '' : e.detail,
+    // a config.file_sync carries its diff, one line per changed field
+    detail: e.detail !== undefined && e.detail !== null ? e.detail : (Array.isArray(e.diff) ? e.diff.join('\n') : ''),
   }));
 }
 
