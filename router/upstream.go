@@ -33,6 +33,9 @@ type upstream struct {
 	state       atomic.Int32 // breakerState
 	probing     atomic.Bool  // a half-open probe is in flight
 	healthy     atomic.Bool
+	// wake asks the provider's health loop for a probe now (the breaker
+	// just opened); buffered 1, sent without blocking.
+	wake chan struct{}
 
 	mu        sync.Mutex
 	failures  int // consecutive request failures (breaker)
@@ -41,7 +44,7 @@ type upstream struct {
 }
 
 func newUpstream(name string) *upstream {
-	u := &upstream{name: name}
+	u := &upstream{name: name, wake: make(chan struct{}, 1)}
 	u.healthy.Store(true)
 	return u
 }
@@ -89,21 +92,47 @@ func (u *upstream) retryIn(now time.Time) time.Duration {
 }
 
 // admit is called once a target on this provider is picked. It claims the
-// half-open probe slot when the breaker's open period is over; false means
-// another request claimed it first and the attempt must pick again.
-func (u *upstream) admit(now time.Time) bool {
+// half-open probe slot when the breaker's open period is over (trial: the
+// attempt is that probe); false means another request claimed it first and
+// the attempt must pick again.
+func (u *upstream) admit(now time.Time) (ok, trial bool) {
 	st := breakerState(u.state.Load())
 	if st == breakerClosed {
-		return true
+		return true, false
 	}
 	if st == breakerOpen && now.UnixNano() < u.openUntil.Load() {
-		return false
+		return false, false
 	}
 	if !u.probing.CompareAndSwap(false, true) {
-		return false
+		return false, false
 	}
 	u.state.Store(int32(breakerHalfOpen))
-	return true
+	return true, true
+}
+
+// healthCheckOK records a successful active health check: an open breaker's open
+// period ends now, so the next request is its half-open probe. It reports
+// whether it cut an open period short.
+func (u *upstream) healthCheckOK(now time.Time) bool {
+	if breakerState(u.state.Load()) != breakerOpen {
+		return false
+	}
+	n := now.UnixNano()
+	for {
+		old := u.openUntil.Load()
+		if old <= n {
+			return false
+		}
+		if u.openUntil.CompareAndSwap(old, n) {
+			return true
+		}
+	}
+}
+
+// troubled reports whether the provider is unhealthy or its breaker is not
+// closed: its health loop then probes at the recovery cadence.
+func (u *upstream) troubled() bool {
+	return !u.healthy.Load() || breakerState(u.state.Load()) != breakerClosed
 }
 
 // park keeps the provider out of rotation until now+d.
@@ -144,6 +173,10 @@ func (u *upstream) failure(now time.Time, threshold int, openFor time.Duration) 
 		u.openUntil.Store(now.Add(openFor).UnixNano())
 		u.state.Store(int32(breakerOpen))
 		u.probing.Store(false)
+		select {
+		case u.wake <- struct{}{}:
+		default:
+		}
 		return true
 	}
 	return false
