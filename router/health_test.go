@@ -224,3 +224,31 @@ func TestOpenBreakerIsProbedInBackground(t *testing.T) {
 		t.Fatalf("half-open probe: status %d, %d requests at the engine, want the 6th", code, eng.hits.Load())
 	}
 }
+
+// Only a breaker that opens from closed asks for a probe at once. One that
+// reopens after a failed half-open probe waits for the recovery cadence:
+// otherwise an engine that passes health checks but fails every request
+// would make every request a half-open probe.
+func TestOnlyAFreshlyOpenedBreakerWakesItsProbe(t *testing.T) {
+	u := newUpstream("a")
+	now := time.Unix(0, 0)
+	for range 5 {
+		u.failure(now, 5, 30*time.Second)
+	}
+	if len(u.wake) != 1 {
+		t.Fatal("opening the breaker did not ask for a probe")
+	}
+	<-u.wake
+	if !u.healthCheckOK(now) {
+		t.Fatal("a successful health check did not end the open period")
+	}
+	if ok, trial := u.admit(now); !ok || !trial {
+		t.Fatalf("admit = %v, %v: want the half-open probe", ok, trial)
+	}
+	if !u.failure(now, 5, 30*time.Second) {
+		t.Fatal("a failed half-open probe must reopen the breaker")
+	}
+	if len(u.wake) != 0 {
+		t.Error("a failed half-open probe asked for another probe at once")
+	}
+}

@@ -173,9 +173,15 @@ func (u *upstream) failure(now time.Time, threshold int, openFor time.Duration) 
 		u.openUntil.Store(now.Add(openFor).UnixNano())
 		u.state.Store(int32(breakerOpen))
 		u.probing.Store(false)
-		select {
-		case u.wake <- struct{}{}:
-		default:
+		if st == breakerClosed {
+			// Not after a failed half-open probe: that waits for the
+			// next probe at the recovery cadence, or every request of an
+			// engine that fails requests but passes health checks would
+			// be a probe.
+			select {
+			case u.wake <- struct{}{}:
+			default:
+			}
 		}
 		return true
 	}
