@@ -42,6 +42,7 @@ type Source struct {
 	now   func() time.Time
 	pair  atomic.Pointer[tls.Certificate]
 	cas   atomic.Pointer[x509.CertPool] // nil: no client certificate asked
+	seen  atomic.Pointer[string]        // the files' stamp at the last Reload
 }
 
 // Load reads f. The certificate and key are required; a certificate that
@@ -64,6 +65,8 @@ func load(f Files, now func() time.Time) (*Source, error) {
 // Reload reads the files again and swaps them in at once; on any error the
 // running pair and CA stay.
 func (s *Source) Reload() error {
+	stamp := s.stamp()
+	s.seen.Store(&stamp)
 	pair, err := tls.LoadX509KeyPair(s.files.Cert, s.files.Key)
 	if err != nil {
 		return fmt.Errorf("certs: key pair %s: %w", s.files.Cert, err)
@@ -81,6 +84,32 @@ func (s *Source) Reload() error {
 	s.pair.Store(&pair)
 	s.cas.Store(cas)
 	return nil
+}
+
+// Changed reports whether a file's size or modification time differs from
+// the last Reload's (successful or not): a renewal (a Kubernetes Secret
+// volume swaps its files when cert-manager rewrites the Secret) for Reload
+// to pick up, while files that failed to load are not retried until they
+// move again.
+func (s *Source) Changed() bool {
+	seen := s.seen.Load()
+	return seen == nil || *seen != s.stamp()
+}
+
+// stamp describes the files as they are now.
+func (s *Source) stamp() string {
+	out := ""
+	for _, f := range []string{s.files.Cert, s.files.Key, s.files.ClientCA} {
+		if f == "" {
+			continue
+		}
+		if fi, err := os.Stat(f); err == nil {
+			out += fmt.Sprintf("%s %d %d;", f, fi.Size(), fi.ModTime().UnixNano())
+		} else {
+			out += f + " missing;"
+		}
+	}
+	return out
 }
 
 // Leaf returns the certificate handshakes present now.

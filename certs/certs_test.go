@@ -200,4 +200,37 @@ func TestBrokenReloadKeepsRunningPair(t *testing.T) {
 	if src.Leaf().SerialNumber.Cmp(l.Serial) != 0 {
 		t.Fatal("the running certificate was replaced by a broken reload")
 	}
+	if src.Changed() {
+		t.Fatal("files that failed to load count as changed: they would be retried (and logged) at every check")
+	}
+}
+
+// A renewal written over the files is noticed without a signal.
+func TestChangedAfterRenewal(t *testing.T) {
+	ca := certstest.NewCA(t, "cluster")
+	l := ca.Valid(t, "router")
+	src, err := certs.Load(certs.Files{Cert: l.Cert, Key: l.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Changed() {
+		t.Fatal("Changed right after Load")
+	}
+	renewed := ca.Valid(t, "router")
+	// The rewrite may land within the file system's timestamp resolution;
+	// the size or the bytes of a new key differ anyway in practice, but
+	// make sure by moving the modification time.
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(renewed.Cert, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if !src.Changed() {
+		t.Fatal("a renewed certificate file was not noticed")
+	}
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if src.Changed() || src.Leaf().SerialNumber.Cmp(renewed.Serial) != 0 {
+		t.Fatal("after Reload: still changed, or not the renewed certificate")
+	}
 }

@@ -103,8 +103,13 @@ func (s tlsSources) peerClient(ca string) (*http.Client, error) {
 		TLSClientConfig: s.admin.ClientConfig(roots), ForceAttemptHTTP2: false}}, nil
 }
 
-// reloadCertsOnHUP re-reads every source's files on SIGHUP until ctx ends.
-// A source whose files fail to load keeps serving what it had.
+// certCheckInterval is how often the certificate files are checked for a
+// renewal written without a SIGHUP (a Kubernetes Secret volume update).
+const certCheckInterval = 30 * time.Second
+
+// reloadCertsOnHUP re-reads every source's files on SIGHUP, and any whose
+// files changed every certCheckInterval, until ctx ends. A source whose
+// files fail to load keeps serving what it had.
 func reloadCertsOnHUP(ctx context.Context, log *slog.Logger, srcs ...*certs.Source) {
 	var live []*certs.Source
 	for _, s := range srcs {
@@ -118,19 +123,27 @@ func reloadCertsOnHUP(ctx context.Context, log *slog.Logger, srcs ...*certs.Sour
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	check := time.NewTicker(certCheckInterval)
+	defer check.Stop()
 	for {
+		signalled := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			for _, s := range live {
-				if err := s.Reload(); err != nil {
-					log.Error("certificate reload failed; keeping the running certificate", "err", err)
-					continue
-				}
-				log.Info("certificate reloaded", "subject", s.Leaf().Subject.String(),
-					"serial", s.Leaf().SerialNumber.String(), "not_after", s.Leaf().NotAfter.Format(time.RFC3339))
+			signalled = true
+		case <-check.C:
+		}
+		for _, s := range live {
+			if !signalled && !s.Changed() {
+				continue
 			}
+			if err := s.Reload(); err != nil {
+				log.Error("certificate reload failed; keeping the running certificate", "err", err)
+				continue
+			}
+			log.Info("certificate reloaded", "subject", s.Leaf().Subject.String(),
+				"serial", s.Leaf().SerialNumber.String(), "not_after", s.Leaf().NotAfter.Format(time.RFC3339))
 		}
 	}
 }
