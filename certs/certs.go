@@ -159,6 +159,29 @@ func (s *Source) ClientConfig(roots *x509.CertPool) *tls.Config {
 	}
 }
 
+// PeerConfig is ClientConfig for calls between routers: a server passes if
+// its chain verifies against ca for server authentication, whatever name
+// it was dialled by. Routers find each other's admin ports by gossip, as
+// pod or host IPs their certificates do not list; being signed by the
+// cluster's CA is the identity (as on the Raft port).
+func (s *Source) PeerConfig(ca *x509.CertPool) *tls.Config {
+	c := s.ClientConfig(ca)
+	c.InsecureSkipVerify = true // replaced by VerifyConnection below
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("certs: the peer presented no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: ca, Intermediates: inter,
+			CurrentTime: s.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+		return err
+	}
+	return c
+}
+
 // LoadPool reads a PEM bundle of CA certificates.
 func LoadPool(file string) (*x509.CertPool, error) {
 	pem, err := os.ReadFile(file)

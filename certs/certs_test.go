@@ -234,3 +234,38 @@ func TestChangedAfterRenewal(t *testing.T) {
 		t.Fatal("after Reload: still changed, or not the renewed certificate")
 	}
 }
+
+// Between routers, a peer signed by the cluster CA is accepted at whatever
+// address gossip found it; a standard client would refuse the name, and a
+// peer from another CA is refused.
+func TestPeerConfigVerifiesTheCAOnly(t *testing.T) {
+	ca, other := certstest.NewCA(t, "cluster"), certstest.NewCA(t, "other")
+	now := time.Now()
+	self := ca.Valid(t, "r1")
+	me, err := certs.Load(certs.Files{Cert: self.Cert, Key: self.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: me.PeerConfig(ca.Pool())}}
+	for _, tc := range []struct {
+		name   string
+		issuer *certstest.CA
+		want   bool
+	}{{"cluster CA, no matching name", ca, true}, {"another CA", other, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := tc.issuer.IssueFor(t, "r2", []string{"rolter-router-1.peers"}, nil, now.Add(-time.Hour), now.Add(time.Hour))
+			src, err := certs.Load(certs.Files{Cert: l.Cert, Key: l.Key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := serve(t, src, ok)
+			_, err = get(peerClient, url)
+			if (err == nil) != tc.want {
+				t.Fatalf("peer call: %v, want success %v", err, tc.want)
+			}
+			if _, err := get(client(tc.issuer.Pool(), nil), url); err == nil {
+				t.Fatal("a standard client accepted a certificate for another name")
+			}
+		})
+	}
+}

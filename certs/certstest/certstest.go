@@ -75,6 +75,13 @@ type Leaf struct {
 // name.crt and name.key in the CA's dir (overwriting: a renewal).
 func (ca *CA) Issue(t testing.TB, name string, notBefore, notAfter time.Time) Leaf {
 	t.Helper()
+	return ca.IssueFor(t, name, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}, notBefore, notAfter)
+}
+
+// IssueFor is Issue for the given DNS names and IPs (none: a certificate
+// no address matches).
+func (ca *CA) IssueFor(t testing.TB, name string, dns []string, ips []net.IP, notBefore, notAfter time.Time) Leaf {
+	t.Helper()
 	key := newKey(t)
 	sn := big.NewInt(serial.Add(1))
 	tmpl := &x509.Certificate{
@@ -84,8 +91,8 @@ func (ca *CA) Issue(t testing.TB, name string, notBefore, notAfter time.Time) Le
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     dns,
+		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -85,22 +84,23 @@ func scheme(src *certs.Source) string {
 
 // peerClient is the HTTP client a router uses to call the other routers'
 // admin ports (the telemetry push) when its own admin port has TLS: it
-// verifies them with ca (the --tls-ca of Raft, which signs every router,
-// else --admin-client-ca, else the system roots) and presents its admin
-// certificate when asked. nil: plain HTTP.
+// accepts a peer whose certificate chains to ca (the --tls-ca of Raft,
+// which signs every router, else --admin-client-ca) whatever address it
+// was found at, or without ca verifies names against the system roots;
+// it presents its admin certificate when asked. nil: plain HTTP.
 func (s tlsSources) peerClient(ca string) (*http.Client, error) {
 	if s.admin == nil {
 		return nil, nil
 	}
-	var roots *x509.CertPool
+	conf := s.admin.ClientConfig(nil)
 	if ca != "" {
-		var err error
-		if roots, err = certs.LoadPool(ca); err != nil {
+		roots, err := certs.LoadPool(ca)
+		if err != nil {
 			return nil, err
 		}
+		conf = s.admin.PeerConfig(roots)
 	}
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: s.admin.ClientConfig(roots), ForceAttemptHTTP2: false}}, nil
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: conf}}, nil
 }
 
 // certCheckInterval is how often the certificate files are checked for a
