@@ -136,6 +136,7 @@ func (s *Server) probe(ctx context.Context, p *provider) {
 		return
 	}
 	cfg := sn.cfg.Health
+	began := s.clock.Now()
 	ok := s.get(ctx, p, cfg.Path, cfg.Timeout.Duration)
 	if !ok && cfg.Path != "/health" {
 		ok = s.get(ctx, p, "/health", cfg.Timeout.Duration)
@@ -143,7 +144,7 @@ func (s *Server) probe(ctx context.Context, p *provider) {
 	if ctx.Err() != nil {
 		return
 	}
-	if ok && p.up.healthCheckOK(s.clock.Now()) {
+	if ok && p.up.healthCheckOK(began, s.clock.Now()) {
 		s.log.Info("circuit breaker half-open: the health check succeeded", "provider", p.name)
 	}
 	healthy, changed := p.up.probed(ok, cfg.DownAfter, cfg.UpAfter)

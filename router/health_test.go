@@ -239,7 +239,10 @@ func TestOnlyAFreshlyOpenedBreakerWakesItsProbe(t *testing.T) {
 		t.Fatal("opening the breaker did not ask for a probe")
 	}
 	<-u.wake
-	if !u.healthCheckOK(now) {
+	if u.healthCheckOK(now.Add(-time.Millisecond), now) {
+		t.Fatal("a health check that began before the breaker opened ended the open period")
+	}
+	if !u.healthCheckOK(now, now) {
 		t.Fatal("a successful health check did not end the open period")
 	}
 	if ok, trial := u.admit(now); !ok || !trial {

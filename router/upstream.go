@@ -38,9 +38,10 @@ type upstream struct {
 	wake chan struct{}
 
 	mu        sync.Mutex
-	failures  int // consecutive request failures (breaker)
-	probeFail int // consecutive health probe failures
-	probeOK   int // consecutive health probe successes while down
+	openedAt  time.Time // when the breaker last opened
+	failures  int       // consecutive request failures (breaker)
+	probeFail int       // consecutive health probe failures
+	probeOK   int       // consecutive health probe successes while down
 }
 
 func newUpstream(name string) *upstream {
@@ -110,23 +111,20 @@ func (u *upstream) admit(now time.Time) (ok, trial bool) {
 	return true, true
 }
 
-// healthCheckOK records a successful active health check: an open breaker's open
-// period ends now, so the next request is its half-open probe. It reports
+// healthCheckOK records a successful active health check that started at
+// began: an open breaker's open period ends now, so the next request is its
+// half-open probe. A check that began before the breaker opened says
+// nothing about the failures that opened it and is ignored. It reports
 // whether it cut an open period short.
-func (u *upstream) healthCheckOK(now time.Time) bool {
-	if breakerState(u.state.Load()) != breakerOpen {
+func (u *upstream) healthCheckOK(began, now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := now.UnixNano()
+	if breakerState(u.state.Load()) != breakerOpen || u.openUntil.Load() <= n || began.Before(u.openedAt) {
 		return false
 	}
-	n := now.UnixNano()
-	for {
-		old := u.openUntil.Load()
-		if old <= n {
-			return false
-		}
-		if u.openUntil.CompareAndSwap(old, n) {
-			return true
-		}
-	}
+	u.openUntil.Store(n)
+	return true
 }
 
 // troubled reports whether the provider is unhealthy or its breaker is not
@@ -170,6 +168,7 @@ func (u *upstream) failure(now time.Time, threshold int, openFor time.Duration) 
 	u.failures++
 	st := breakerState(u.state.Load())
 	if st == breakerHalfOpen || (st == breakerClosed && u.failures >= threshold) {
+		u.openedAt = now
 		u.openUntil.Store(now.Add(openFor).UnixNano())
 		u.state.Store(int32(breakerOpen))
 		u.probing.Store(false)
