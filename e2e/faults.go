@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -333,4 +334,78 @@ func DisconnectCancels(ctx context.Context, api string, engines []*Engine, n, ma
 		out = append(out, max(0, at.Sub(left)))
 	}
 	return out, nil
+}
+
+// RestartResult is what EngineRestart measured.
+type RestartResult struct {
+	// Back is, per router (by admin URL), how long after the engine
+	// answered again the router's first successful request to it came.
+	Back map[string]time.Duration
+	Load LoadResult
+}
+
+// EngineRestart starts a dead engine again (restart returns once it
+// answers) under load at the routers, and measures how soon each router
+// serves requests from it again: the time until its
+// rolter_target_requests_total{provider=victim,outcome="success"} grows.
+func EngineRestart(ctx context.Context, apis, admins []string, victim string, restart func(), load LoadFunc) (RestartResult, error) {
+	res := RestartResult{Back: map[string]time.Duration{}}
+	before := map[string]float64{}
+	for _, a := range admins {
+		n, err := TargetSuccesses(ctx, a, victim)
+		if err != nil {
+			return res, err
+		}
+		before[a] = n
+	}
+	lctx, stop := context.WithCancel(ctx)
+	loaded := make(chan LoadResult, 1)
+	go func() { loaded <- load(lctx, apis) }()
+	restart()
+	back := time.Now()
+	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+		for _, a := range admins {
+			if _, done := res.Back[a]; done {
+				continue
+			}
+			n, err := TargetSuccesses(ctx, a, victim)
+			if err != nil {
+				return err
+			}
+			if n > before[a] {
+				res.Back[a] = time.Since(back)
+			}
+		}
+		if len(res.Back) < len(admins) {
+			return fmt.Errorf("%d of %d routers serve from %s again", len(res.Back), len(admins), victim)
+		}
+		return nil
+	})
+	stop()
+	res.Load = <-loaded
+	return res, err
+}
+
+// TargetSuccesses sums a router's rolter_target_requests_total with
+// outcome="success" for provider (all its targets).
+func TargetSuccesses(ctx context.Context, admin, provider string) (float64, error) {
+	code, body, err := Do(ctx, http.MethodGet, admin+"/metrics", "", "")
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("%s/metrics: %d", admin, code)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "rolter_target_requests_total{") || !strings.Contains(line, `outcome="success"`) ||
+			!strings.Contains(line, `provider="`+provider+`"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum, nil
 }

@@ -44,9 +44,9 @@ members = [{ provider = "e0", model = "m" }]
 // tap), driven with the official openai-go client and raw HTTP. The
 // scenarios share one fleet and run in an order where each leaves it
 // usable for the next: authorization (9), hostile HTTP (10), first-token
-// failover (3), all engines 503 (4), an engine killed mid-stream (2), the
-// Raft leader killed under load (1), then the scan of every process's log
-// for secrets (9).
+// failover (3), all engines 503 (4), an engine killed mid-stream (2) and
+// restarted, the Raft leader killed under load (1), then the scan of every
+// process's log for secrets (9).
 func TestReliability(t *testing.T) {
 	bin := BuildRolter(t)
 	dir := t.TempDir()
@@ -197,6 +197,36 @@ func TestReliability(t *testing.T) {
 		}
 		if res.Load.Requests == 0 || float64(res.Load.Failed) > 0.001*float64(res.Load.Requests) {
 			t.Errorf("%d of %d requests failed: %v", res.Load.Failed, res.Load.Requests, res.Load.FirstErrors)
+		}
+	})
+
+	t.Run("02b killed engine restarted", func(t *testing.T) {
+		// Default config: the dead engine is probed by the routers' health
+		// checks (every recovery_interval, 2 s) and comes back without
+		// waiting out [breaker] open (30 s).
+		victim := engines[3]
+		var admins []string
+		for _, r := range c.Routers {
+			admins = append(admins, r.Admin)
+		}
+		addr := strings.TrimPrefix(victim.URL, "http://")
+		res, err := EngineRestart(ctx, apis, admins, victim.Name, func() {
+			_, victim.Proc = StartSimAt(t, bin, "sim-"+victim.Name+"-restarted", dir, addr, "--speed", "1", "--seed", "4")
+		}, RateLoad("chat", 50))
+		var worst time.Duration
+		for _, d := range res.Back {
+			worst = max(worst, d)
+		}
+		t.Logf("engine %s restarted under 50 req/s: back on every router after %v (per router %v); load %d requests, %d failed %v",
+			victim.Name, worst.Round(time.Millisecond), res.Back, res.Load.Requests, res.Load.Failed, res.Load.FirstErrors)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if worst > 10*time.Second {
+			t.Errorf("the restarted engine took %v to take traffic on every router, want ≤ 10s", worst)
+		}
+		if res.Load.Failed > 0 {
+			t.Errorf("%d of %d requests failed during the restart", res.Load.Failed, res.Load.Requests)
 		}
 	})
 
