@@ -411,7 +411,7 @@ func TestFirstByteTimeoutIsRetried(t *testing.T) {
 model = "m"
 targets = [{provider = "silent"}, {provider = "good"}]
 [timeouts]
-first_byte = "50ms"
+first_byte = "300ms"
 `, nil)
 	if code, _, body := h.chat("m"); code != 200 || good.hits.Load() != 1 {
 		t.Fatalf("%d %s", code, body)
