@@ -168,12 +168,17 @@ type Breaker struct {
 
 // Health is the [health] section: active probes per provider.
 type Health struct {
-	Enabled   bool     `toml:"enabled"`
-	Interval  Duration `toml:"interval"`
-	Timeout   Duration `toml:"timeout"`
-	Path      string   `toml:"path"`
-	DownAfter int      `toml:"down_after"`
-	UpAfter   int      `toml:"up_after"`
+	Enabled  bool     `toml:"enabled"`
+	Interval Duration `toml:"interval"`
+	// RecoveryInterval is the probe cadence while a provider is unhealthy
+	// or its breaker is open (when shorter than Interval): a successful
+	// probe ends an open breaker's open period at once, so recovery is
+	// noticed within about this long instead of [breaker] open.
+	RecoveryInterval Duration `toml:"recovery_interval"`
+	Timeout          Duration `toml:"timeout"`
+	Path             string   `toml:"path"`
+	DownAfter        int      `toml:"down_after"`
+	UpAfter          int      `toml:"up_after"`
 }
 
 // Timeouts is the [timeouts] section.
@@ -237,7 +242,7 @@ func Default() Config {
 		Retry: Retry{Attempts: 2, BackoffBase: d(100 * time.Millisecond), BackoffMax: d(2 * time.Second),
 			ParkMin: d(5 * time.Second), ParkMax: d(300 * time.Second), Budget: 0.2},
 		Breaker: Breaker{Failures: 5, Open: d(30 * time.Second)},
-		Health: Health{Enabled: true, Interval: d(10 * time.Second), Timeout: d(2 * time.Second),
+		Health: Health{Enabled: true, Interval: d(10 * time.Second), RecoveryInterval: d(2 * time.Second), Timeout: d(2 * time.Second),
 			Path: "/v1/models", DownAfter: 3, UpAfter: 2},
 		Timeouts: Timeouts{Connect: d(5 * time.Second), FirstByte: d(120 * time.Second), Request: d(30 * time.Minute),
 			ReadHeader: d(10 * time.Second), ReadBody: d(60 * time.Second), Idle: d(120 * time.Second), Drain: d(30 * time.Second)},

@@ -247,6 +247,7 @@ func (c *Config) validateTuning(v *validator) {
 	pos("breaker", "open", c.Breaker.Open)
 	h := c.Health
 	pos("health", "interval", h.Interval)
+	pos("health", "recovery_interval", h.RecoveryInterval)
 	pos("health", "timeout", h.Timeout)
 	if h.DownAfter < 1 {
 		v.add("health", "down_after", "must be ≥ 1")

@@ -26,6 +26,7 @@ import (
 const (
 	baseDir           = "kubernetes/base"
 	overlayDir        = "kubernetes/overlays/example"
+	tlsOverlayDir     = "kubernetes/overlays/tls"
 	secretsExample    = "kubernetes/base/secrets.example.yaml"
 	configMapFileName = "rolter.toml"
 )
@@ -49,9 +50,55 @@ type ServiceMonitor struct {
 			Scheme        string `json:"scheme,omitempty"`
 			Interval      string `json:"interval,omitempty"`
 			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+			TLSConfig     *struct {
+				ServerName string `json:"serverName,omitempty"`
+				CA         struct {
+					Secret *corev1.SecretKeySelector `json:"secret,omitempty"`
+				} `json:"ca"`
+			} `json:"tlsConfig,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
+
+// Issuer is the part of cert-manager.io/v1 Issuer the TLS overlay uses: a
+// CA issuer over a Secret.
+type Issuer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		CA struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca"`
+	} `json:"spec"`
+}
+
+// Certificate is the part of cert-manager.io/v1 Certificate the TLS
+// overlay uses. cert-manager writes spec.secretName with the keys tls.crt,
+// tls.key and ca.crt.
+type Certificate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		SecretName string `json:"secretName"`
+		IssuerRef  struct {
+			Name string `json:"name"`
+			Kind string `json:"kind"`
+		} `json:"issuerRef"`
+		Duration    string `json:"duration,omitempty"`
+		RenewBefore string `json:"renewBefore,omitempty"`
+		PrivateKey  *struct {
+			Algorithm      string `json:"algorithm,omitempty"`
+			Size           int    `json:"size,omitempty"`
+			RotationPolicy string `json:"rotationPolicy,omitempty"`
+		} `json:"privateKey,omitempty"`
+		Usages   []string `json:"usages,omitempty"`
+		DNSNames []string `json:"dnsNames,omitempty"`
+	} `json:"spec"`
+}
+
+// issuedKeys are the keys of a Secret cert-manager writes for a
+// Certificate (a CA issuer).
+var issuedKeys = []string{"tls.crt", "tls.key", "ca.crt"}
 
 // workload is a pod template with its owner, the unit most checks run on.
 type workload struct {
@@ -76,6 +123,8 @@ type fleet struct {
 	PDBs            []policyv1.PodDisruptionBudget
 	NetworkPolicies []networkingv1.NetworkPolicy
 	ServiceMonitors []ServiceMonitor
+	Issuers         []Issuer
+	Certificates    []Certificate
 }
 
 func (f *fleet) workloads() []workload {
@@ -168,6 +217,10 @@ func (f *fleet) decodeInto(doc []byte) error {
 		return add(&f.NetworkPolicies, strict)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return add(&f.ServiceMonitors, strict)
+	case "cert-manager.io/v1 Issuer":
+		return add(&f.Issuers, strict)
+	case "cert-manager.io/v1 Certificate":
+		return add(&f.Certificates, strict)
 	}
 	return fmt.Errorf("%w: %q %q", errUnknownKind, tm.APIVersion, tm.Kind)
 }
@@ -266,6 +319,18 @@ func renderFS(t *testing.T, fs filesys.FileSystem, dir string) *fleet {
 		}
 		f.Secrets = append(f.Secrets, s)
 	}
+	// The Secrets cert-manager will write, as it writes them.
+	for _, c := range f.Certificates {
+		if f.secret(c.Spec.SecretName) != nil {
+			t.Fatalf("%s: Certificate %s writes Secret %s, which also exists otherwise", dir, c.Name, c.Spec.SecretName)
+		}
+		s := corev1.Secret{Type: corev1.SecretTypeTLS, Data: map[string][]byte{}}
+		s.Name, s.Namespace = c.Spec.SecretName, c.Namespace
+		for _, k := range issuedKeys {
+			s.Data[k] = []byte("issued by cert-manager")
+		}
+		f.Secrets = append(f.Secrets, s)
+	}
 	return f
 }
 
@@ -275,7 +340,7 @@ var renders = map[string]*fleet{}
 
 func forEachRender(t *testing.T, check func(t *testing.T, f *fleet)) {
 	t.Helper()
-	for _, dir := range []string{baseDir, overlayDir} {
+	for _, dir := range []string{baseDir, overlayDir, tlsOverlayDir} {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			f, ok := renders[dir]
 			if !ok {
@@ -300,8 +365,13 @@ func TestManifestFilesDecodeStrictly(t *testing.T) {
 	if len(files) < 8 {
 		t.Fatalf("found only %d manifest files: %v", len(files), files)
 	}
+	jsonPatches := jsonPatchFiles(t)
 	for _, path := range files {
 		if filepath.Base(path) == "kustomization.yaml" {
+			continue
+		}
+		if jsonPatches[path] {
+			t.Run(path, func(t *testing.T) { checkJSONPatch(t, path) })
 			continue
 		}
 		t.Run(path, func(t *testing.T) {
@@ -351,7 +421,66 @@ type Kustomization struct {
 	} `json:"replicas,omitempty"`
 	Patches []struct {
 		Path string `json:"path"`
+		// Target makes the patch a JSON 6902 patch of the objects it
+		// selects (otherwise a strategic merge patch naming its object).
+		Target *struct {
+			Kind string `json:"kind"`
+			Name string `json:"name"`
+		} `json:"target,omitempty"`
 	} `json:"patches,omitempty"`
+}
+
+// kustomizationDirs are the directories holding a kustomization.yaml.
+var kustomizationDirs = []string{baseDir, overlayDir, tlsOverlayDir}
+
+// jsonPatchFiles lists the files the kustomizations use as JSON 6902
+// patches (lists of operations, not objects).
+func jsonPatchFiles(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, dir := range kustomizationDirs {
+		data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k Kustomization
+		if err := yaml.UnmarshalStrict(data, &k); err != nil {
+			t.Fatalf("%s/kustomization.yaml: %v", dir, err)
+		}
+		for _, p := range k.Patches {
+			if p.Target != nil {
+				out[filepath.Join(dir, p.Path)] = true
+			}
+		}
+	}
+	return out
+}
+
+// checkJSONPatch decodes a JSON 6902 patch strictly: operations kustomize
+// knows, each with a path.
+func checkJSONPatch(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value,omitempty"`
+		From  string `json:"from,omitempty"`
+	}
+	if err := yaml.UnmarshalStrict(data, &ops); err != nil {
+		t.Fatalf("not a JSON patch: %v", err)
+	}
+	if len(ops) == 0 {
+		t.Fatal("no operations")
+	}
+	for i, op := range ops {
+		if !slices.Contains([]string{"add", "remove", "replace", "move", "copy", "test"}, op.Op) || !strings.HasPrefix(op.Path, "/") {
+			t.Errorf("operation %d: %q on %q", i, op.Op, op.Path)
+		}
+	}
 }
 
 // TestKustomizationsListEveryFile catches a manifest written but never
@@ -359,7 +488,7 @@ type Kustomization struct {
 // patch or a generator input of it (the example Secrets excepted, on
 // purpose), and everything listed exists.
 func TestKustomizationsListEveryFile(t *testing.T) {
-	for _, dir := range []string{baseDir, overlayDir} {
+	for _, dir := range kustomizationDirs {
 		t.Run(dir, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 			if err != nil {

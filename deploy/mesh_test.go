@@ -26,7 +26,7 @@ func TestRolterFilesAreMounted(t *testing.T) {
 				t.Errorf("%s/%s: %s", w.Name, c.Name, m)
 			}
 			for flag, v := range fa.Flags {
-				if flag != "config" && !strings.HasSuffix(flag, "-file") && !strings.HasPrefix(flag, "tls-") {
+				if flag != "config" && !strings.HasSuffix(flag, "-file") && !strings.Contains(flag, "tls-") && !strings.HasSuffix(flag, "-ca") {
 					continue
 				}
 				if _, ok := files[v]; !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -68,26 +69,58 @@ type BudgetResult struct {
 	Statuses map[int]int
 	// Attempts reached the engines while they all answered 503.
 	Attempts int64
+	// Window is how long the engines answered 503.
+	Window time.Duration
 	// Recovery is the time from the engines' recovery until a round of
 	// requests succeeded on every router (and the next rounds as well).
 	Recovery time.Duration
 }
 
-// RetryBudget makes every tap answer 503, sends n non-streaming requests
-// round-robin over apis, and counts the upstream attempts at the taps;
-// then it heals the taps and measures how long until every router serves
-// again (stable for 20 rounds of 50 ms).
-func RetryBudget(ctx context.Context, apis []string, taps []*Tap, n int) (BudgetResult, error) {
+// BudgetBound is the most upstream attempts n requests over routers
+// routers and engines engines may cost while every engine fails for
+// window: each request's own attempt, the retries the budget allows
+// (0.2 per request plus a burst of 5 per router, the default [breaker]
+// failures), and one free retry per half-open probe, which the routers'
+// health checks allow once per engine per recovery interval (2 s, the
+// default) each.
+func BudgetBound(n, routers, engines int, window time.Duration) int64 {
+	const burst, recovery = 5, 2 * time.Second
+	probes := routers * engines * (int(window/recovery) + 1)
+	return int64(n + n/5 + routers*burst + probes)
+}
+
+// RetryBudget makes every engine answer 503 to its generations (the sim's
+// own fault: health checks still pass, as an overloaded engine's do),
+// sends n non-streaming requests round-robin over apis, spread evenly over
+// at least `over` (so breakers open, half-open on their health checks and
+// reopen during the outage, as in a real one), and counts the
+// upstream attempts at the engines' taps; then it clears the fault and
+// measures how long until every router serves again (stable for 20 rounds
+// of 50 ms).
+func RetryBudget(ctx context.Context, apis []string, engines []*Engine, n int, over time.Duration) (BudgetResult, error) {
 	res := BudgetResult{Statuses: map[int]int{}}
 	sum := func() (s int64) {
-		for _, tp := range taps {
-			s += tp.Generations()
+		for _, e := range engines {
+			s += e.Tap.Generations()
 		}
 		return s
 	}
-	for _, tp := range taps {
-		tp.SetDown(true)
+	fault := func(f string) error {
+		for _, e := range engines {
+			code, b, err := Do(ctx, http.MethodPost, e.URL+"/sim/faults", "", f)
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("status %d: %s", code, b)
+			}
+			if err != nil {
+				return fmt.Errorf("setting the faults of %s: %w", e.Name, err)
+			}
+		}
+		return nil
 	}
+	if err := fault(`{"error_rate":1,"status":503}`); err != nil {
+		return res, err
+	}
+	failing := time.Now()
 	a0 := sum()
 	body := `{"model":"chat","messages":[{"role":"user","content":"ping"}],"max_tokens":4}`
 	var mu sync.Mutex
@@ -112,16 +145,18 @@ func RetryBudget(ctx context.Context, apis []string, taps []*Tap, n int) (Budget
 		}()
 	}
 	for i := range n {
+		time.Sleep(time.Until(failing.Add(over * time.Duration(i) / time.Duration(n))))
 		work <- i
 	}
 	close(work)
 	wg.Wait()
 	res.Attempts = sum() - a0
 
-	for _, tp := range taps {
-		tp.SetDown(false)
+	if err := fault(`{"error_rate":0,"status":0}`); err != nil {
+		return res, err
 	}
 	healed := time.Now()
+	res.Window = healed.Sub(failing)
 	round := func() bool {
 		for _, api := range apis {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -299,4 +334,78 @@ func DisconnectCancels(ctx context.Context, api string, engines []*Engine, n, ma
 		out = append(out, max(0, at.Sub(left)))
 	}
 	return out, nil
+}
+
+// RestartResult is what EngineRestart measured.
+type RestartResult struct {
+	// Back is, per router (by admin URL), how long after the engine
+	// answered again the router's first successful request to it came.
+	Back map[string]time.Duration
+	Load LoadResult
+}
+
+// EngineRestart starts a dead engine again (restart returns once it
+// answers) under load at the routers, and measures how soon each router
+// serves requests from it again: the time until its
+// rolter_target_requests_total{provider=victim,outcome="success"} grows.
+func EngineRestart(ctx context.Context, apis, admins []string, victim string, restart func(), load LoadFunc) (RestartResult, error) {
+	res := RestartResult{Back: map[string]time.Duration{}}
+	before := map[string]float64{}
+	for _, a := range admins {
+		n, err := TargetSuccesses(ctx, a, victim)
+		if err != nil {
+			return res, err
+		}
+		before[a] = n
+	}
+	lctx, stop := context.WithCancel(ctx)
+	loaded := make(chan LoadResult, 1)
+	go func() { loaded <- load(lctx, apis) }()
+	restart()
+	back := time.Now()
+	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+		for _, a := range admins {
+			if _, done := res.Back[a]; done {
+				continue
+			}
+			n, err := TargetSuccesses(ctx, a, victim)
+			if err != nil {
+				return err
+			}
+			if n > before[a] {
+				res.Back[a] = time.Since(back)
+			}
+		}
+		if len(res.Back) < len(admins) {
+			return fmt.Errorf("%d of %d routers serve from %s again", len(res.Back), len(admins), victim)
+		}
+		return nil
+	})
+	stop()
+	res.Load = <-loaded
+	return res, err
+}
+
+// TargetSuccesses sums a router's rolter_target_requests_total with
+// outcome="success" for provider (all its targets).
+func TargetSuccesses(ctx context.Context, admin, provider string) (float64, error) {
+	code, body, err := Do(ctx, http.MethodGet, admin+"/metrics", "", "")
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("%s/metrics: %d", admin, code)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "rolter_target_requests_total{") || !strings.Contains(line, `outcome="success"`) ||
+			!strings.Contains(line, `provider="`+provider+`"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum, nil
 }

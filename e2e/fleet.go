@@ -28,7 +28,12 @@ type Engine struct {
 // waits until it answers; it returns the engine's base URL and process.
 func StartSimArgs(t testing.TB, bin Binary, name, logDir string, extra ...string) (string, *Proc) {
 	t.Helper()
-	addr := FreeAddrs(t, 1)[0]
+	return StartSimAt(t, bin, name, logDir, FreeAddrs(t, 1)[0], extra...)
+}
+
+// StartSimAt is StartSimArgs on a given address (a restart in place).
+func StartSimAt(t testing.TB, bin Binary, name, logDir, addr string, extra ...string) (string, *Proc) {
+	t.Helper()
 	p := Start(t, bin, name, logDir, append([]string{"sim", "--http", addr}, extra...)...)
 	base := "http://" + addr
 	err := Eventually(30*time.Second, 50*time.Millisecond, func() error {

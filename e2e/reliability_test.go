@@ -16,16 +16,13 @@ var reliabilityLimits = HostileLimits{ReadHeader: time.Second, MaxBodyBytes: 1 <
 
 // reliabilityExtra is the local part of the suite's rolter.toml: short
 // header timeout and small limits (scenario 10), a 2 s first-byte timeout
-// (scenario 3's hanging engine), a 5 s breaker (scenario 4's recovery),
-// providers limited to http(s) on 127.0.0.1.
+// (scenario 3's hanging engine), providers limited to http(s) on
+// 127.0.0.1. The breaker, retries and health checks keep their defaults.
 func reliabilityExtra() string {
 	l := reliabilityLimits
 	return fmt.Sprintf(`[timeouts]
 read_header = %q
 first_byte = "2s"
-
-[breaker]
-open = "5s"
 
 [limits]
 max_body_bytes = %d
@@ -47,9 +44,9 @@ members = [{ provider = "e0", model = "m" }]
 // tap), driven with the official openai-go client and raw HTTP. The
 // scenarios share one fleet and run in an order where each leaves it
 // usable for the next: authorization (9), hostile HTTP (10), first-token
-// failover (3), all engines 503 (4), an engine killed mid-stream (2), the
-// Raft leader killed under load (1), then the scan of every process's log
-// for secrets (9).
+// failover (3), all engines 503 (4), an engine killed mid-stream (2) and
+// restarted, the Raft leader killed under load (1), then the scan of every
+// process's log for secrets (9).
 func TestReliability(t *testing.T) {
 	bin := BuildRolter(t)
 	dir := t.TempDir()
@@ -162,15 +159,11 @@ func TestReliability(t *testing.T) {
 	})
 
 	t.Run("04 every engine 503", func(t *testing.T) {
-		var taps []*Tap
-		for _, e := range engines {
-			taps = append(taps, e.Tap)
-		}
 		const n = 300
-		res, err := RetryBudget(ctx, apis, taps, n)
-		bound := int64(n*12/10 + 3)
-		t.Logf("%d client requests while all 4 engines answered 503 (over 3 routers): statuses %v; %d upstream attempts counted at the engines (bound %d); traffic back on every router %v after the engines recovered",
-			res.Requests, res.Statuses, res.Attempts, bound, res.Recovery.Round(time.Millisecond))
+		res, err := RetryBudget(ctx, apis, engines, n, 6*time.Second)
+		bound := BudgetBound(n, len(apis), len(engines), res.Window)
+		t.Logf("%d client requests while all 4 engines answered 503 for %v (over 3 routers, default config): statuses %v; %d upstream attempts counted at the engines (bound %d); traffic back on every router %v after the engines recovered",
+			res.Requests, res.Window.Round(time.Millisecond), res.Statuses, res.Attempts, bound, res.Recovery.Round(time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +176,7 @@ func TestReliability(t *testing.T) {
 	})
 
 	t.Run("02 engine killed mid-stream", func(t *testing.T) {
-		const breakerOpen = 5 * time.Second // reliabilityExtra
+		const breakerOpen = 30 * time.Second // the default [breaker] open
 		res, err := EngineKill(ctx, apis, engines[3], 12, 2000, RateLoad("chat", 100), 12*time.Second)
 		ok := res.Load.Requests - res.Load.Failed
 		probes := len(apis) * (int((res.Window-time.Second)/breakerOpen) + 1)
@@ -204,6 +197,36 @@ func TestReliability(t *testing.T) {
 		}
 		if res.Load.Requests == 0 || float64(res.Load.Failed) > 0.001*float64(res.Load.Requests) {
 			t.Errorf("%d of %d requests failed: %v", res.Load.Failed, res.Load.Requests, res.Load.FirstErrors)
+		}
+	})
+
+	t.Run("02b killed engine restarted", func(t *testing.T) {
+		// Default config: the dead engine is probed by the routers' health
+		// checks (every recovery_interval, 2 s) and comes back without
+		// waiting out [breaker] open (30 s).
+		victim := engines[3]
+		var admins []string
+		for _, r := range c.Routers {
+			admins = append(admins, r.Admin)
+		}
+		addr := strings.TrimPrefix(victim.URL, "http://")
+		res, err := EngineRestart(ctx, apis, admins, victim.Name, func() {
+			_, victim.Proc = StartSimAt(t, bin, "sim-"+victim.Name+"-restarted", dir, addr, "--speed", "1", "--seed", "4")
+		}, RateLoad("chat", 50))
+		var worst time.Duration
+		for _, d := range res.Back {
+			worst = max(worst, d)
+		}
+		t.Logf("engine %s restarted under 50 req/s: back on every router after %v (per router %v); load %d requests, %d failed %v",
+			victim.Name, worst.Round(time.Millisecond), res.Back, res.Load.Requests, res.Load.Failed, res.Load.FirstErrors)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if worst > 10*time.Second {
+			t.Errorf("the restarted engine took %v to take traffic on every router, want ≤ 10s", worst)
+		}
+		if res.Load.Failed > 0 {
+			t.Errorf("%d of %d requests failed during the restart", res.Load.Failed, res.Load.Requests)
 		}
 	})
 

@@ -118,20 +118,22 @@ func assertFailover(t *testing.T, res FailoverResult) {
 
 // TestShortRetryBudget is scenario 4 in process: both engines answer 503;
 // the upstream attempts stay within the retry budget, and traffic returns
-// once the engines recover (breaker open 1s here).
+// once the engines recover (default breaker and health checks; short
+// backoffs only).
 func TestShortRetryBudget(t *testing.T) {
 	engines := inprocFleet(t, 2, 1, true)
-	r := StartInprocRouter(t, FleetTOML(engines, "[breaker]\nopen = \"1s\"\n\n[retry]\nbackoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n"))
+	r := StartInprocRouter(t, FleetTOML(engines, "[retry]\nbackoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 100
-	res, err := RetryBudget(ctx, []string{r.API}, []*Tap{engines[0].Tap, engines[1].Tap}, n)
-	t.Logf("%d requests while every engine answered 503: statuses %v, %d upstream attempts (bound %d); recovered %v after the engines",
-		res.Requests, res.Statuses, res.Attempts, n*12/10+3, res.Recovery.Round(time.Millisecond))
+	res, err := RetryBudget(ctx, []string{r.API}, engines, n, 3*time.Second)
+	bound := BudgetBound(n, 1, len(engines), res.Window)
+	t.Logf("%d requests while every engine answered 503 for %v: statuses %v, %d upstream attempts (bound %d); recovered %v after the engines",
+		res.Requests, res.Window.Round(time.Millisecond), res.Statuses, res.Attempts, bound, res.Recovery.Round(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Attempts > int64(n*12/10+3) {
+	if res.Attempts > bound {
 		t.Errorf("%d upstream attempts for %d requests: a retry storm", res.Attempts, n)
 	}
 	if res.Recovery > 10*time.Second {

@@ -9,7 +9,13 @@ import (
 )
 
 // healthManager runs one active-probe goroutine per provider while Run is
-// active, and reconciles that set on every Apply.
+// active, and reconciles that set on every Apply. A provider probes every
+// [health] interval while all is well and every recovery_interval while it
+// is unhealthy or its breaker is open; a breaker that opens wakes its
+// provider's loop for a probe at once. A successful probe ends an open
+// breaker's open period (the next request is its half-open probe), so an
+// engine that comes back is used again within about recovery_interval,
+// and one that stays dead is probed by the router, not by client requests.
 type healthManager struct {
 	s         *Server
 	newTicker func(time.Duration) (<-chan time.Time, func())
@@ -63,7 +69,7 @@ func (h *healthManager) reconcile(sn *snapshot) {
 	want := map[string]*provider{}
 	if cfg.Enabled {
 		for _, p := range sn.providers {
-			want[p.name+"\x00"+p.apiBase+"\x00"+cfg.Interval.String()] = p
+			want[p.name+"\x00"+p.apiBase+"\x00"+cfg.Interval.String()+"\x00"+cfg.RecoveryInterval.String()] = p
 		}
 	} else {
 		for _, p := range sn.providers {
@@ -85,27 +91,38 @@ func (h *healthManager) reconcile(sn *snapshot) {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			h.loop(ctx, p, cfg.Interval.Duration)
+			h.loop(ctx, p, cfg.Interval.Duration, min(cfg.RecoveryInterval.Duration, cfg.Interval.Duration))
 		}()
 	}
 }
 
-func (h *healthManager) loop(ctx context.Context, p *provider, every time.Duration) {
-	tick, stop := h.newTicker(every)
-	defer stop()
+func (h *healthManager) loop(ctx context.Context, p *provider, every, recovery time.Duration) {
+	cur := every
+	tick, stop := h.newTicker(cur)
+	defer func() { stop() }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick:
-			// Probe with the provider as the running snapshot has it (its
-			// api key may have changed since the loop started).
-			if sn := h.s.snap.Load(); sn != nil {
-				if cur, ok := sn.providers[p.name]; ok && cur.apiBase == p.apiBase {
-					p = cur
-				}
+		case <-p.up.wake:
+		}
+		// Probe with the provider as the running snapshot has it (its
+		// api key may have changed since the loop started).
+		if sn := h.s.snap.Load(); sn != nil {
+			if c, ok := sn.providers[p.name]; ok && c.apiBase == p.apiBase {
+				p = c
 			}
-			h.s.probe(ctx, p)
+		}
+		h.s.probe(ctx, p)
+		want := every
+		if p.up.troubled() {
+			want = recovery
+		}
+		if want != cur {
+			stop()
+			cur = want
+			tick, stop = h.newTicker(cur)
 		}
 	}
 }
@@ -119,12 +136,16 @@ func (s *Server) probe(ctx context.Context, p *provider) {
 		return
 	}
 	cfg := sn.cfg.Health
+	began := s.clock.Now()
 	ok := s.get(ctx, p, cfg.Path, cfg.Timeout.Duration)
 	if !ok && cfg.Path != "/health" {
 		ok = s.get(ctx, p, "/health", cfg.Timeout.Duration)
 	}
 	if ctx.Err() != nil {
 		return
+	}
+	if ok && p.up.healthCheckOK(began, s.clock.Now()) {
+		s.log.Info("circuit breaker half-open: the health check succeeded", "provider", p.name)
 	}
 	healthy, changed := p.up.probed(ok, cfg.DownAfter, cfg.UpAfter)
 	if changed {

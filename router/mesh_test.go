@@ -59,7 +59,7 @@ members = [{provider = "b"}, {provider = "a"}]
 	defer res.pool.targets[1].stats.PrefillDone(300)
 	at := attempt{s: h.srv, sn: sn, res: res, rc: &strategies.RouteContext{}, r: &http.Request{}}
 	at.tried, at.loads, at.queued = make([]bool, 2), make([]uint64, 2), make([]uint64, 2)
-	if _, ok := at.pick(); !ok {
+	if _, ok := at.pick(false); !ok {
 		t.Fatal("no pick")
 	}
 	if at.loads[0] != 7 || at.loads[1] != 3 {

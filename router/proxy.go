@@ -144,6 +144,7 @@ type attempt struct {
 	tried   []bool
 	loads   []uint64
 	queued  []uint64 // RouteContext.QueuedPrefill of the current pick
+	trial   bool     // the last pick claimed a half-open breaker's probe slot
 	lastErr error
 	// prefill is the attempt's queued prefill, held on prefillAt from its
 	// pick until its first byte or its end, whichever comes first.
@@ -191,7 +192,7 @@ func (a *attempt) run() int {
 	}
 	maxAttempts := 1 + cfg.Retry.Attempts
 	for n := 1; ; n++ {
-		idx, ok := a.pick()
+		idx, ok := a.pick(n > 1)
 		if !ok {
 			if pending != nil {
 				resp := pending
@@ -222,7 +223,9 @@ func (a *attempt) run() int {
 			}
 			return writeError(a.w, fmt.Errorf("%w: request timed out", ErrUpstream), 0)
 		}
-		retry := n < maxAttempts && a.anyEligible() && a.s.budget.Load().spend()
+		// A failed half-open probe is retried free of the budget: there is
+		// one per provider per open period, however busy the router.
+		retry := n < maxAttempts && a.anyEligible() && (a.trial || a.s.budget.Load().spend())
 		if !retry {
 			if resp != nil {
 				return a.relayFailure(resp)
@@ -266,8 +269,9 @@ func (a *attempt) anyEligible() bool {
 }
 
 // pick chooses an eligible, untried target and claims its breaker probe
-// slot when half-open.
-func (a *attempt) pick() (int, bool) {
+// slot when half-open. retry tells the balancer the request already had
+// an attempt (rotations do not advance on it).
+func (a *attempt) pick(retry bool) (int, bool) {
 	p := a.res.pool
 	now := a.s.clock.Now()
 	pv, _ := a.s.engine.(PrefillView)
@@ -290,16 +294,19 @@ func (a *attempt) pick() (int, bool) {
 	eligible := func(i int) bool {
 		return !a.tried[i] && p.targets[i].provider.up.unavailable(now) == ""
 	}
+	a.rc.Retry = retry
 	for range p.targets {
 		idx, ok := p.lb.PickEligible(a.rc, a.loads, eligible)
 		if !ok || idx < 0 || idx >= len(p.targets) || !eligible(idx) {
 			return 0, false
 		}
-		if p.targets[idx].provider.up.admit(now) {
-			a.tried[idx] = true
+		admitted, trial := p.targets[idx].provider.up.admit(now)
+		a.tried[idx] = true // when not admitted: another request holds the half-open probe
+		if admitted {
+			a.trial = trial
 			return idx, true
 		}
-		a.tried[idx] = true // another request holds the half-open probe
+		a.rc.Retry = true // picking again is not a new request
 	}
 	return 0, false
 }

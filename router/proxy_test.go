@@ -308,7 +308,7 @@ failures = 1000
 	for _, e := range engines {
 		attempts += e.hits.Load()
 	}
-	if limit := int64(1.2*requests) + 3; attempts > limit {
+	if limit := int64(1.2*requests) + maxRetryBurst; attempts > limit {
 		t.Fatalf("%d upstream attempts for %d requests, budget allows %d", attempts, requests, limit)
 	}
 	if attempts <= requests {
@@ -411,7 +411,7 @@ func TestFirstByteTimeoutIsRetried(t *testing.T) {
 model = "m"
 targets = [{provider = "silent"}, {provider = "good"}]
 [timeouts]
-first_byte = "50ms"
+first_byte = "300ms"
 `, nil)
 	if code, _, body := h.chat("m"); code != 200 || good.hits.Load() != 1 {
 		t.Fatalf("%d %s", code, body)
@@ -441,5 +441,43 @@ targets = [{provider = "a"}]
 	}
 	if err == nil {
 		t.Fatal("a truncated JSON body reached the client as if it were whole")
+	}
+}
+
+// With two targets, one failing every request, no client sees its error:
+// the retry budget holds the [breaker] failures retries the breaker needs
+// to open (finding A), a retry does not move the rotation so only every
+// other request pays a failed attempt (finding B), and the retry after the
+// failed half-open probe is not charged to the budget.
+func TestOneOfTwoFailingNeverReachesClients(t *testing.T) {
+	// budget 0: no deposits, the burst alone pays for the breaker's 5
+	// failures, and the half-open probe's retry must be free.
+	for _, budget := range []string{"", "[retry]\nbudget = 0.0\n"} {
+		t.Run("budget "+map[bool]string{true: "default", false: "0"}[budget == ""], func(t *testing.T) {
+			bad := newEngine(t, status(503))
+			good := newEngine(t, okChat)
+			h := newHarness(t, providers("bad", bad.URL, "good", good.URL)+`
+[[routes]]
+model = "m"
+strategy = "round_robin"
+targets = [{provider = "bad"}, {provider = "good"}]
+`+budget, nil)
+			for i := range 45 {
+				if code, _, body := h.chat("m"); code != 200 {
+					t.Fatalf("request %d: %d %s, want every request served", i+1, code, body)
+				}
+				if i == 7 {
+					if got := h.counter("retries", "m"); got != 4 {
+						t.Errorf("%v retries over the first 8 requests, want 4 (every other request starts on the failing target)", got)
+					}
+				}
+				h.clock.Advance(time.Second)
+			}
+			// 5 failures open the breaker (request 9, t = 8 s); it half-opens
+			// 30 s later, the probe fails and is retried on the good target.
+			if got := bad.hits.Load(); got != 6 {
+				t.Errorf("the failing target saw %d attempts, want 5 + 1 half-open probe", got)
+			}
+		})
 	}
 }

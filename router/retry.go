@@ -43,17 +43,31 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 // outage of every target cannot multiply the load on the fleet: each
 // request deposits ratio tokens, each retry spends one, and the balance is
 // capped at burst (which is also where it starts), so over any run
-// retries ≤ burst + ratio·requests.
+// retries ≤ burst + ratio·requests. The retry after a failed half-open
+// breaker probe is not charged (at most one per provider per open period,
+// whatever the request rate).
 type retryBudget struct {
 	milli atomic.Int64 // tokens × 1000
 	ratio int64        // milli-tokens deposited per request
 	burst int64        // milli-token cap
 }
 
-const retryBurst = 3
+// The budget's burst is [breaker] failures within these bounds: a target
+// failing every request is retried away from until its breaker opens, even
+// on a fresh budget and a pool of two, so no client sees its error.
+const (
+	minRetryBurst = 3
+	maxRetryBurst = 16
+)
 
-func newRetryBudget(ratio float64) *retryBudget {
-	b := &retryBudget{ratio: int64(ratio * 1000), burst: retryBurst * 1000}
+// retryBurst is the burst of a budget beside a breaker that opens after
+// failures consecutive failures.
+func retryBurst(failures int) int64 {
+	return int64(min(max(failures, minRetryBurst), maxRetryBurst))
+}
+
+func newRetryBudget(ratio float64, burst int64) *retryBudget {
+	b := &retryBudget{ratio: int64(ratio * 1000), burst: burst * 1000}
 	b.milli.Store(b.burst)
 	return b
 }

@@ -144,7 +144,7 @@ func New(o Options) *Server {
 	s.reg.MustRegister(prefillCollector{s})
 	s.reg.MustRegister(newAdaptiveCollector(s))
 	s.health = newHealthManager(s, o.NewTicker)
-	s.budget.Store(newRetryBudget(0.2))
+	s.budget.Store(newRetryBudget(0.2, minRetryBurst))
 	return s
 }
 
@@ -191,8 +191,9 @@ func (s *Server) ApplyVersion(cfg *config.Config, version uint64) error {
 		return err
 	}
 	s.policy.Store(cfg.AdaptiveRouting.Policy())
-	if old := s.budget.Load(); old.ratio != int64(cfg.Retry.Budget*1000) {
-		s.budget.Store(newRetryBudget(cfg.Retry.Budget))
+	burst := retryBurst(cfg.Breaker.Failures)
+	if old := s.budget.Load(); old.ratio != int64(cfg.Retry.Budget*1000) || old.burst != burst*1000 {
+		s.budget.Store(newRetryBudget(cfg.Retry.Budget, burst))
 	}
 	s.snap.Store(sn)
 	s.markConfigured()

@@ -33,15 +33,19 @@ type upstream struct {
 	state       atomic.Int32 // breakerState
 	probing     atomic.Bool  // a half-open probe is in flight
 	healthy     atomic.Bool
+	// wake asks the provider's health loop for a probe now (the breaker
+	// just opened); buffered 1, sent without blocking.
+	wake chan struct{}
 
 	mu        sync.Mutex
-	failures  int // consecutive request failures (breaker)
-	probeFail int // consecutive health probe failures
-	probeOK   int // consecutive health probe successes while down
+	openedAt  time.Time // when the breaker last opened
+	failures  int       // consecutive request failures (breaker)
+	probeFail int       // consecutive health probe failures
+	probeOK   int       // consecutive health probe successes while down
 }
 
 func newUpstream(name string) *upstream {
-	u := &upstream{name: name}
+	u := &upstream{name: name, wake: make(chan struct{}, 1)}
 	u.healthy.Store(true)
 	return u
 }
@@ -89,21 +93,44 @@ func (u *upstream) retryIn(now time.Time) time.Duration {
 }
 
 // admit is called once a target on this provider is picked. It claims the
-// half-open probe slot when the breaker's open period is over; false means
-// another request claimed it first and the attempt must pick again.
-func (u *upstream) admit(now time.Time) bool {
+// half-open probe slot when the breaker's open period is over (trial: the
+// attempt is that probe); false means another request claimed it first and
+// the attempt must pick again.
+func (u *upstream) admit(now time.Time) (ok, trial bool) {
 	st := breakerState(u.state.Load())
 	if st == breakerClosed {
-		return true
+		return true, false
 	}
 	if st == breakerOpen && now.UnixNano() < u.openUntil.Load() {
-		return false
+		return false, false
 	}
 	if !u.probing.CompareAndSwap(false, true) {
-		return false
+		return false, false
 	}
 	u.state.Store(int32(breakerHalfOpen))
+	return true, true
+}
+
+// healthCheckOK records a successful active health check that started at
+// began: an open breaker's open period ends now, so the next request is its
+// half-open probe. A check that began before the breaker opened says
+// nothing about the failures that opened it and is ignored. It reports
+// whether it cut an open period short.
+func (u *upstream) healthCheckOK(began, now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := now.UnixNano()
+	if breakerState(u.state.Load()) != breakerOpen || u.openUntil.Load() <= n || began.Before(u.openedAt) {
+		return false
+	}
+	u.openUntil.Store(n)
 	return true
+}
+
+// troubled reports whether the provider is unhealthy or its breaker is not
+// closed: its health loop then probes at the recovery cadence.
+func (u *upstream) troubled() bool {
+	return !u.healthy.Load() || breakerState(u.state.Load()) != breakerClosed
 }
 
 // park keeps the provider out of rotation until now+d.
@@ -141,9 +168,20 @@ func (u *upstream) failure(now time.Time, threshold int, openFor time.Duration) 
 	u.failures++
 	st := breakerState(u.state.Load())
 	if st == breakerHalfOpen || (st == breakerClosed && u.failures >= threshold) {
+		u.openedAt = now
 		u.openUntil.Store(now.Add(openFor).UnixNano())
 		u.state.Store(int32(breakerOpen))
 		u.probing.Store(false)
+		if st == breakerClosed {
+			// Not after a failed half-open probe: that waits for the
+			// next probe at the recovery cadence, or every request of an
+			// engine that fails requests but passes health checks would
+			// be a probe.
+			select {
+			case u.wake <- struct{}{}:
+			default:
+			}
+		}
 		return true
 	}
 	return false

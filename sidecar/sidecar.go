@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,9 @@ type Options struct {
 	// Collectors are registered on the sidecar's own /metrics registry
 	// beside its series (the gossip node's, for one).
 	Collectors []prometheus.Collector
+	// TLS, when set, serves the metrics listener over TLS (package certs
+	// builds it: the --admin-tls-* flags).
+	TLS *tls.Config
 }
 
 // Sidecar runs beside one engine: it applies the engine's KV events to a
@@ -139,6 +143,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		var err error
 		if ln, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
 			return fmt.Errorf("metrics listener: %w", err)
+		}
+		if s.opts.TLS != nil {
+			ln = tls.NewListener(ln, s.opts.TLS)
 		}
 		srv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second}
 	}

@@ -1,6 +1,10 @@
 package sim
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
+
 	"github.com/rolter/rolter/sim/engine"
 	"github.com/rolter/rolter/sim/kvevents"
 )
@@ -50,8 +54,14 @@ func DefaultConfig() Config {
 }
 
 // Faults are the injected failures. Rates are probabilities per request.
+// Only generations (completions, chat) get them: /v1/models and /health
+// keep answering, as an overloaded engine's do.
 type Faults struct {
-	ErrorRate     float64 `json:"error_rate"`
+	// ErrorRate requests are answered Status.
+	ErrorRate float64 `json:"error_rate"`
+	// Status is the HTTP status of the error_rate answers (0: 500), e.g.
+	// 503 for an overloaded engine.
+	Status        int     `json:"status"`
 	RateLimitRate float64 `json:"rate_limit_rate"`
 	// RetryAfter is the Retry-After of a 429, in seconds.
 	RetryAfter int `json:"retry_after_seconds"`
@@ -62,4 +72,26 @@ type Faults struct {
 	DieRate float64 `json:"die_rate"`
 	// Slowdown multiplies every step's duration (≤ 1: none).
 	Slowdown float64 `json:"slowdown"`
+}
+
+// Validate reports a rate outside [0,1] or an error status that is not an
+// HTTP error (400–599).
+func (f Faults) Validate() error {
+	for _, v := range []float64{f.ErrorRate, f.RateLimitRate, f.HangRate, f.DieRate} {
+		if v < 0 || v > 1 {
+			return errors.New("rates must be within [0,1]")
+		}
+	}
+	if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
+		return fmt.Errorf("status %d is not an HTTP error status (400-599)", f.Status)
+	}
+	return nil
+}
+
+// errorStatus is the status of an error_rate answer.
+func (f Faults) errorStatus() int {
+	if f.Status == 0 {
+		return http.StatusInternalServerError
+	}
+	return f.Status
 }

@@ -18,8 +18,9 @@
 // Admin endpoints (no authentication: bind the sim to loopback):
 //
 //	GET  /sim/faults        current faults
-//	POST /sim/faults        merge {error_rate, rate_limit_rate, retry_after_seconds,
-//	                        hang_rate, die_rate, slowdown}
+//	POST /sim/faults        merge {error_rate, status, rate_limit_rate,
+//	                        retry_after_seconds, hang_rate, die_rate, slowdown}
+//	                        (status: of the error_rate answers, default 500)
 //	POST /sim/kv/skip       {"n": N}: drop the next N batches from the live
 //	                        socket, keep them for replay
 //	POST /sim/kv/restart    restart the KV event sequence (engine restart)

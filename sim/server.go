@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,7 +151,7 @@ func (s *Server) setFaults(f Faults) {
 
 // fate is what the fault injector decided for one request.
 type fate struct {
-	status     int // 500 or 429, 0 for none
+	status     int // Faults.Status or 429, 0 for none
 	retryAfter int
 	hang       bool
 	die        bool
@@ -163,7 +164,7 @@ func (s *Server) drawFate() fate {
 	var out fate
 	switch {
 	case f.ErrorRate > 0 && s.rng.Float64() < f.ErrorRate:
-		out.status = http.StatusInternalServerError
+		out.status = f.errorStatus()
 	case f.RateLimitRate > 0 && s.rng.Float64() < f.RateLimitRate:
 		out.status, out.retryAfter = http.StatusTooManyRequests, max(f.RetryAfter, 1)
 	case f.HangRate > 0 && s.rng.Float64() < f.HangRate:
@@ -172,6 +173,19 @@ func (s *Server) drawFate() fate {
 		out.die = true
 	}
 	return out
+}
+
+// errorType names an injected error status the way vLLM's error bodies
+// do: InternalServerError, ServiceUnavailableError, BadGatewayError, ...
+func errorType(status int) string {
+	name := strings.ReplaceAll(http.StatusText(status), " ", "")
+	if name == "" {
+		return "EngineError"
+	}
+	if strings.HasSuffix(name, "Error") {
+		return name
+	}
+	return name + "Error"
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
@@ -226,7 +240,7 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, chat bo
 		writeError(w, f.status, "RateLimitError", "rate limited (injected fault)")
 		return
 	case f.status != 0:
-		writeError(w, f.status, "InternalServerError", "engine error (injected fault)")
+		writeError(w, f.status, errorType(f.status), "engine error (injected fault)")
 		return
 	case f.hang:
 		<-r.Context().Done()
@@ -393,11 +407,9 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid faults: "+err.Error())
 		return
 	}
-	for _, v := range []float64{f.ErrorRate, f.RateLimitRate, f.HangRate, f.DieRate} {
-		if v < 0 || v > 1 {
-			writeError(w, http.StatusBadRequest, "BadRequestError", "rates must be within [0,1]")
-			return
-		}
+	if err := f.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid faults: "+err.Error())
+		return
 	}
 	s.setFaults(f)
 	s.log.Info("faults updated", "faults", f)

@@ -270,6 +270,28 @@ func TestFaults(t *testing.T) {
 		}
 		set(map[string]any{"error_rate": 0})
 	})
+	t.Run("503 with status", func(t *testing.T) {
+		set(map[string]any{"error_rate": 1, "status": 503})
+		resp, body := post(t, url+"/v1/completions", req)
+		if resp.StatusCode != 503 || !strings.Contains(string(body), `"ServiceUnavailableError"`) {
+			t.Fatalf("status %d body %s, want 503 ServiceUnavailableError", resp.StatusCode, body)
+		}
+		// An overloaded engine still answers its health checks.
+		for _, path := range []string{"/v1/models", "/health"} {
+			hr, err := http.Get(url + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hr.Body.Close()
+			if hr.StatusCode != 200 {
+				t.Fatalf("GET %s during the 503 fault: %d", path, hr.StatusCode)
+			}
+		}
+		if resp, body := post(t, url+"/sim/faults", map[string]any{"status": 200}); resp.StatusCode != 400 {
+			t.Fatalf("status 200 accepted as a fault: %d %s", resp.StatusCode, body)
+		}
+		set(map[string]any{"error_rate": 0, "status": 0})
+	})
 	t.Run("die mid-stream", func(t *testing.T) {
 		set(map[string]any{"die_rate": 1})
 		b, _ := json.Marshal(req)

@@ -34,6 +34,11 @@ type RouteContext struct {
 	// passthrough provider-group routes, where the requested model differs
 	// from the route's own model.
 	Adapter string
+	// Retry is set when the pick is for a later attempt of the request (its
+	// earlier pick failed or could not be admitted). Rotating strategies
+	// (round_robin, weighted) do not advance on a retry, so a target that
+	// fails does not shift where the next request's rotation starts.
+	Retry bool
 	// QueuedPrefill, when not nil, holds per target (indexed like loads)
 	// the prompt tokens the router knows to be waiting for prefill there:
 	// for each request in flight to the target that has not yet produced

@@ -2,8 +2,8 @@ package strategies
 
 import "sync/atomic"
 
-// RoundRobin rotates through the targets in order: the n-th pick is target
-// n mod len(targets), skipping ineligible ones. Inputs: none but the
+// RoundRobin rotates through the targets in order: the n-th request's pick
+// is target n mod len(targets), skipping ineligible ones. Inputs: none but the
 // eligibility mask; loads are ignored.
 type RoundRobin struct {
 	n    int
@@ -23,9 +23,18 @@ func (r *RoundRobin) Pick(ctx *RouteContext, loads []uint64) (int, bool) {
 }
 
 // PickEligible implements LoadBalancer: the rotation advances by one per
-// pick and the first eligible target at or after the rotation point wins.
-func (r *RoundRobin) PickEligible(_ *RouteContext, _ []uint64, eligible Eligible) (int, bool) {
-	start := int((r.next.Add(1) - 1) % uint64(r.n))
+// request and the first eligible target at or after the rotation point
+// wins. A retry (ctx.Retry) starts at the next rotation point without
+// advancing, so it takes the target after the failed one and the next
+// request starts there too: with one of two targets failing, every other
+// request (not every one) pays a failed attempt.
+func (r *RoundRobin) PickEligible(ctx *RouteContext, _ []uint64, eligible Eligible) (int, bool) {
+	var start int
+	if ctx != nil && ctx.Retry {
+		start = int(r.next.Load() % uint64(r.n))
+	} else {
+		start = int((r.next.Add(1) - 1) % uint64(r.n))
+	}
 	for k := 0; k < r.n; k++ {
 		i := (start + k) % r.n
 		if eligible.ok(i) {

@@ -2,6 +2,7 @@ package strategies
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -43,6 +44,32 @@ func TestRoundRobinSkipsIneligible(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("picks = %v, want %v", got, want)
 		}
+	}
+}
+
+// A retry must not move the rotation: with target 0 failing every
+// request, the requests' first picks still alternate 0, 1, 0, 1, so only
+// every other request pays a failed attempt (finding B).
+func TestRotationIgnoresRetries(t *testing.T) {
+	for _, name := range []string{"round_robin", "weighted"} {
+		t.Run(name, func(t *testing.T) {
+			lb := mustBuild(t, name, Spec{Targets: targets(2)})
+			var first []int
+			for range 6 {
+				ctx := &RouteContext{}
+				i := pickOK(t, lb, ctx, nil, nil)
+				first = append(first, i)
+				if i == 0 { // target 0 failed: retry on the other
+					ctx.Retry = true
+					if r := pickOK(t, lb, ctx, nil, only(1)); r != 1 {
+						t.Fatalf("retry picked %d", r)
+					}
+				}
+			}
+			if want := []int{0, 1, 0, 1, 0, 1}; !slices.Equal(first, want) {
+				t.Fatalf("first picks %v, want %v", first, want)
+			}
+		})
 	}
 }
 

@@ -59,10 +59,17 @@ func (w *Weighted) Pick(ctx *RouteContext, loads []uint64) (int, bool) {
 	return w.PickEligible(ctx, loads, nil)
 }
 
-// PickEligible implements LoadBalancer.
-func (w *Weighted) PickEligible(_ *RouteContext, _ []uint64, eligible Eligible) (int, bool) {
+// PickEligible implements LoadBalancer. A retry (ctx.Retry) reads the next
+// slot of the schedule without taking it, so a failing target does not
+// move the rotation of the requests that follow.
+func (w *Weighted) PickEligible(ctx *RouteContext, _ []uint64, eligible Eligible) (int, bool) {
 	if w.schedule != nil {
-		k := (w.next.Add(1) - 1) % uint64(len(w.schedule))
+		var k uint64
+		if ctx != nil && ctx.Retry {
+			k = w.next.Load() % uint64(len(w.schedule))
+		} else {
+			k = (w.next.Add(1) - 1) % uint64(len(w.schedule))
+		}
 		if i := int(w.schedule[k]); eligible.ok(i) {
 			return i, true
 		}

@@ -375,6 +375,9 @@ type meshInventory struct {
 	static cluster.StaticPeers // --join id=host:port, kept as given
 	admin  []string            // --peer-admin, kept as given
 	now    func() time.Time
+	// adminScheme is how the pool's routers serve their admin ports:
+	// "https" when this one has --admin-tls-cert ("" means "http").
+	adminScheme string
 
 	mu   sync.Mutex
 	seen map[string]seenRouter
@@ -464,7 +467,7 @@ func (m *meshInventory) TelemetryEndpoints() []string {
 		if !r.present || r.info.AdminAddr == "" {
 			continue
 		}
-		u := "http://" + hostFrom(r.info.AdminAddr, r.info.Address)
+		u := m.scheme() + "://" + hostFrom(r.info.AdminAddr, r.info.Address)
 		if !slices.Contains(out, u) {
 			out = append(out, u)
 		}

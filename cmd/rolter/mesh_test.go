@@ -319,6 +319,11 @@ func TestMeshInventory(t *testing.T) {
 	if got := inv.TelemetryEndpoints(); !slices.Equal(got, []string{"http://10.0.0.9:4001", wantAdmin}) {
 		t.Fatalf("endpoints %v, want --peer-admin then %s", got, wantAdmin)
 	}
+	inv.adminScheme = "https" // this router has --admin-tls-cert: so do its peers
+	if got := inv.TelemetryEndpoints(); len(got) != 2 || got[1] != "https://"+net.JoinHostPort(gossipHost, "4001") {
+		t.Fatalf("endpoints with admin TLS %v, want the gossip-found router over https", got)
+	}
+	inv.adminScheme = ""
 	if rs := inv.Routers(); len(rs) != 2 || rs[0].NodeID != "router-0" || rs[1].NodeID != "router-1" || !rs[1].Alive {
 		t.Fatalf("inventory %+v", rs)
 	}

@@ -31,7 +31,14 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	adminAddr := fs.String("admin", "127.0.0.1:4001", "address of the admin API, /ui/, /metrics, /healthz and /readyz")
 	var cf clusterFlags
 	cf.register(fs)
+	// TLS of the API and admin listeners (tlsflags.go).
+	var tf tlsFlags
+	tf.register(fs, true, "admin")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	tlsSrc, err := tf.load()
+	if err != nil {
 		return err
 	}
 	cfg, err := config.Load(*cfgPath)
@@ -39,14 +46,20 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	go reloadCertsOnHUP(ctx, log, tlsSrc.api, tlsSrc.admin)
 	if cf.standalone {
-		return runStandalone(ctx, cfg, *cfgPath, *httpAddr, *adminAddr, stdout, log)
+		return runStandalone(ctx, cfg, *cfgPath, *httpAddr, *adminAddr, tlsSrc, stdout, log)
 	}
 	sc, err := cf.storeConfig(cfg, os.Getenv, log)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	peerAdmin, err := parsePeerAdmin(cf.peerAdmin)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	peerAdmin = tlsPeers(peerAdmin, tlsSrc.admin)
+	peerClient, err := tlsSrc.peerClient(peerCA(cf.tlsCA, tf.admin.ClientCA))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -61,6 +74,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("--admin: %w", err)
 	}
 	defer admin.Close()
+	api, admin = wrap(api, tlsSrc.api), wrap(admin, tlsSrc.admin)
 
 	var node *mesh.Node
 	var inv *meshInventory
@@ -86,12 +100,16 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}()
 		inv = newMeshInventory(node.View(), sc.NodeID, join.raft, peerAdmin)
+		inv.adminScheme = scheme(tlsSrc.admin)
 		sc.Peers = inv
 	}
 	log.Info("opening the raft store", "node_id", sc.NodeID, "raft", sc.RaftAddr, "data_dir", sc.DataDir, "bootstrap_expect", sc.BootstrapExpect)
 	cp, err := openControlPlane(ctx, sc, cfg, peerAdmin, node, inv)
 	if err != nil {
 		return err
+	}
+	if peerClient != nil {
+		cp.pusher.Client = peerClient
 	}
 	hup, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
@@ -100,8 +118,8 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if node != nil {
 		gossip = node.Addr()
 	}
-	fmt.Fprintf(stdout, "rolter router %s: API on http://%s/v1, admin on http://%s (api, ui, metrics, healthz, readyz), raft on %s, gossip %s\n",
-		sc.NodeID, api.Addr(), admin.Addr(), cp.store.RaftAddr(), gossip)
+	fmt.Fprintf(stdout, "rolter router %s: API on %s://%s/v1, admin on %s://%s (api, ui, metrics, healthz, readyz), raft on %s, gossip %s\n",
+		sc.NodeID, scheme(tlsSrc.api), api.Addr(), scheme(tlsSrc.admin), admin.Addr(), cp.store.RaftAddr(), gossip)
 	err = cp.run(ctx, api, admin)
 	if cause := context.Cause(ctx); errors.Is(cause, mesh.ErrNameConflict) {
 		return cause
@@ -111,7 +129,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // runStandalone serves the data plane from the config file alone,
 // reloading it on SIGHUP.
-func runStandalone(ctx context.Context, cfg *config.Config, path, httpAddr, adminAddr string, stdout io.Writer, log *slog.Logger) error {
+func runStandalone(ctx context.Context, cfg *config.Config, path, httpAddr, adminAddr string, tlsSrc tlsSources, stdout io.Writer, log *slog.Logger) error {
 	var srv *router.Server
 	poller := scrape.NewPoller(scrape.Options{Logger: log, Inflight: func() map[string]uint64 { return srv.InflightByBase() }})
 	srv = router.New(router.Options{Logger: log, Base: cfg, Engine: poller, Sources: poller})
@@ -133,8 +151,9 @@ func runStandalone(ctx context.Context, cfg *config.Config, path, httpAddr, admi
 		api.Close()
 		return fmt.Errorf("--admin: %w", err)
 	}
-	fmt.Fprintf(stdout, "rolter router (standalone): API on http://%s/v1, admin on http://%s (metrics, healthz, readyz)\n",
-		api.Addr(), admin.Addr())
+	api, admin = wrap(api, tlsSrc.api), wrap(admin, tlsSrc.admin)
+	fmt.Fprintf(stdout, "rolter router (standalone): API on %s://%s/v1, admin on %s://%s (metrics, healthz, readyz)\n",
+		scheme(tlsSrc.api), api.Addr(), scheme(tlsSrc.admin), admin.Addr())
 	running := cfg // touched by the reload goroutine only
 	go reloadOnHUP(ctx, path, log, func(c *config.Config) {
 		poller.Set(c, c.LMCacheTables())

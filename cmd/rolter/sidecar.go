@@ -33,7 +33,14 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"engine URL routers reach and name in their routes (default --engine; set it when --engine is loopback)")
 	models := fs.String("models", "", "comma-separated models the engine serves, announced for discovery "+
 		"(default: read from the engine's /v1/models, waiting for it to answer)")
+	// TLS of the metrics listener (tlsflags.go): the admin flags' names.
+	var tf tlsFlags
+	tf.register(fs, false, "metrics")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	tlsSrc, err := tf.load()
+	if err != nil {
 		return err
 	}
 	if cfg.NodeID == "" {
@@ -96,13 +103,14 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			log.Warn("leaving the gossip pool", "err", err)
 		}
 	}()
+	go reloadCertsOnHUP(ctx, log, tlsSrc.admin)
 	sc, err := sidecar.New(*cfg, &meshPublisher{pub: node.Publisher()},
-		sidecar.Options{Logger: log, Collectors: []prometheus.Collector{node.Collector()}})
+		sidecar.Options{Logger: log, Collectors: []prometheus.Collector{node.Collector()}, TLS: tlsConfig(tlsSrc.admin)})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	fmt.Fprintf(stdout, "rolter sidecar %s: engine %s (models %s), gossip on %s, metrics on %s\n",
-		cfg.NodeID, engineURL, strings.Join(mcfg.Meta.Models, ","), node.Addr(), cfg.MetricsAddr)
+	fmt.Fprintf(stdout, "rolter sidecar %s: engine %s (models %s), gossip on %s, metrics on %s://%s\n",
+		cfg.NodeID, engineURL, strings.Join(mcfg.Meta.Models, ","), node.Addr(), scheme(tlsSrc.admin), cfg.MetricsAddr)
 	err = sc.Run(ctx)
 	if cause := context.Cause(ctx); errors.Is(cause, mesh.ErrNameConflict) {
 		return cause

@@ -47,7 +47,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&cfg.DPRank, "data-parallel-rank", 0, "data_parallel_rank sent in every batch (negative: nil)")
 	fs.BoolVar(&cfg.LMCache, "lmcache", false, "simulate an LMCache CPU tier: GET /lmcache and lmcache:* gauges")
 	fs.IntVar(&cfg.Engine.CPUTierBlocks, "lmcache-cpu-blocks", 20000, "LMCache CPU tier capacity in blocks (with --lmcache)")
-	fs.Float64Var(&cfg.Faults.ErrorRate, "fault-error-rate", 0, "fraction of requests answered 500")
+	fs.Float64Var(&cfg.Faults.ErrorRate, "fault-error-rate", 0, "fraction of requests answered --fault-status")
+	fs.IntVar(&cfg.Faults.Status, "fault-status", 500, "HTTP status of the --fault-error-rate answers (e.g. 503: overloaded)")
 	fs.Float64Var(&cfg.Faults.RateLimitRate, "fault-429-rate", 0, "fraction of requests answered 429 with Retry-After")
 	fs.IntVar(&cfg.Faults.RetryAfter, "fault-retry-after", cfg.Faults.RetryAfter, "Retry-After seconds of injected 429s")
 	fs.Float64Var(&cfg.Faults.HangRate, "fault-hang-rate", 0, "fraction of requests that hang before the first token")
@@ -55,6 +56,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&cfg.Faults.Slowdown, "fault-slowdown", 0, "multiply every step's duration (> 1 slows down)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if err := cfg.Faults.Validate(); err != nil {
+		return fmt.Errorf("%w: faults: %v", errUsage, err)
 	}
 	cfg.Engine.LoraLoad = time.Duration(*loraMs) * time.Millisecond
 	if *loraModules != "" {
