@@ -434,6 +434,3 @@ func ChatLoad(ctx context.Context, targets []string, model string, workers int) 
 	wg.Wait()
 	return res
 }
-
-// Signal sends sig to the process (SIGHUP: reload).
-func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
