@@ -419,7 +419,11 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 			s.log.Warn("circuit breaker opened", "provider", t.provider.name)
 		}
 	}
-	end(ok && resp.StatusCode < 300, outcome)
+	served := ok && resp.StatusCode < 300
+	end(served, outcome)
+	if c, isC := a.res.pool.lb.(strategies.Completer); isC && served {
+		c.Served(idx)
+	}
 	if outcome == "abort" {
 		panic(http.ErrAbortHandler)
 	}

@@ -184,7 +184,7 @@ func (s *Server) ApplyVersion(cfg *config.Config, version uint64) error {
 	if version == 0 {
 		version = s.ConfigVersion() + 1
 	}
-	b := builder{tracker: s.tracker, rand: s.rand, clock: s.clock, policy: s.policy,
+	b := builder{prev: s.snap.Load(), tracker: s.tracker, rand: s.rand, clock: s.clock, policy: s.policy,
 		sources: s.sources, getenv: s.getenv, upstream: s.upstreamFor}
 	sn, err := b.build(cfg, version)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 
@@ -64,6 +65,10 @@ type pool struct {
 	// adapter is true on group pools with a passthrough member: the
 	// requested model is then the LoRA adapter (RouteContext.Adapter).
 	adapter bool
+	// specs and maxLoRAs are what lb was built from, to tell whether the
+	// next snapshot can keep it.
+	specs    []strategies.Target
+	maxLoRAs int
 	// series caches the pool's metric children (series.go).
 	series *poolSeries
 	// residency is the pool's KV residency source (nil: none); the proxy
@@ -109,7 +114,16 @@ func (s *snapshot) resolve(model string) (resolved, error) {
 }
 
 // builder carries what building a snapshot needs from the Server.
+//
+// prev is the running snapshot (nil before the first). A pool of the new
+// snapshot with the same key, strategy, target list (identity and order,
+// weights and prices) and sizing as its predecessor in prev keeps prev's
+// balancer, so a config change elsewhere (a key, a policy PUT, another
+// route) loses nothing the pool learned. A pool whose targets changed gets
+// a new balancer that carries over what prev's learned keyed by target
+// identity (strategies.Carrier).
 type builder struct {
+	prev     *snapshot
 	tracker  *strategies.Tracker
 	rand     strategies.Rand
 	clock    strategies.Clock
@@ -170,7 +184,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			}
 			p.targets = append(p.targets, t)
 		}
-		if err := b.balance(p, weights(rc.Targets), rc.MaxLoRAs); err != nil {
+		if err := b.balance(p, weights(rc.Targets), rc.MaxLoRAs, b.prevPool(func(sn *snapshot) *pool { return sn.routes[rc.Model] })); err != nil {
 			return nil, fmt.Errorf("router: route %q: %w", rc.Model, err)
 		}
 		s.routes[rc.Model] = p
@@ -191,7 +205,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			}
 			p.targets = append(p.targets, t)
 		}
-		if err := b.balance(p, weights(gc.Members), gc.MaxLoRAs); err != nil {
+		if err := b.balance(p, weights(gc.Members), gc.MaxLoRAs, b.prevPool(func(sn *snapshot) *pool { return sn.groups[gc.Slug] })); err != nil {
 			return nil, fmt.Errorf("router: provider group %q: %w", gc.Slug, err)
 		}
 		s.groups[gc.Slug] = p
@@ -205,7 +219,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	for _, pc := range cfg.Providers {
 		t, _ := mkTarget(config.Target{Provider: pc.Name, Weight: 1}, true)
 		p := &pool{key: pc.Name + "/*", strategy: "round_robin", targets: []target{t}, series: &poolSeries{}}
-		if err := b.balance(p, []int{1}, 0); err != nil {
+		if err := b.balance(p, []int{1}, 0, b.prevPool(func(sn *snapshot) *pool { return sn.pins[pc.Name] })); err != nil {
 			return nil, fmt.Errorf("router: provider %q: %w", pc.Name, err)
 		}
 		s.pins[pc.Name] = p
@@ -229,9 +243,18 @@ func weights(ts []config.Target) []int {
 	return w
 }
 
-// balance builds p's balancer once for the snapshot's life. A pool with no
-// targets (a discover route the mesh has not filled) has none.
-func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
+// prevPool returns the running snapshot's pool that get finds (nil: none).
+func (b *builder) prevPool(get func(*snapshot) *pool) *pool {
+	if b.prev == nil {
+		return nil
+	}
+	return get(b.prev)
+}
+
+// balance builds p's balancer once for the snapshot's life, or keeps
+// prev's when nothing it was built from changed. A pool with no targets
+// (a discover route the mesh has not filled) has none.
+func (b *builder) balance(p *pool, w []int, maxLoRAs int, prev *pool) error {
 	if len(p.targets) == 0 {
 		return nil
 	}
@@ -249,6 +272,12 @@ func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
 		bases[i] = t.provider.apiBase
 	}
 	p.bases = bases
+	p.specs, p.maxLoRAs = spec.Targets, maxLoRAs
+	if prev != nil && prev.lb != nil && prev.strategy == p.strategy && prev.maxLoRAs == maxLoRAs &&
+		strategies.SameBalancer(prev.specs, p.specs) && slices.Equal(prev.bases, p.bases) {
+		p.lb = prev.lb
+		return nil
+	}
 	if b.sources != nil {
 		spec.Residency, spec.Cache, spec.Adapters = b.sources.Sources(bases)
 		p.residency = spec.Residency
@@ -256,6 +285,9 @@ func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
 	lb, err := strategies.Build(p.strategy, spec)
 	if err != nil {
 		return err
+	}
+	if c, ok := lb.(strategies.Carrier); ok && prev != nil && prev.lb != nil {
+		c.CarryOver(prev.lb, strategies.Mapping(prev.specs, p.specs))
 	}
 	p.lb = lb
 	return nil

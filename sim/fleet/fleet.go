@@ -342,6 +342,9 @@ func (r *run) reportDone(t time.Duration) {
 		if rep := r.routers[f.router]; rep.lb != nil {
 			rep.stats[f.engine].End(strategies.Outcome{Success: true, Latency: fin - f.at, QueueDepth: f.queue,
 				PromptTokens: f.prompt, At: epoch.Add(fin)})
+			if c, ok := rep.lb.(strategies.Completer); ok {
+				c.Served(f.engine)
+			}
 		}
 		n := r.engines[f.engine]
 		n.outstanding = slices.DeleteFunc(n.outstanding, func(x *flight) bool { return x == f })

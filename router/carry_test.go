@@ -1,0 +1,136 @@
+package router
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/rolter/rolter/config"
+)
+
+// apply parses text and applies it as the next config version.
+func (h *harness) apply(text string) {
+	h.t.Helper()
+	if !strings.Contains(text, "[health]") {
+		text += "\n[health]\nenabled = false\n"
+	}
+	cfg, err := config.Parse("rolter.toml", []byte(text), nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.srv.Apply(cfg); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// which sends a chat with content to model and returns the index of the
+// engine that got it.
+func (h *harness) which(model, content string, engines []*fakeEngine, hdr ...string) int {
+	h.t.Helper()
+	before := make([]int64, len(engines))
+	for i, e := range engines {
+		before[i] = e.hits.Load()
+	}
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, content)
+	if code, _, b := h.post("/v1/chat/completions", body, hdr...); code != 200 {
+		h.t.Fatalf("%s: %d %s", model, code, b)
+	}
+	for i, e := range engines {
+		if e.hits.Load() > before[i] {
+			return i
+		}
+	}
+	h.t.Fatal("no engine got the request")
+	return -1
+}
+
+// A config change that leaves a route alone (here: the adaptive policy and
+// another route) keeps the route's balancer: round_robin continues its
+// rotation instead of restarting at the first target, and cache_aware
+// keeps every prompt on the engine that served it.
+func TestConfigChangeKeepsUnchangedBalancers(t *testing.T) {
+	es := []*fakeEngine{newEngine(t, okChat), newEngine(t, okChat), newEngine(t, okChat), newEngine(t, okChat)}
+	base := providers("a", es[0].URL, "b", es[1].URL, "c", es[2].URL, "d", es[3].URL) + `
+[[routes]]
+model = "rr"
+strategy = "round_robin"
+targets = [{provider = "a"}, {provider = "b"}, {provider = "c"}]
+
+[[routes]]
+model = "ca"
+strategy = "cache_aware"
+targets = [{provider = "a"}, {provider = "b"}, {provider = "c"}, {provider = "d"}]
+`
+	h := newHarness(t, base, nil)
+	if got := h.which("rr", "x", es); got != 0 {
+		t.Fatalf("first round_robin pick %d", got)
+	}
+	prompts := make([]string, 20)
+	first := make([]int, len(prompts))
+	for k := range prompts {
+		prompts[k] = fmt.Sprintf("You are assistant %d. Reply in the style of a %d-year-old. What is %d + %d?", k, 20+k, k, k)
+		first[k] = h.which("ca", prompts[k], es)
+	}
+	for v := range 11 {
+		h.apply(base + fmt.Sprintf(`
+[adaptive_routing]
+enabled = %v
+cost_weight = %d
+
+[[routes]]
+model = "other-%d"
+targets = [{provider = "d"}]
+`, v%2 == 0, v+1, v))
+	}
+	if got := h.which("rr", "x", es); got != 1 {
+		t.Errorf("round_robin after 11 config changes picked %d, want 1: its rotation restarted", got)
+	}
+	same := 0
+	for k, p := range prompts {
+		if h.which("ca", p, es) == first[k] {
+			same++
+		}
+	}
+	if same != len(prompts) {
+		t.Errorf("cache_aware: %d of %d prompts returned to their engine after config changes", same, len(prompts))
+	}
+}
+
+// A route whose target list changes carries what its balancer learned by
+// target identity: a new target inserted at the front moves every index,
+// yet each prompt still goes to the engine that served it, and each
+// session to its pinned engine.
+func TestChangedTargetsCarryLearnedStateByIdentity(t *testing.T) {
+	es := []*fakeEngine{newEngine(t, okChat), newEngine(t, okChat), newEngine(t, okChat), newEngine(t, okChat)}
+	ps := providers("a", es[0].URL, "b", es[1].URL, "c", es[2].URL, "d", es[3].URL)
+	route := func(strategy string, members ...string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "[[routes]]\nmodel = \"m\"\nstrategy = %q\ntargets = [", strategy)
+		for _, m := range members {
+			fmt.Fprintf(&b, "{provider = %q},", m)
+		}
+		b.WriteString("]\n")
+		return b.String()
+	}
+	for _, strategy := range []string{"cache_aware", "pipeline"} {
+		t.Run(strategy, func(t *testing.T) {
+			h := newHarness(t, ps+route(strategy, "a", "b", "c"), nil)
+			prompts := make([]string, 12)
+			first := make([]int, len(prompts))
+			for k := range prompts {
+				prompts[k] = fmt.Sprintf("System prompt number %d, long enough to be a prefix worth keeping: %s", k, strings.Repeat("z", 40))
+				first[k] = h.which("m", prompts[k], es)
+			}
+			sess := h.which("m", "session opener", es, "x-session-id", "s-1")
+			h.apply(ps + route(strategy, "d", "a", "b", "c"))
+			for k, p := range prompts {
+				if got := h.which("m", p, es); got != first[k] {
+					t.Errorf("prompt %d went to engine %d after the target change, want %d", k, got, first[k])
+				}
+			}
+			if got := h.which("m", "something else entirely", es, "x-session-id", "s-1"); got != sess {
+				t.Errorf("session went to engine %d after the target change, want %d", got, sess)
+			}
+		})
+	}
+}
