@@ -271,3 +271,46 @@ func TestAdaptiveMeshHooksReachFallback(t *testing.T) {
 		t.Error("Pick(nil ctx) failed")
 	}
 }
+
+// Seed 003: the latency-evidence condition holds "while latency_weight is
+// above zero". A cost-only policy engages once the route has served
+// min_samples requests, with no latency sample anywhere, and steers no
+// warm-up picks.
+func TestAdaptiveCostOnlyPolicyNeedsNoLatency(t *testing.T) {
+	p := enabledPolicy(4)
+	p.LatencyWeight, p.CostWeight, p.LoadWeight = 0, 1, 0
+	rig := newAdaptiveRig(t, 2, p, script())
+	rig.lb.costs.costs[0], rig.lb.costs.costs[1] = 2, 1
+	for range 4 {
+		rig.lb.Served(0) // served, but failed to sample latency anywhere
+	}
+	if !rig.lb.Telemetry().Engaged {
+		t.Fatal("cost-only policy not engaged after min_samples served requests")
+	}
+	if got := pickOK(t, rig.lb, &RouteContext{}, nil, nil); got != 1 {
+		t.Errorf("pick = %d, want the cheaper target 1", got)
+	}
+	if d := rig.lb.Telemetry().Decisions; d.Blend != 1 || d.Exploration != 0 {
+		t.Errorf("decisions %+v, want one blend and no warm-up", d)
+	}
+}
+
+// "Served" counts requests the route served, not attempts begun on its
+// targets by retries or by other pools sharing them.
+func TestAdaptiveServedCountsThisRouteOnly(t *testing.T) {
+	rig := newAdaptiveRig(t, 2, enabledPolicy(10), script())
+	for i := range 2 {
+		for range 10 { // another pool's traffic on the same targets
+			rig.stats[i].Begin()
+			rig.stats[i].End(Outcome{Success: true, Latency: 100 * time.Millisecond, At: rig.clock.Now()})
+		}
+	}
+	if tel := rig.lb.Telemetry(); tel.Engaged || tel.Observed != 0 {
+		t.Fatalf("engaged on other pools' traffic: %+v", tel)
+	}
+	rig.sample(0, 5, 100)
+	rig.sample(1, 5, 100)
+	if tel := rig.lb.Telemetry(); !tel.Engaged || tel.Observed != 10 {
+		t.Fatalf("after the route served 10: engaged %v observed %d", tel.Engaged, tel.Observed)
+	}
+}
