@@ -134,3 +134,68 @@ func TestChangedTargetsCarryLearnedStateByIdentity(t *testing.T) {
 		})
 	}
 }
+
+// cache_aware on /v1/completions with token-id prompts (and on ids in
+// x-rolter-vllm-token-ids with no text): requests sharing a long leading
+// run of ids go to the engine that served it, not wherever least-load
+// spreads them.
+func TestCacheAwareFollowsTokenIDPrefixes(t *testing.T) {
+	es := []*fakeEngine{newEngine(t, okChat), newEngine(t, okChat), newEngine(t, okChat), newEngine(t, okChat)}
+	h := newHarness(t, providers("a", es[0].URL, "b", es[1].URL, "c", es[2].URL, "d", es[3].URL)+`
+[[routes]]
+model = "m"
+strategy = "cache_aware"
+targets = [{provider = "a"}, {provider = "b"}, {provider = "c"}, {provider = "d"}]
+`, nil)
+	ids := func(group, suffix int) string {
+		var b strings.Builder
+		for i := range 1024 {
+			fmt.Fprintf(&b, "%d,", 100_000*group+i)
+		}
+		for i := range 128 {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%d", 9_000_000+1000*suffix+i)
+		}
+		return b.String()
+	}
+	send := func(group, suffix int, header bool) int {
+		before := make([]int64, len(es))
+		for i, e := range es {
+			before[i] = e.hits.Load()
+		}
+		var code int
+		var body string
+		if header {
+			code, _, body = h.post("/v1/completions", `{"model":"m","prompt":"","max_tokens":1}`, headerTokenIDs, ids(group, suffix))
+		} else {
+			code, _, body = h.post("/v1/completions", `{"model":"m","prompt":[`+ids(group, suffix)+`],"max_tokens":1}`)
+		}
+		if code != 200 {
+			t.Fatalf("completions: %d %s", code, body)
+		}
+		for i, e := range es {
+			if e.hits.Load() > before[i] {
+				return i
+			}
+		}
+		t.Fatal("no engine got the request")
+		return -1
+	}
+	const groups = 8
+	home := make([]int, groups)
+	for g := range groups {
+		home[g] = send(g, g, false)
+	}
+	same := 0
+	for k := range 4 * groups {
+		g := k % groups
+		if send(g, 100+k, k%2 == 1) == home[g] {
+			same++
+		}
+	}
+	if same != 4*groups {
+		t.Errorf("%d of %d token-id requests went to their prefix's engine", same, 4*groups)
+	}
+}
