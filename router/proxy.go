@@ -258,7 +258,7 @@ func (a *attempt) backoff(deadline time.Time, d time.Duration) error {
 func (a *attempt) anyEligible() bool {
 	now := a.s.clock.Now()
 	for i, t := range a.res.pool.targets {
-		if !a.tried[i] && t.provider.up.unavailable(now) == "" {
+		if !a.tried[i] && t.unavailable(now) == "" {
 			return true
 		}
 	}
@@ -288,7 +288,7 @@ func (a *attempt) pick() (int, bool) {
 	}
 	a.rc.QueuedPrefill = a.queued
 	eligible := func(i int) bool {
-		return !a.tried[i] && p.targets[i].provider.up.unavailable(now) == ""
+		return !a.tried[i] && p.targets[i].unavailable(now) == ""
 	}
 	for range p.targets {
 		idx, ok := p.lb.PickEligible(a.rc, a.loads, eligible)
@@ -309,8 +309,13 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 	now := a.s.clock.Now()
 	counts := map[string]int{}
 	wait := time.Duration(0)
-	for i, t := range a.res.pool.targets {
-		why := t.provider.up.unavailable(now)
+	var parked []string
+	for i := range a.res.pool.targets {
+		t := &a.res.pool.targets[i]
+		why := t.unavailable(now)
+		if until, reason, ok := t.park.state(now); ok && why == "parked" {
+			parked = append(parked, fmt.Sprintf("%s parked until %s (%s)", t.label, until.UTC().Format(time.RFC3339), reason))
+		}
 		if why == "" && a.tried[i] {
 			why = "already_tried"
 		}
@@ -318,7 +323,7 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 			why = "not_picked"
 		}
 		counts[why]++
-		if d := t.provider.up.retryIn(now); d > 0 && (wait == 0 || d < wait) {
+		if d := t.retryIn(now); d > 0 && (wait == 0 || d < wait) {
 			wait = d
 		}
 	}
@@ -330,7 +335,11 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 	if wait == 0 {
 		wait = time.Second
 	}
-	return fmt.Sprintf("%d target(s): %s", len(a.res.pool.targets), strings.Join(parts, ", ")), wait
+	msg := fmt.Sprintf("%d target(s): %s", len(a.res.pool.targets), strings.Join(parts, ", "))
+	if len(parked) > 0 {
+		msg += "; " + strings.Join(parked, "; ")
+	}
+	return msg, wait
 }
 
 // try runs one upstream attempt on target idx. done is true when the
@@ -394,8 +403,11 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 			if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()); ok {
 				c := a.sn.cfg.Retry
 				d := min(max(ra, c.ParkMin.Duration), c.ParkMax.Duration)
-				up.park(s.clock.Now(), d)
-				s.log.Info("provider parked", "provider", t.provider.name, "for", d)
+				reason := "HTTP 429 with Retry-After " + resp.Header.Get("Retry-After")
+				until := t.park.park(s.clock.Now(), d, reason)
+				s.metrics.parkedUntil.WithLabelValues(t.provider.name, t.label).Set(float64(until.UnixNano()) / 1e9)
+				s.log.Info("target parked", "provider", t.provider.name, "target", t.label, "for", d,
+					"until", until.UTC(), "reason", reason)
 			}
 		} else {
 			a.breakerFailure(up)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/strategies"
@@ -47,8 +48,30 @@ type target struct {
 	// label names the target in metrics: provider/model (or provider/*).
 	label string
 	stats *strategies.TargetStats
+	// park is the target's 429 parking, shared with every pool listing
+	// the same provider/model pair.
+	park *parking
 	// series caches the target's metric children (series.go).
 	series *targetSeries
+}
+
+// unavailable says why the target cannot take an attempt at now ("" when
+// it can): parked itself, or its provider unhealthy or breaker-open.
+func (t *target) unavailable(now time.Time) string {
+	if t.park.parked(now) {
+		return "parked"
+	}
+	return t.provider.up.unavailable(now)
+}
+
+// retryIn is how long until the target may be available again (0: now or
+// unknown).
+func (t *target) retryIn(now time.Time) time.Duration {
+	d := t.provider.up.retryIn(now)
+	if p := t.park.retryIn(now); p > d {
+		d = p
+	}
+	return d
 }
 
 // pool is a balancer over a fixed target list: a route, a provider group
@@ -125,6 +148,7 @@ func (s *snapshot) resolve(model string) (resolved, error) {
 type builder struct {
 	prev     *snapshot
 	tracker  *strategies.Tracker
+	parks    *parkings
 	rand     strategies.Rand
 	clock    strategies.Clock
 	policy   *strategies.PolicyHolder
@@ -173,7 +197,8 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 		if m == "" {
 			label = p.name + "/*"
 		}
-		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label), series: &targetSeries{}}, nil
+		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label),
+			park: b.parks.get(label), series: &targetSeries{}}, nil
 	}
 	for _, rc := range cfg.Routes {
 		p := &pool{key: rc.Model, strategy: rc.Strategy, series: &poolSeries{}}
