@@ -492,3 +492,27 @@ func TestNotYetReplicatedAnswers503NotInvalidToken(t *testing.T) {
 		t.Errorf("no token: %d, want 401", r.code)
 	}
 }
+
+// compat.md: weights are integers ≥ 1. The API rejects 0 and negatives
+// with an error naming the target, and an omitted weight is 1.
+func TestTargetWeightsMustBeAtLeastOne(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	for _, tc := range []struct{ path, body, want string }{
+		{"/api/v1/routes", `{"model":"w","targets":[{"provider":"vllm-a"},{"provider":"vllm-a","model":"x","weight":0}]}`,
+			`targets[1] (provider "vllm-a"): weight: must be an integer ≥ 1, got 0`},
+		{"/api/v1/routes", `{"model":"w","targets":[{"provider":"vllm-a","weight":-2}]}`,
+			`targets[0] (provider "vllm-a"): weight: must be an integer ≥ 1, got -2`},
+		{"/api/v1/provider-groups", `{"name":"g","slug":"g","members":[{"provider":"vllm-a","weight":0}]}`,
+			`members[0] (provider "vllm-a"): weight: must be an integer ≥ 1, got 0`},
+	} {
+		r := call(t, api, http.MethodPost, tc.path, superToken, tc.body)
+		if r.code != http.StatusBadRequest || errMessage(r) != tc.want {
+			t.Errorf("POST %s %s: %d %q, want 400 %q", tc.path, tc.body, r.code, errMessage(r), tc.want)
+		}
+	}
+	r := call(t, api, http.MethodPost, "/api/v1/routes", superToken, `{"model":"w","targets":[{"provider":"vllm-a"},{"provider":"vllm-a","model":"x","weight":3}]}`)
+	if r.code != http.StatusCreated || !strings.Contains(r.raw, `"weight":1`) || !strings.Contains(r.raw, `"weight":3`) {
+		t.Fatalf("valid route: %d %s", r.code, r.raw)
+	}
+}

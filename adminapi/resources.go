@@ -31,7 +31,9 @@ type providerJSON struct {
 type targetJSON struct {
 	Provider string `json:"provider"`
 	Model    string `json:"model,omitempty"`
-	Weight   int    `json:"weight,omitempty"`
+	// Weight is nil when the input leaves it out (then 1); always set on
+	// output.
+	Weight *int `json:"weight,omitempty"`
 }
 
 type routeJSON struct {
@@ -77,23 +79,31 @@ func providerOut(p config.Provider) providerJSON {
 func targetsOut(ts []config.Target) []targetJSON {
 	out := make([]targetJSON, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, targetJSON(t))
+		w := t.Weight
+		out = append(out, targetJSON{Provider: t.Provider, Model: t.Model, Weight: &w})
 	}
 	return out
 }
 
-func targetsIn(ts []targetJSON, defModel string) []config.Target {
+// targetsIn converts input targets (list names them in errors: "targets"
+// or "members"), defaulting the model to defModel and an omitted weight to
+// 1; a weight below 1 is an error naming the entry.
+func targetsIn(ts []targetJSON, defModel, list string) ([]config.Target, error) {
 	out := make([]config.Target, 0, len(ts))
-	for _, t := range ts {
+	for i, t := range ts {
 		if t.Model == "" {
 			t.Model = defModel
 		}
-		if t.Weight == 0 {
-			t.Weight = 1
+		w := 1
+		if t.Weight != nil {
+			w = *t.Weight
 		}
-		out = append(out, config.Target(t))
+		if err := config.CheckWeight(w); err != nil {
+			return nil, fmt.Errorf("%s[%d] (provider %q): weight: %w", list, i, t.Provider, err)
+		}
+		out = append(out, config.Target{Provider: t.Provider, Model: t.Model, Weight: w})
 	}
-	return out
+	return out, nil
 }
 
 func routeOut(r config.Route) routeJSON {
@@ -241,7 +251,12 @@ func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, na
 		badRequest(w, "max_loras: "+err.Error())
 		return
 	}
-	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targetsIn(in.Targets, in.Model), Discover: in.Discover, MaxLoRAs: in.MaxLoRAs}
+	targets, err := targetsIn(in.Targets, in.Model, "targets")
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targets, Discover: in.Discover, MaxLoRAs: in.MaxLoRAs}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(rt)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
 		writeJSON(w, status, routeOut(rt))
@@ -308,7 +323,12 @@ func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, na
 		badRequest(w, "max_loras: "+err.Error())
 		return
 	}
-	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: targetsIn(in.Members, ""), MaxLoRAs: in.MaxLoRAs}
+	members, err := targetsIn(in.Members, "", "members")
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: members, MaxLoRAs: in.MaxLoRAs}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Group{Group: cluster.GroupToPB(g)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
 		writeJSON(w, status, groupOut(g))

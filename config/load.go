@@ -73,16 +73,62 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 	if md.IsDefined("metrics_scrape") && !md.IsDefined("metrics_scrape", "enabled") {
 		cfg.MetricsScrape.Enabled = true
 	}
-	errs = append(errs, cfg.check(file, getenv)...)
+	errs = append(errs, cfg.check(file, getenv, explicitWeights(data))...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	return &cfg, nil
 }
 
+// weightAt names one target of the file: list is "routes" or
+// "provider_groups", i the entry, j the target or member.
+type weightAt struct {
+	list string
+	i, j int
+}
+
+// explicitWeights returns the targets and members whose weight the file
+// sets, so a weight written as 0 is rejected while an omitted one defaults
+// to 1. data has already decoded once, so errors cannot occur here.
+func explicitWeights(data []byte) map[weightAt]bool {
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
+		return nil
+	}
+	out := map[weightAt]bool{}
+	for _, l := range []struct{ list, members string }{{"routes", "targets"}, {"provider_groups", "members"}} {
+		for i, e := range tables(raw[l.list]) {
+			for j, t := range tables(e[l.members]) {
+				if _, ok := t["weight"]; ok {
+					out[weightAt{l.list, i, j}] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// tables returns v as a list of tables (an array of tables or an array of
+// inline tables), nil when it is neither.
+func tables(v any) []map[string]any {
+	switch x := v.(type) {
+	case []map[string]any:
+		return x
+	case []any:
+		out := make([]map[string]any, 0, len(x))
+		for _, e := range x {
+			m, _ := e.(map[string]any)
+			out = append(out, m)
+		}
+		return out
+	}
+	return nil
+}
+
 // check fills per-entry defaults and validates the whole config,
-// returning each failure.
-func (c *Config) check(file string, getenv func(string) string) []error {
+// returning each failure. explicit names the weights the file wrote out: a
+// 0 there is an error, a missing weight is 1.
+func (c *Config) check(file string, getenv func(string) string, explicit map[weightAt]bool) []error {
 	v := &validator{file: file}
 	providers := map[string]bool{}
 	for i := range c.Providers {
@@ -146,7 +192,7 @@ func (c *Config) check(file string, getenv func(string) string) []error {
 			if t.Model == "" {
 				t.Model = r.Model
 			}
-			v.target(fmt.Sprintf("%s targets[%d]", entry, j), t, providers)
+			v.target(fmt.Sprintf("%s targets[%d]", entry, j), t, providers, explicit[weightAt{"routes", i, j}])
 		}
 	}
 	slugs := map[string]bool{}
@@ -178,7 +224,7 @@ func (c *Config) check(file string, getenv func(string) string) []error {
 			v.add(entry, "members", "at least one member is required")
 		}
 		for j := range g.Members {
-			v.target(fmt.Sprintf("%s members[%d]", entry, j), &g.Members[j], providers)
+			v.target(fmt.Sprintf("%s members[%d]", entry, j), &g.Members[j], providers, explicit[weightAt{"provider_groups", i, j}])
 		}
 	}
 	if err := ValidatePolicy(c.AdaptiveRouting.Policy()); err != nil {
@@ -353,16 +399,28 @@ func (v *validator) strategy(entry, name string) {
 	}
 }
 
-func (v *validator) target(entry string, t *Target, providers map[string]bool) {
+// target validates one route target or group member. A weight the file
+// left out is 1; one it wrote must be an integer ≥ 1 (compat.md), so a 0
+// meant to switch a target off is an error rather than a silent 1.
+func (v *validator) target(entry string, t *Target, providers map[string]bool, weightSet bool) {
 	if t.Provider == "" {
 		v.add(entry, "provider", "required")
 	} else if !providers[t.Provider] {
 		v.add(entry, "provider", fmt.Sprintf("no provider named %q", t.Provider))
 	}
-	switch {
-	case t.Weight == 0:
+	if t.Weight == 0 && !weightSet {
 		t.Weight = 1
-	case t.Weight < 0:
-		v.add(entry, "weight", "must be an integer ≥ 1")
 	}
+	if err := CheckWeight(t.Weight); err != nil {
+		v.add(entry, "weight", err.Error())
+	}
+}
+
+// CheckWeight validates a target's weight: an integer ≥ 1. The admin API
+// applies the same rule.
+func CheckWeight(w int) error {
+	if w < 1 {
+		return fmt.Errorf("must be an integer ≥ 1, got %d", w)
+	}
+	return nil
 }
