@@ -516,3 +516,51 @@ func TestTargetWeightsMustBeAtLeastOne(t *testing.T) {
 		t.Fatalf("valid route: %d %s", r.code, r.raw)
 	}
 }
+
+// Routes and groups carry enabled (default true), replicated and editable;
+// affected_routes lists only enabled routes on adaptive, and an update
+// that leaves enabled out keeps the stored value.
+func TestEnabledFlagOnRoutesAndGroups(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	affected := func() string {
+		t.Helper()
+		r := call(t, api, http.MethodGet, "/api/v1/adaptive-routing-policy", superToken, "")
+		b, _ := json.Marshal(r.body["affected_routes"])
+		return string(b)
+	}
+	if got := affected(); got != `["alpha","zeta"]` {
+		t.Fatalf("affected_routes %s", got)
+	}
+	r := call(t, api, http.MethodPut, "/api/v1/routes/zeta", superToken, `{"strategy":"adaptive","enabled":false,"targets":[{"provider":"vllm-a"}]}`)
+	if r.code != http.StatusOK || r.body["enabled"] != false {
+		t.Fatalf("disable zeta: %d %s", r.code, r.raw)
+	}
+	eventually(t, 5*time.Second, "disabled route replicated", func() bool {
+		for i := range 3 {
+			if m.c.Node(i).State().Routes["zeta"].IsEnabled() {
+				return false
+			}
+		}
+		return true
+	})
+	if got := affected(); got != `["alpha"]` {
+		t.Errorf("affected_routes with zeta disabled: %s", got)
+	}
+	r = call(t, api, http.MethodPut, "/api/v1/routes/zeta", superToken, `{"strategy":"adaptive","targets":[{"provider":"vllm-a","weight":2}]}`)
+	if r.code != http.StatusOK || r.body["enabled"] != false {
+		t.Errorf("update without enabled re-enabled the route: %d %s", r.code, r.raw)
+	}
+	r = call(t, api, http.MethodPost, "/api/v1/provider-groups", superToken, `{"name":"g","slug":"g","enabled":false,"members":[{"provider":"vllm-a"}]}`)
+	if r.code != http.StatusCreated || r.body["enabled"] != false {
+		t.Fatalf("create disabled group: %d %s", r.code, r.raw)
+	}
+	r = call(t, api, http.MethodGet, "/api/v1/routes/alpha", superToken, "")
+	if r.body["enabled"] != true {
+		t.Errorf("a route created without enabled reads %v", r.body["enabled"])
+	}
+	eventually(t, 5*time.Second, "group replicated", func() bool {
+		g, ok := m.c.Node(m.c.Leader()).State().Groups["g"]
+		return ok && !g.IsEnabled()
+	})
+}

@@ -43,6 +43,9 @@ type routeJSON struct {
 	Discover bool         `json:"discover,omitempty"`
 	MaxLoRAs int          `json:"max_loras,omitempty"`
 	ReadOnly bool         `json:"readonly"`
+	// Enabled defaults to true on create and to the stored value on
+	// update; always set on output.
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 type groupJSON struct {
@@ -52,6 +55,8 @@ type groupJSON struct {
 	Members  []targetJSON `json:"members"`
 	MaxLoRAs int          `json:"max_loras,omitempty"`
 	ReadOnly bool         `json:"readonly"`
+	// Enabled: as routeJSON.Enabled.
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 type keyJSON struct {
@@ -107,11 +112,11 @@ func targetsIn(ts []targetJSON, defModel, list string) ([]config.Target, error) 
 }
 
 func routeOut(r config.Route) routeJSON {
-	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly}
+	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly, config.Bool(r.IsEnabled())}
 }
 
 func groupOut(g config.ProviderGroup) groupJSON {
-	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly}
+	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly, config.Bool(g.IsEnabled())}
 }
 
 func keyOut(k cluster.APIKey) keyJSON {
@@ -256,7 +261,14 @@ func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, na
 		badRequest(w, err.Error())
 		return
 	}
-	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targets, Discover: in.Discover, MaxLoRAs: in.MaxLoRAs}
+	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targets, Discover: in.Discover, MaxLoRAs: in.MaxLoRAs,
+		Enabled: in.Enabled}
+	if in.Enabled == nil && op == raftstore.Op_OP_UPDATE_ROUTE {
+		rt.Enabled = a.d.Store.State().Routes[in.Model].Enabled
+	}
+	if rt.IsEnabled() {
+		rt.Enabled = nil
+	}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(rt)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
 		writeJSON(w, status, routeOut(rt))
@@ -328,7 +340,14 @@ func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, na
 		badRequest(w, err.Error())
 		return
 	}
-	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: members, MaxLoRAs: in.MaxLoRAs}
+	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: members, MaxLoRAs: in.MaxLoRAs,
+		Enabled: in.Enabled}
+	if in.Enabled == nil && op == raftstore.Op_OP_UPDATE_GROUP {
+		g.Enabled = a.d.Store.State().Groups[in.Name].Enabled
+	}
+	if g.IsEnabled() {
+		g.Enabled = nil
+	}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Group{Group: cluster.GroupToPB(g)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
 		writeJSON(w, status, groupOut(g))

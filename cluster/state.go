@@ -149,11 +149,11 @@ func (s *State) TokenRole(sum string) (Role, string) {
 }
 
 // AffectedRoutes returns the sorted public model names of the enabled
-// routes on the adaptive strategy (every stored route is enabled).
+// routes on the adaptive strategy.
 func (s *State) AffectedRoutes() []string {
 	out := []string{}
 	for _, r := range s.Routes {
-		if r.Strategy == "adaptive" {
+		if r.Strategy == "adaptive" && r.IsEnabled() {
 			out = append(out, r.Model)
 		}
 	}

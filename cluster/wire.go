@@ -43,23 +43,33 @@ func providerFromPB(p *raftstore.Provider) config.Provider {
 // RouteToPB converts a route to its wire form.
 func RouteToPB(r config.Route) *raftstore.Route {
 	return &raftstore.Route{Model: r.Model, Strategy: r.Strategy, Targets: targetsToPB(r.Targets),
-		Discover: r.Discover, Readonly: r.ReadOnly, MaxLoras: int32(r.MaxLoRAs)}
+		Discover: r.Discover, Readonly: r.ReadOnly, MaxLoras: int32(r.MaxLoRAs), Disabled: !r.IsEnabled()}
 }
 
 func routeFromPB(r *raftstore.Route) config.Route {
 	return config.Route{Model: r.GetModel(), Strategy: r.GetStrategy(), Targets: targetsFromPB(r.GetTargets()),
-		Discover: r.GetDiscover(), ReadOnly: r.GetReadonly(), MaxLoRAs: int(r.GetMaxLoras())}
+		Discover: r.GetDiscover(), ReadOnly: r.GetReadonly(), MaxLoRAs: int(r.GetMaxLoras()), Enabled: enabledFromPB(r.GetDisabled())}
 }
 
 // GroupToPB converts a provider group to its wire form.
 func GroupToPB(g config.ProviderGroup) *raftstore.ProviderGroup {
 	return &raftstore.ProviderGroup{Name: g.Name, Slug: g.Slug, Strategy: g.Strategy,
-		Members: targetsToPB(g.Members), Readonly: g.ReadOnly, MaxLoras: int32(g.MaxLoRAs)}
+		Members: targetsToPB(g.Members), Readonly: g.ReadOnly, MaxLoras: int32(g.MaxLoRAs), Disabled: !g.IsEnabled()}
 }
 
 func groupFromPB(g *raftstore.ProviderGroup) config.ProviderGroup {
 	return config.ProviderGroup{Name: g.GetName(), Slug: g.GetSlug(), Strategy: g.GetStrategy(),
-		Members: targetsFromPB(g.GetMembers()), ReadOnly: g.GetReadonly(), MaxLoRAs: int(g.GetMaxLoras())}
+		Members: targetsFromPB(g.GetMembers()), ReadOnly: g.GetReadonly(), MaxLoRAs: int(g.GetMaxLoras()),
+		Enabled: enabledFromPB(g.GetDisabled())}
+}
+
+// enabledFromPB is the config form of a disabled flag: nil (the default,
+// enabled) or false.
+func enabledFromPB(disabled bool) *bool {
+	if disabled {
+		return config.Bool(false)
+	}
+	return nil
 }
 
 // KeyToPB converts an API key to its wire form.

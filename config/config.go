@@ -104,7 +104,13 @@ type Route struct {
 	// the engines' --max-loras (vLLM's default is 1). 0 means that default.
 	MaxLoRAs int  `toml:"max_loras"`
 	ReadOnly bool `toml:"readonly"`
+	// Enabled is nil or true for a route that serves; a disabled route
+	// answers 404 as an unknown model does. See IsEnabled.
+	Enabled *bool `toml:"enabled"`
 }
+
+// IsEnabled reports whether the route serves (enabled is unset or true).
+func (r Route) IsEnabled() bool { return r.Enabled == nil || *r.Enabled }
 
 // ProviderGroup is addressed as "slug/model": a pool of providers that all
 // serve whatever model the caller names (passthrough members, Model empty)
@@ -117,7 +123,15 @@ type ProviderGroup struct {
 	// MaxLoRAs: as Route.MaxLoRAs.
 	MaxLoRAs int  `toml:"max_loras"`
 	ReadOnly bool `toml:"readonly"`
+	// Enabled: as Route.Enabled.
+	Enabled *bool `toml:"enabled"`
 }
+
+// IsEnabled reports whether the group serves (enabled is unset or true).
+func (g ProviderGroup) IsEnabled() bool { return g.Enabled == nil || *g.Enabled }
+
+// Bool returns a pointer to v, for the optional boolean fields.
+func Bool(v bool) *bool { return &v }
 
 // AdaptiveRouting is the [adaptive_routing] policy.
 type AdaptiveRouting struct {

@@ -111,3 +111,38 @@ func TestParseErrorsNameFileEntryAndField(t *testing.T) {
 		})
 	}
 }
+
+func TestEnabledDefaultsToTrue(t *testing.T) {
+	cfg, err := Parse("rolter.toml", []byte(`
+[[providers]]
+name = "p"
+api_base = "http://h"
+[[routes]]
+model = "a"
+targets = [{provider = "p"}]
+[[routes]]
+model = "b"
+enabled = false
+targets = [{provider = "p"}]
+[[routes]]
+model = "c"
+enabled = true
+targets = [{provider = "p"}]
+[[provider_groups]]
+name = "G"
+slug = "g"
+enabled = false
+members = [{provider = "p"}]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false, true} {
+		if got := cfg.Routes[i].IsEnabled(); got != want {
+			t.Errorf("route %s enabled = %v, want %v", cfg.Routes[i].Model, got, want)
+		}
+	}
+	if cfg.ProviderGroups[0].IsEnabled() {
+		t.Error("group with enabled = false is enabled")
+	}
+}

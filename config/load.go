@@ -180,6 +180,9 @@ func (c *Config) check(file string, getenv func(string) string, explicit map[wei
 		if r.Strategy == "" {
 			r.Strategy = "round_robin"
 		}
+		if r.IsEnabled() {
+			r.Enabled = nil // one spelling of the default
+		}
 		v.strategy(entry, r.Strategy)
 		if err := CheckMaxLoRAs(r.MaxLoRAs); err != nil {
 			v.add(entry, "max_loras", err.Error())
@@ -215,6 +218,9 @@ func (c *Config) check(file string, getenv func(string) string, explicit map[wei
 		slugs[g.Slug] = true
 		if g.Strategy == "" {
 			g.Strategy = "round_robin"
+		}
+		if g.IsEnabled() {
+			g.Enabled = nil
 		}
 		v.strategy(entry, g.Strategy)
 		if err := CheckMaxLoRAs(g.MaxLoRAs); err != nil {

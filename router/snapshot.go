@@ -16,11 +16,15 @@ import (
 // snapshot is the immutable routing state built from one config. Requests
 // load it once and use it to the end; Apply swaps in a new one.
 type snapshot struct {
-	version   uint64
-	cfg       *config.Config
-	routes    map[string]*pool // by public model name
-	groups    map[string]*pool // by group slug
-	pins      map[string]*pool // by provider name ("provider/model")
+	version uint64
+	cfg     *config.Config
+	routes  map[string]*pool // by public model name
+	groups  map[string]*pool // by group slug
+	pins    map[string]*pool // by provider name ("provider/model")
+	// offRoutes and offGroups hold the disabled routes' model names and
+	// the disabled groups' slugs: they answer 404 as an unknown model does.
+	offRoutes map[string]bool
+	offGroups map[string]bool
 	providers map[string]*provider
 	keys      []apiKey
 	models    []string // GET /v1/models ids, sorted
@@ -118,10 +122,16 @@ type resolved struct {
 // resolve maps a public address to a pool: a route's model name, then
 // "group-slug/model", then "provider-name/model".
 func (s *snapshot) resolve(model string) (resolved, error) {
+	if s.offRoutes[model] {
+		return resolved{}, fmt.Errorf("%w: %q is disabled (GET /v1/models lists the addresses)", ErrUnknownModel, model)
+	}
 	if p, ok := s.routes[model]; ok {
 		return resolved{pool: p, requested: model}, nil
 	}
 	if prefix, rest, ok := strings.Cut(model, "/"); ok && rest != "" {
+		if s.offGroups[prefix] {
+			return resolved{}, fmt.Errorf("%w: provider group %q is disabled (GET /v1/models lists the addresses)", ErrUnknownModel, prefix)
+		}
 		if p, ok := s.groups[prefix]; ok {
 			r := resolved{pool: p, requested: rest}
 			if p.adapter {
@@ -164,6 +174,8 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 		routes:    make(map[string]*pool, len(cfg.Routes)),
 		groups:    make(map[string]*pool, len(cfg.ProviderGroups)),
 		pins:      make(map[string]*pool, len(cfg.Providers)),
+		offRoutes: map[string]bool{},
+		offGroups: map[string]bool{},
 		providers: make(map[string]*provider, len(cfg.Providers)),
 	}
 	for _, pc := range cfg.Providers {
@@ -201,6 +213,10 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			park: b.parks.get(label), series: &targetSeries{}}, nil
 	}
 	for _, rc := range cfg.Routes {
+		if !rc.IsEnabled() {
+			s.offRoutes[rc.Model] = true
+			continue
+		}
 		p := &pool{key: rc.Model, strategy: rc.Strategy, series: &poolSeries{}}
 		for _, tc := range rc.Targets {
 			t, err := mkTarget(tc, false)
@@ -216,6 +232,10 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 		s.models = append(s.models, rc.Model)
 	}
 	for _, gc := range cfg.ProviderGroups {
+		if !gc.IsEnabled() {
+			s.offGroups[gc.Slug] = true
+			continue
+		}
 		p := &pool{key: gc.Slug + "/*", strategy: gc.Strategy, series: &poolSeries{}}
 		declared := map[string]bool{}
 		for _, mc := range gc.Members {

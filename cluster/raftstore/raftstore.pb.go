@@ -141,22 +141,24 @@ func (Code) EnumDescriptor() ([]byte, []int) {
 type Op int32
 
 const (
-	Op_OP_UNSPECIFIED     Op = 0
-	Op_OP_SEED            Op = 1
-	Op_OP_CREATE_PROVIDER Op = 2
-	Op_OP_UPDATE_PROVIDER Op = 3
-	Op_OP_DELETE_PROVIDER Op = 4
-	Op_OP_CREATE_ROUTE    Op = 5
-	Op_OP_UPDATE_ROUTE    Op = 6
-	Op_OP_DELETE_ROUTE    Op = 7
-	Op_OP_CREATE_GROUP    Op = 8
-	Op_OP_UPDATE_GROUP    Op = 9
-	Op_OP_DELETE_GROUP    Op = 10
-	Op_OP_CREATE_KEY      Op = 11
-	Op_OP_DELETE_KEY      Op = 12
-	Op_OP_CREATE_TOKEN    Op = 13
-	Op_OP_DELETE_TOKEN    Op = 14
-	Op_OP_SET_POLICY      Op = 15
+	Op_OP_UNSPECIFIED        Op = 0
+	Op_OP_SEED               Op = 1
+	Op_OP_CREATE_PROVIDER    Op = 2
+	Op_OP_UPDATE_PROVIDER    Op = 3
+	Op_OP_DELETE_PROVIDER    Op = 4
+	Op_OP_CREATE_ROUTE       Op = 5
+	Op_OP_UPDATE_ROUTE       Op = 6
+	Op_OP_DELETE_ROUTE       Op = 7
+	Op_OP_CREATE_GROUP       Op = 8
+	Op_OP_UPDATE_GROUP       Op = 9
+	Op_OP_DELETE_GROUP       Op = 10
+	Op_OP_CREATE_KEY         Op = 11
+	Op_OP_DELETE_KEY         Op = 12
+	Op_OP_CREATE_TOKEN       Op = 13
+	Op_OP_DELETE_TOKEN       Op = 14
+	Op_OP_SET_POLICY         Op = 15
+	Op_OP_SET_MODEL_PRICE    Op = 20
+	Op_OP_DELETE_MODEL_PRICE Op = 21
 )
 
 // Enum value maps for Op.
@@ -178,24 +180,28 @@ var (
 		13: "OP_CREATE_TOKEN",
 		14: "OP_DELETE_TOKEN",
 		15: "OP_SET_POLICY",
+		20: "OP_SET_MODEL_PRICE",
+		21: "OP_DELETE_MODEL_PRICE",
 	}
 	Op_value = map[string]int32{
-		"OP_UNSPECIFIED":     0,
-		"OP_SEED":            1,
-		"OP_CREATE_PROVIDER": 2,
-		"OP_UPDATE_PROVIDER": 3,
-		"OP_DELETE_PROVIDER": 4,
-		"OP_CREATE_ROUTE":    5,
-		"OP_UPDATE_ROUTE":    6,
-		"OP_DELETE_ROUTE":    7,
-		"OP_CREATE_GROUP":    8,
-		"OP_UPDATE_GROUP":    9,
-		"OP_DELETE_GROUP":    10,
-		"OP_CREATE_KEY":      11,
-		"OP_DELETE_KEY":      12,
-		"OP_CREATE_TOKEN":    13,
-		"OP_DELETE_TOKEN":    14,
-		"OP_SET_POLICY":      15,
+		"OP_UNSPECIFIED":        0,
+		"OP_SEED":               1,
+		"OP_CREATE_PROVIDER":    2,
+		"OP_UPDATE_PROVIDER":    3,
+		"OP_DELETE_PROVIDER":    4,
+		"OP_CREATE_ROUTE":       5,
+		"OP_UPDATE_ROUTE":       6,
+		"OP_DELETE_ROUTE":       7,
+		"OP_CREATE_GROUP":       8,
+		"OP_UPDATE_GROUP":       9,
+		"OP_DELETE_GROUP":       10,
+		"OP_CREATE_KEY":         11,
+		"OP_DELETE_KEY":         12,
+		"OP_CREATE_TOKEN":       13,
+		"OP_DELETE_TOKEN":       14,
+		"OP_SET_POLICY":         15,
+		"OP_SET_MODEL_PRICE":    20,
+		"OP_DELETE_MODEL_PRICE": 21,
 	}
 )
 
@@ -420,13 +426,16 @@ func (x *Provider) GetReadonly() bool {
 }
 
 type Route struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	Strategy      string                 `protobuf:"bytes,2,opt,name=strategy,proto3" json:"strategy,omitempty"`
-	Targets       []*Target              `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
-	Discover      bool                   `protobuf:"varint,4,opt,name=discover,proto3" json:"discover,omitempty"`
-	Readonly      bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
-	MaxLoras      int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Model    string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Strategy string                 `protobuf:"bytes,2,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Targets  []*Target              `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	Discover bool                   `protobuf:"varint,4,opt,name=discover,proto3" json:"discover,omitempty"`
+	Readonly bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	MaxLoras int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	// disabled is the negation of rolter.toml's enabled (default true), so
+	// an entry written before the field existed reads as enabled.
+	Disabled      bool `protobuf:"varint,20,opt,name=disabled,proto3" json:"disabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,14 +512,23 @@ func (x *Route) GetMaxLoras() int32 {
 	return 0
 }
 
+func (x *Route) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
 type ProviderGroup struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Slug          string                 `protobuf:"bytes,2,opt,name=slug,proto3" json:"slug,omitempty"`
-	Strategy      string                 `protobuf:"bytes,3,opt,name=strategy,proto3" json:"strategy,omitempty"`
-	Members       []*Target              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
-	Readonly      bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
-	MaxLoras      int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Slug     string                 `protobuf:"bytes,2,opt,name=slug,proto3" json:"slug,omitempty"`
+	Strategy string                 `protobuf:"bytes,3,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Members  []*Target              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	Readonly bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	MaxLoras int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	// disabled: as Route.disabled.
+	Disabled      bool `protobuf:"varint,20,opt,name=disabled,proto3" json:"disabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -587,6 +605,83 @@ func (x *ProviderGroup) GetMaxLoras() int32 {
 	return 0
 }
 
+func (x *ProviderGroup) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+// ModelPrice is one entry of the model price catalog: what an upstream
+// model costs per million tokens, whichever provider serves it.
+type ModelPrice struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Model           string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	PriceInPerMtok  float64                `protobuf:"fixed64,2,opt,name=price_in_per_mtok,json=priceInPerMtok,proto3" json:"price_in_per_mtok,omitempty"`
+	PriceOutPerMtok float64                `protobuf:"fixed64,3,opt,name=price_out_per_mtok,json=priceOutPerMtok,proto3" json:"price_out_per_mtok,omitempty"`
+	Readonly        bool                   `protobuf:"varint,4,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ModelPrice) Reset() {
+	*x = ModelPrice{}
+	mi := &file_raftstore_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelPrice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelPrice) ProtoMessage() {}
+
+func (x *ModelPrice) ProtoReflect() protoreflect.Message {
+	mi := &file_raftstore_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelPrice.ProtoReflect.Descriptor instead.
+func (*ModelPrice) Descriptor() ([]byte, []int) {
+	return file_raftstore_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ModelPrice) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelPrice) GetPriceInPerMtok() float64 {
+	if x != nil {
+		return x.PriceInPerMtok
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetPriceOutPerMtok() float64 {
+	if x != nil {
+		return x.PriceOutPerMtok
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetReadonly() bool {
+	if x != nil {
+		return x.Readonly
+	}
+	return false
+}
+
 // Key is a client API key; only the SHA-256 of its secret is replicated.
 type Key struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -595,13 +690,16 @@ type Key struct {
 	Models          []string               `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
 	Readonly        bool                   `protobuf:"varint,4,opt,name=readonly,proto3" json:"readonly,omitempty"`
 	CreatedUnixNano int64                  `protobuf:"varint,5,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// providers, when set, are the only providers the key's requests may
+	// land on.
+	Providers     []string `protobuf:"bytes,20,rep,name=providers,proto3" json:"providers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Key) Reset() {
 	*x = Key{}
-	mi := &file_raftstore_proto_msgTypes[4]
+	mi := &file_raftstore_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +711,7 @@ func (x *Key) String() string {
 func (*Key) ProtoMessage() {}
 
 func (x *Key) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[4]
+	mi := &file_raftstore_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +724,7 @@ func (x *Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Key.ProtoReflect.Descriptor instead.
 func (*Key) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{4}
+	return file_raftstore_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Key) GetName() string {
@@ -664,6 +762,13 @@ func (x *Key) GetCreatedUnixNano() int64 {
 	return 0
 }
 
+func (x *Key) GetProviders() []string {
+	if x != nil {
+		return x.Providers
+	}
+	return nil
+}
+
 // AdminToken is an admin API bearer token; only its SHA-256 is replicated.
 type AdminToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -677,7 +782,7 @@ type AdminToken struct {
 
 func (x *AdminToken) Reset() {
 	*x = AdminToken{}
-	mi := &file_raftstore_proto_msgTypes[5]
+	mi := &file_raftstore_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +794,7 @@ func (x *AdminToken) String() string {
 func (*AdminToken) ProtoMessage() {}
 
 func (x *AdminToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[5]
+	mi := &file_raftstore_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +807,7 @@ func (x *AdminToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminToken.ProtoReflect.Descriptor instead.
 func (*AdminToken) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{5}
+	return file_raftstore_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AdminToken) GetName() string {
@@ -748,7 +853,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_raftstore_proto_msgTypes[6]
+	mi := &file_raftstore_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +865,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[6]
+	mi := &file_raftstore_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +878,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{6}
+	return file_raftstore_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Policy) GetEnabled() bool {
@@ -834,13 +939,16 @@ type AuditEntry struct {
 	Resource      string                 `protobuf:"bytes,5,opt,name=resource,proto3" json:"resource,omitempty"`
 	Outcome       string                 `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	ConfigVersion uint64                 `protobuf:"varint,7,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	// detail is what the change was, as JSON (for a policy update: the six
+	// fields before and after, and affected_routes).
+	Detail        string `protobuf:"bytes,20,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_raftstore_proto_msgTypes[7]
+	mi := &file_raftstore_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +960,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[7]
+	mi := &file_raftstore_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +973,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{7}
+	return file_raftstore_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AuditEntry) GetSeq() uint64 {
@@ -917,6 +1025,13 @@ func (x *AuditEntry) GetConfigVersion() uint64 {
 	return 0
 }
 
+func (x *AuditEntry) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // Result is what applying a command produced; it is remembered per
 // idempotency key so a retried write returns the original answer.
 type Result struct {
@@ -932,7 +1047,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_raftstore_proto_msgTypes[8]
+	mi := &file_raftstore_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1059,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[8]
+	mi := &file_raftstore_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1072,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{8}
+	return file_raftstore_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Result) GetConfigVersion() uint64 {
@@ -997,13 +1112,14 @@ type Seed struct {
 	Keys          []*Key                 `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
 	Tokens        []*AdminToken          `protobuf:"bytes,5,rep,name=tokens,proto3" json:"tokens,omitempty"`
 	Policy        *Policy                `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
+	Models        []*ModelPrice          `protobuf:"bytes,20,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Seed) Reset() {
 	*x = Seed{}
-	mi := &file_raftstore_proto_msgTypes[9]
+	mi := &file_raftstore_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1131,7 @@ func (x *Seed) String() string {
 func (*Seed) ProtoMessage() {}
 
 func (x *Seed) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[9]
+	mi := &file_raftstore_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1144,7 @@ func (x *Seed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seed.ProtoReflect.Descriptor instead.
 func (*Seed) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{9}
+	return file_raftstore_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Seed) GetProviders() []*Provider {
@@ -1073,6 +1189,13 @@ func (x *Seed) GetPolicy() *Policy {
 	return nil
 }
 
+func (x *Seed) GetModels() []*ModelPrice {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
 // Command is one Raft log entry. actor_token_sha256 names the admin token
 // that authorised the write; the FSM resolves its role from the replicated
 // token table and refuses the command when the role is too weak.
@@ -1093,6 +1216,7 @@ type Command struct {
 	//	*Command_Policy
 	//	*Command_Name
 	//	*Command_Seed
+	//	*Command_ModelPrice
 	Payload       isCommand_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1100,7 +1224,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_raftstore_proto_msgTypes[10]
+	mi := &file_raftstore_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1236,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[10]
+	mi := &file_raftstore_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1249,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{10}
+	return file_raftstore_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Command) GetOp() Op {
@@ -1242,6 +1366,15 @@ func (x *Command) GetSeed() *Seed {
 	return nil
 }
 
+func (x *Command) GetModelPrice() *ModelPrice {
+	if x != nil {
+		if x, ok := x.Payload.(*Command_ModelPrice); ok {
+			return x.ModelPrice
+		}
+	}
+	return nil
+}
+
 type isCommand_Payload interface {
 	isCommand_Payload()
 }
@@ -1278,6 +1411,10 @@ type Command_Seed struct {
 	Seed *Seed `protobuf:"bytes,17,opt,name=seed,proto3,oneof"`
 }
 
+type Command_ModelPrice struct {
+	ModelPrice *ModelPrice `protobuf:"bytes,20,opt,name=model_price,json=modelPrice,proto3,oneof"`
+}
+
 func (*Command_Provider) isCommand_Payload() {}
 
 func (*Command_Route) isCommand_Payload() {}
@@ -1294,6 +1431,8 @@ func (*Command_Name) isCommand_Payload() {}
 
 func (*Command_Seed) isCommand_Payload() {}
 
+func (*Command_ModelPrice) isCommand_Payload() {}
+
 type IdempotencyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1304,7 +1443,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_raftstore_proto_msgTypes[11]
+	mi := &file_raftstore_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1455,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[11]
+	mi := &file_raftstore_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1468,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{11}
+	return file_raftstore_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *IdempotencyRecord) GetKey() string {
@@ -1360,13 +1499,14 @@ type Snapshot struct {
 	Audit         []*AuditEntry          `protobuf:"bytes,9,rep,name=audit,proto3" json:"audit,omitempty"`
 	AuditSeq      uint64                 `protobuf:"varint,10,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
 	Idempotency   []*IdempotencyRecord   `protobuf:"bytes,11,rep,name=idempotency,proto3" json:"idempotency,omitempty"`
+	Models        []*ModelPrice          `protobuf:"bytes,20,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_raftstore_proto_msgTypes[12]
+	mi := &file_raftstore_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1518,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[12]
+	mi := &file_raftstore_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1531,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{12}
+	return file_raftstore_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Snapshot) GetConfigVersion() uint64 {
@@ -1471,6 +1611,13 @@ func (x *Snapshot) GetIdempotency() []*IdempotencyRecord {
 	return nil
 }
 
+func (x *Snapshot) GetModels() []*ModelPrice {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
 // ForwardRequest travels from a follower (or a joining router) to the
 // leader over the Raft port. mac is HMAC-SHA256 over kind, node_id,
 // raft_addr and command with the cluster's internal token.
@@ -1487,7 +1634,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_raftstore_proto_msgTypes[13]
+	mi := &file_raftstore_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1646,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[13]
+	mi := &file_raftstore_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1659,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{13}
+	return file_raftstore_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ForwardRequest) GetKind() RPCKind {
@@ -1562,7 +1709,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_raftstore_proto_msgTypes[14]
+	mi := &file_raftstore_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1721,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[14]
+	mi := &file_raftstore_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1734,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{14}
+	return file_raftstore_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ForwardResponse) GetResult() *Result {
@@ -1633,27 +1780,36 @@ const file_raftstore_proto_rawDesc = "" +
 	"\vapi_key_env\x18\x03 \x01(\tR\tapiKeyEnv\x12)\n" +
 	"\x11price_in_per_mtok\x18\x04 \x01(\x01R\x0epriceInPerMtok\x12+\n" +
 	"\x12price_out_per_mtok\x18\x05 \x01(\x01R\x0fpriceOutPerMtok\x12\x1a\n" +
-	"\breadonly\x18\x06 \x01(\bR\breadonly\"\xc5\x01\n" +
+	"\breadonly\x18\x06 \x01(\bR\breadonly\"\xe1\x01\n" +
 	"\x05Route\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\bstrategy\x18\x02 \x01(\tR\bstrategy\x125\n" +
 	"\atargets\x18\x03 \x03(\v2\x1b.rolter.raftstore.v1.TargetR\atargets\x12\x1a\n" +
 	"\bdiscover\x18\x04 \x01(\bR\bdiscover\x12\x1a\n" +
 	"\breadonly\x18\x05 \x01(\bR\breadonly\x12\x1b\n" +
-	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\"\xc3\x01\n" +
+	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\x12\x1a\n" +
+	"\bdisabled\x18\x14 \x01(\bR\bdisabled\"\xdf\x01\n" +
 	"\rProviderGroup\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x1a\n" +
 	"\bstrategy\x18\x03 \x01(\tR\bstrategy\x125\n" +
 	"\amembers\x18\x04 \x03(\v2\x1b.rolter.raftstore.v1.TargetR\amembers\x12\x1a\n" +
 	"\breadonly\x18\x05 \x01(\bR\breadonly\x12\x1b\n" +
-	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\"\x91\x01\n" +
+	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\x12\x1a\n" +
+	"\bdisabled\x18\x14 \x01(\bR\bdisabled\"\x96\x01\n" +
+	"\n" +
+	"ModelPrice\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
+	"\x11price_in_per_mtok\x18\x02 \x01(\x01R\x0epriceInPerMtok\x12+\n" +
+	"\x12price_out_per_mtok\x18\x03 \x01(\x01R\x0fpriceOutPerMtok\x12\x1a\n" +
+	"\breadonly\x18\x04 \x01(\bR\breadonly\"\xaf\x01\n" +
 	"\x03Key\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x16\n" +
 	"\x06models\x18\x03 \x03(\tR\x06models\x12\x1a\n" +
 	"\breadonly\x18\x04 \x01(\bR\breadonly\x12*\n" +
-	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\"\x83\x01\n" +
+	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\x12\x1c\n" +
+	"\tproviders\x18\x14 \x03(\tR\tproviders\"\x83\x01\n" +
 	"\n" +
 	"AdminToken\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -1670,7 +1826,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x11exploration_ratio\x18\x05 \x01(\x01R\x10explorationRatio\x12\x1f\n" +
 	"\vmin_samples\x18\x06 \x01(\x03R\n" +
 	"minSamples\x12*\n" +
-	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\"\xcf\x01\n" +
+	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\"\xe7\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
@@ -1679,19 +1835,21 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x1a\n" +
 	"\bresource\x18\x05 \x01(\tR\bresource\x12\x18\n" +
 	"\aoutcome\x18\x06 \x01(\tR\aoutcome\x12%\n" +
-	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\"\x94\x01\n" +
+	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\x12\x16\n" +
+	"\x06detail\x18\x14 \x01(\tR\x06detail\"\x94\x01\n" +
 	"\x06Result\x12%\n" +
 	"\x0econfig_version\x18\x01 \x01(\x04R\rconfigVersion\x12-\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x19.rolter.raftstore.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed\"\xcf\x02\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\"\x88\x03\n" +
 	"\x04Seed\x12;\n" +
 	"\tproviders\x18\x01 \x03(\v2\x1d.rolter.raftstore.v1.ProviderR\tproviders\x122\n" +
 	"\x06routes\x18\x02 \x03(\v2\x1a.rolter.raftstore.v1.RouteR\x06routes\x12:\n" +
 	"\x06groups\x18\x03 \x03(\v2\".rolter.raftstore.v1.ProviderGroupR\x06groups\x12,\n" +
 	"\x04keys\x18\x04 \x03(\v2\x18.rolter.raftstore.v1.KeyR\x04keys\x127\n" +
 	"\x06tokens\x18\x05 \x03(\v2\x1f.rolter.raftstore.v1.AdminTokenR\x06tokens\x123\n" +
-	"\x06policy\x18\x06 \x01(\v2\x1b.rolter.raftstore.v1.PolicyR\x06policy\"\xe2\x04\n" +
+	"\x06policy\x18\x06 \x01(\v2\x1b.rolter.raftstore.v1.PolicyR\x06policy\x127\n" +
+	"\x06models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\x06models\"\xa6\x05\n" +
 	"\aCommand\x12'\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x17.rolter.raftstore.v1.OpR\x02op\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12,\n" +
@@ -1706,11 +1864,13 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x05token\x18\x0e \x01(\v2\x1f.rolter.raftstore.v1.AdminTokenH\x00R\x05token\x125\n" +
 	"\x06policy\x18\x0f \x01(\v2\x1b.rolter.raftstore.v1.PolicyH\x00R\x06policy\x12\x14\n" +
 	"\x04name\x18\x10 \x01(\tH\x00R\x04name\x12/\n" +
-	"\x04seed\x18\x11 \x01(\v2\x19.rolter.raftstore.v1.SeedH\x00R\x04seedB\t\n" +
+	"\x04seed\x18\x11 \x01(\v2\x19.rolter.raftstore.v1.SeedH\x00R\x04seed\x12B\n" +
+	"\vmodel_price\x18\x14 \x01(\v2\x1f.rolter.raftstore.v1.ModelPriceH\x00R\n" +
+	"modelPriceB\t\n" +
 	"\apayload\"Z\n" +
 	"\x11IdempotencyRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x06result\x18\x02 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\"\xb0\x04\n" +
+	"\x06result\x18\x02 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\"\xe9\x04\n" +
 	"\bSnapshot\x12%\n" +
 	"\x0econfig_version\x18\x01 \x01(\x04R\rconfigVersion\x12\x16\n" +
 	"\x06seeded\x18\x02 \x01(\bR\x06seeded\x12;\n" +
@@ -1723,7 +1883,8 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x05audit\x18\t \x03(\v2\x1f.rolter.raftstore.v1.AuditEntryR\x05audit\x12\x1b\n" +
 	"\taudit_seq\x18\n" +
 	" \x01(\x04R\bauditSeq\x12H\n" +
-	"\vidempotency\x18\v \x03(\v2&.rolter.raftstore.v1.IdempotencyRecordR\vidempotency\"\xa4\x01\n" +
+	"\vidempotency\x18\v \x03(\v2&.rolter.raftstore.v1.IdempotencyRecordR\vidempotency\x127\n" +
+	"\x06models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\x06models\"\xa4\x01\n" +
 	"\x0eForwardRequest\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.rolter.raftstore.v1.RPCKindR\x04kind\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\fR\acommand\x12\x17\n" +
@@ -1749,7 +1910,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\rCODE_CONFLICT\x10\x03\x12\x11\n" +
 	"\rCODE_READONLY\x10\x04\x12\x10\n" +
 	"\fCODE_INVALID\x10\x05\x12\x18\n" +
-	"\x14CODE_UNAUTHENTICATED\x10\x06*\xce\x02\n" +
+	"\x14CODE_UNAUTHENTICATED\x10\x06*\x81\x03\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_SEED\x10\x01\x12\x16\n" +
@@ -1767,7 +1928,9 @@ const file_raftstore_proto_rawDesc = "" +
 	"\rOP_DELETE_KEY\x10\f\x12\x13\n" +
 	"\x0fOP_CREATE_TOKEN\x10\r\x12\x13\n" +
 	"\x0fOP_DELETE_TOKEN\x10\x0e\x12\x11\n" +
-	"\rOP_SET_POLICY\x10\x0f*;\n" +
+	"\rOP_SET_POLICY\x10\x0f\x12\x16\n" +
+	"\x12OP_SET_MODEL_PRICE\x10\x14\x12\x19\n" +
+	"\x15OP_DELETE_MODEL_PRICE\x10\x15*;\n" +
 	"\aRPCKind\x12\x13\n" +
 	"\x0fRPC_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tRPC_APPLY\x10\x01\x12\f\n" +
@@ -1786,7 +1949,7 @@ func file_raftstore_proto_rawDescGZIP() []byte {
 }
 
 var file_raftstore_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_raftstore_proto_goTypes = []any{
 	(Role)(0),                 // 0: rolter.raftstore.v1.Role
 	(Code)(0),                 // 1: rolter.raftstore.v1.Code
@@ -1796,17 +1959,18 @@ var file_raftstore_proto_goTypes = []any{
 	(*Provider)(nil),          // 5: rolter.raftstore.v1.Provider
 	(*Route)(nil),             // 6: rolter.raftstore.v1.Route
 	(*ProviderGroup)(nil),     // 7: rolter.raftstore.v1.ProviderGroup
-	(*Key)(nil),               // 8: rolter.raftstore.v1.Key
-	(*AdminToken)(nil),        // 9: rolter.raftstore.v1.AdminToken
-	(*Policy)(nil),            // 10: rolter.raftstore.v1.Policy
-	(*AuditEntry)(nil),        // 11: rolter.raftstore.v1.AuditEntry
-	(*Result)(nil),            // 12: rolter.raftstore.v1.Result
-	(*Seed)(nil),              // 13: rolter.raftstore.v1.Seed
-	(*Command)(nil),           // 14: rolter.raftstore.v1.Command
-	(*IdempotencyRecord)(nil), // 15: rolter.raftstore.v1.IdempotencyRecord
-	(*Snapshot)(nil),          // 16: rolter.raftstore.v1.Snapshot
-	(*ForwardRequest)(nil),    // 17: rolter.raftstore.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 18: rolter.raftstore.v1.ForwardResponse
+	(*ModelPrice)(nil),        // 8: rolter.raftstore.v1.ModelPrice
+	(*Key)(nil),               // 9: rolter.raftstore.v1.Key
+	(*AdminToken)(nil),        // 10: rolter.raftstore.v1.AdminToken
+	(*Policy)(nil),            // 11: rolter.raftstore.v1.Policy
+	(*AuditEntry)(nil),        // 12: rolter.raftstore.v1.AuditEntry
+	(*Result)(nil),            // 13: rolter.raftstore.v1.Result
+	(*Seed)(nil),              // 14: rolter.raftstore.v1.Seed
+	(*Command)(nil),           // 15: rolter.raftstore.v1.Command
+	(*IdempotencyRecord)(nil), // 16: rolter.raftstore.v1.IdempotencyRecord
+	(*Snapshot)(nil),          // 17: rolter.raftstore.v1.Snapshot
+	(*ForwardRequest)(nil),    // 18: rolter.raftstore.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 19: rolter.raftstore.v1.ForwardResponse
 }
 var file_raftstore_proto_depIdxs = []int32{
 	4,  // 0: rolter.raftstore.v1.Route.targets:type_name -> rolter.raftstore.v1.Target
@@ -1816,33 +1980,36 @@ var file_raftstore_proto_depIdxs = []int32{
 	5,  // 4: rolter.raftstore.v1.Seed.providers:type_name -> rolter.raftstore.v1.Provider
 	6,  // 5: rolter.raftstore.v1.Seed.routes:type_name -> rolter.raftstore.v1.Route
 	7,  // 6: rolter.raftstore.v1.Seed.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 7: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
-	9,  // 8: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	10, // 9: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
-	2,  // 10: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
-	5,  // 11: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
-	6,  // 12: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
-	7,  // 13: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 14: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
-	9,  // 15: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
-	10, // 16: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
-	13, // 17: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
-	12, // 18: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
-	5,  // 19: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
-	6,  // 20: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
-	7,  // 21: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 22: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
-	9,  // 23: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	10, // 24: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
-	11, // 25: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
-	15, // 26: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
-	3,  // 27: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
-	12, // 28: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	9,  // 7: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
+	10, // 8: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	11, // 9: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
+	8,  // 10: rolter.raftstore.v1.Seed.models:type_name -> rolter.raftstore.v1.ModelPrice
+	2,  // 11: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
+	5,  // 12: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
+	6,  // 13: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
+	7,  // 14: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
+	9,  // 15: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
+	10, // 16: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
+	11, // 17: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
+	14, // 18: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
+	8,  // 19: rolter.raftstore.v1.Command.model_price:type_name -> rolter.raftstore.v1.ModelPrice
+	13, // 20: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
+	5,  // 21: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
+	6,  // 22: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
+	7,  // 23: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	9,  // 24: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
+	10, // 25: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	11, // 26: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
+	12, // 27: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
+	16, // 28: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
+	8,  // 29: rolter.raftstore.v1.Snapshot.models:type_name -> rolter.raftstore.v1.ModelPrice
+	3,  // 30: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
+	13, // 31: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_raftstore_proto_init() }
@@ -1850,7 +2017,7 @@ func file_raftstore_proto_init() {
 	if File_raftstore_proto != nil {
 		return
 	}
-	file_raftstore_proto_msgTypes[10].OneofWrappers = []any{
+	file_raftstore_proto_msgTypes[11].OneofWrappers = []any{
 		(*Command_Provider)(nil),
 		(*Command_Route)(nil),
 		(*Command_Group)(nil),
@@ -1859,6 +2026,7 @@ func file_raftstore_proto_init() {
 		(*Command_Policy)(nil),
 		(*Command_Name)(nil),
 		(*Command_Seed)(nil),
+		(*Command_ModelPrice)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1866,7 +2034,7 @@ func file_raftstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftstore_proto_rawDesc), len(file_raftstore_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
