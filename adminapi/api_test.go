@@ -564,3 +564,29 @@ func TestEnabledFlagOnRoutesAndGroups(t *testing.T) {
 		return ok && !g.IsEnabled()
 	})
 }
+
+// A key's provider allowlist is validated, replicated and shown.
+func TestKeyProviderAllowlistThroughTheAPI(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	r := call(t, api, http.MethodPost, "/api/v1/keys", superToken, `{"name":"k","providers":["vllm-a","nope"]}`)
+	if r.code != http.StatusBadRequest || errMessage(r) != `providers[1]: no provider named "nope"` {
+		t.Fatalf("unknown provider: %d %s", r.code, r.raw)
+	}
+	r = call(t, api, http.MethodPost, "/api/v1/keys", superToken, `{"name":"k","providers":["vllm-a"]}`)
+	if r.code != http.StatusCreated || !strings.Contains(r.raw, `"providers":["vllm-a"]`) {
+		t.Fatalf("create: %d %s", r.code, r.raw)
+	}
+	eventually(t, 5*time.Second, "key replicated with its providers", func() bool {
+		for i := range 3 {
+			if k, ok := m.c.Node(i).State().Keys["k"]; !ok || len(k.Providers) != 1 || k.Providers[0] != "vllm-a" {
+				return false
+			}
+		}
+		return true
+	})
+	cfg := m.c.Node(0).State().Config(nil)
+	if len(cfg.Keys) != 1 || len(cfg.Keys[0].Providers) != 1 {
+		t.Errorf("data-plane config keys %+v", cfg.Keys)
+	}
+}

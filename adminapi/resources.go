@@ -62,6 +62,7 @@ type groupJSON struct {
 type keyJSON struct {
 	Name      string    `json:"name"`
 	Models    []string  `json:"models"`
+	Providers []string  `json:"providers"`
 	ReadOnly  bool      `json:"readonly"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	// Secret is set only in the response to the creating request.
@@ -120,11 +121,14 @@ func groupOut(g config.ProviderGroup) groupJSON {
 }
 
 func keyOut(k cluster.APIKey) keyJSON {
-	models := k.Models
+	models, providers := k.Models, k.Providers
 	if models == nil {
 		models = []string{}
 	}
-	return keyJSON{Name: k.Name, Models: models, ReadOnly: k.ReadOnly, CreatedAt: k.Created}
+	if providers == nil {
+		providers = []string{}
+	}
+	return keyJSON{Name: k.Name, Models: models, Providers: providers, ReadOnly: k.ReadOnly, CreatedAt: k.Created}
 }
 
 // ---- providers
@@ -377,8 +381,9 @@ const shownOnce = "the secret is shown only in the response that created it"
 
 func (a *API) createKey(w http.ResponseWriter, r *http.Request, p principal) {
 	var in struct {
-		Name   string   `json:"name"`
-		Models []string `json:"models"`
+		Name      string   `json:"name"`
+		Models    []string `json:"models"`
+		Providers []string `json:"providers"`
 	}
 	if !decode(w, r, &in) {
 		return
@@ -387,12 +392,19 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, p principal) {
 		badRequest(w, "name: required")
 		return
 	}
+	known := a.d.Store.State().Providers
+	for i, p := range in.Providers {
+		if _, ok := known[p]; !ok {
+			badRequest(w, fmt.Sprintf("providers[%d]: no provider named %q", i, p))
+			return
+		}
+	}
 	secret, err := a.newSecret("sk-rolter-")
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "cannot generate a key", "server_error", "internal_error")
 		return
 	}
-	k := cluster.APIKey{Name: in.Name, SHA256: cluster.HashToken(secret), Models: in.Models}
+	k := cluster.APIKey{Name: in.Name, SHA256: cluster.HashToken(secret), Models: in.Models, Providers: in.Providers}
 	cmd := &raftstore.Command{Op: raftstore.Op_OP_CREATE_KEY, Payload: &raftstore.Command_Key{Key: cluster.KeyToPB(k)}}
 	res, ok := a.apply(w, r, p, cmd)
 	if !ok {

@@ -51,11 +51,13 @@ func ParseRole(s string) Role {
 // APIKey is a client API key as replicated: its secret is never stored,
 // only the hex SHA-256.
 type APIKey struct {
-	Name     string    `json:"name"`
-	SHA256   string    `json:"-"`
-	Models   []string  `json:"models"`
-	ReadOnly bool      `json:"readonly"`
-	Created  time.Time `json:"created_at"`
+	Name   string   `json:"name"`
+	SHA256 string   `json:"-"`
+	Models []string `json:"models"`
+	// Providers is the key's provider allowlist (empty: every provider).
+	Providers []string  `json:"providers"`
+	ReadOnly  bool      `json:"readonly"`
+	Created   time.Time `json:"created_at"`
 }
 
 // AdminToken is an admin API bearer token, stored as the hex SHA-256 of
@@ -185,7 +187,8 @@ func (s *State) Config(base *config.Config) *config.Config {
 	}
 	c.Keys = make([]config.Key, 0, len(s.Keys))
 	for _, k := range s.KeyList() {
-		c.Keys = append(c.Keys, config.Key{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models), ReadOnly: k.ReadOnly})
+		c.Keys = append(c.Keys, config.Key{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models),
+			Providers: slices.Clone(k.Providers), ReadOnly: k.ReadOnly})
 	}
 	p := s.Policy.AdaptivePolicy
 	c.AdaptiveRouting = config.AdaptiveRouting{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,

@@ -79,11 +79,12 @@ func KeyToPB(k APIKey) *raftstore.Key {
 		created = k.Created.UnixNano()
 	}
 	return &raftstore.Key{Name: k.Name, Sha256: k.SHA256, Models: slices.Clone(k.Models), Readonly: k.ReadOnly,
+		Providers: slices.Clone(k.Providers),
 		CreatedUnixNano: created}
 }
 
 func keyFromPB(k *raftstore.Key) APIKey {
-	return APIKey{Name: k.GetName(), SHA256: k.GetSha256(), Models: slices.Clone(k.GetModels()),
+	return APIKey{Name: k.GetName(), SHA256: k.GetSha256(), Models: slices.Clone(k.GetModels()), Providers: slices.Clone(k.GetProviders()),
 		ReadOnly: k.GetReadonly(), Created: fromNanos(k.GetCreatedUnixNano())}
 }
 
@@ -140,7 +141,7 @@ func SeedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 			s.Groups = append(s.Groups, GroupToPB(g))
 		}
 		for _, k := range c.Keys {
-			s.Keys = append(s.Keys, KeyToPB(APIKey{Name: k.Name, SHA256: k.SHA256, Models: k.Models, ReadOnly: k.ReadOnly}))
+			s.Keys = append(s.Keys, KeyToPB(APIKey{Name: k.Name, SHA256: k.SHA256, Models: k.Models, Providers: k.Providers, ReadOnly: k.ReadOnly}))
 		}
 		s.Policy = PolicyToPB(c.AdaptiveRouting.Policy())
 	}

@@ -213,6 +213,9 @@ type Key struct {
 	SHA256    string   `toml:"sha256"`
 	SecretEnv string   `toml:"secret_env"`
 	Models    []string `toml:"models"`
+	// Providers, when set, are the only providers the key's requests may
+	// land on: targets on any other provider are ineligible for it.
+	Providers []string `toml:"providers"`
 	ReadOnly  bool     `toml:"readonly"`
 }
 

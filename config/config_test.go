@@ -90,6 +90,8 @@ func TestParseErrorsNameFileEntryAndField(t *testing.T) {
 			[]string{`routes[0] (model "m") targets[1]`, "weight", "must be an integer ≥ 1, got 0"}},
 		{"zero member weight", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[provider_groups]]\nname = \"G\"\nslug = \"g\"\n[[provider_groups.members]]\nprovider = \"p\"\nweight = 0\n",
 			[]string{`provider_groups[0] (name "G") members[0]`, "weight", "got 0"}},
+		{"key provider unknown", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[keys]]\nname = \"k\"\nsha256 = \"" + strings.Repeat("a", 64) + "\"\nproviders = [\"p\", \"nope\"]\n",
+			[]string{`keys[0] (name "k")`, "providers[1]", `no provider named "nope"`}},
 		{"unset key env", "[[keys]]\nname = \"k\"\nsecret_env = \"NOPE\"\n", []string{`keys[0] (name "k")`, "secret_env", "NOPE"}},
 		{"duplicate route", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n",
 			[]string{"duplicate route"}},

@@ -247,6 +247,11 @@ func (c *Config) check(file string, getenv func(string) string, explicit map[wei
 			v.add(entry, "name", "duplicate key name")
 		}
 		keys[k.Name] = true
+		for j, p := range k.Providers {
+			if !providers[p] {
+				v.add(entry, fmt.Sprintf("providers[%d]", j), fmt.Sprintf("no provider named %q", p))
+			}
+		}
 		switch {
 		case k.SHA256 != "" && k.SecretEnv != "":
 			v.add(entry, "sha256", "set either sha256 or secret_env, not both")

@@ -53,7 +53,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	// A client that trickles its body is cut after [timeouts] read_body;
 	// the deadline is lifted again for the (long) streaming response.
 	// One allocation holds the request's routing state for its whole life.
-	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
+	a := &attempt{s: s, sn: sn, key: key, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
 	a.req, a.rc = &a.reqv, &a.rcv
 	ctl := a.ctl
 	_ = ctl.SetReadDeadline(time.Now().Add(sn.cfg.Timeouts.ReadBody.Duration))
@@ -82,6 +82,10 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	label, counted = res.pool.key, res.pool
 	if !key.allows(req.model) {
 		fail(fmt.Errorf("%w: %q", ErrForbidden, req.model), 0)
+		return
+	}
+	if !a.keyReaches() {
+		fail(fmt.Errorf("%w: key %q may not use any target of %q", ErrNoProvider, key.name, req.model), 0)
 		return
 	}
 	if req.stream && key != nil && sn.cfg.Limits.MaxStreamsPerKey > 0 {
@@ -134,6 +138,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type attempt struct {
 	s     *Server
 	sn    *snapshot
+	key   *apiKey // nil: the router is open
 	w     http.ResponseWriter
 	r     *http.Request
 	res   resolved
@@ -254,11 +259,25 @@ func (a *attempt) backoff(deadline time.Time, d time.Duration) error {
 	return a.s.sleep(ctx, d)
 }
 
+// keyReaches reports whether the request's key may use some target of its
+// pool (seed 000: eligibility includes "allowed to the key").
+func (a *attempt) keyReaches() bool {
+	if len(a.res.pool.targets) == 0 {
+		return true // run answers that the pool has no targets
+	}
+	for i := range a.res.pool.targets {
+		if a.key.allowsProvider(a.res.pool.targets[i].provider.name) {
+			return true
+		}
+	}
+	return false
+}
+
 // anyEligible reports whether some untried target could take a retry now.
 func (a *attempt) anyEligible() bool {
 	now := a.s.clock.Now()
 	for i, t := range a.res.pool.targets {
-		if !a.tried[i] && t.unavailable(now) == "" {
+		if !a.tried[i] && a.key.allowsProvider(t.provider.name) && t.unavailable(now) == "" {
 			return true
 		}
 	}
@@ -288,7 +307,7 @@ func (a *attempt) pick() (int, bool) {
 	}
 	a.rc.QueuedPrefill = a.queued
 	eligible := func(i int) bool {
-		return !a.tried[i] && p.targets[i].unavailable(now) == ""
+		return !a.tried[i] && a.key.allowsProvider(p.targets[i].provider.name) && p.targets[i].unavailable(now) == ""
 	}
 	for range p.targets {
 		idx, ok := p.lb.PickEligible(a.rc, a.loads, eligible)
@@ -313,6 +332,9 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 	for i := range a.res.pool.targets {
 		t := &a.res.pool.targets[i]
 		why := t.unavailable(now)
+		if !a.key.allowsProvider(t.provider.name) {
+			why = "not_allowed_to_key"
+		}
 		if until, reason, ok := t.park.state(now); ok && why == "parked" {
 			parked = append(parked, fmt.Sprintf("%s parked until %s (%s)", t.label, until.UTC().Format(time.RFC3339), reason))
 		}

@@ -272,6 +272,12 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	sort.Strings(s.models)
 	for _, kc := range cfg.Keys {
 		k := apiKey{name: kc.Name, models: kc.Models}
+		if len(kc.Providers) > 0 {
+			k.providers = make(map[string]bool, len(kc.Providers))
+			for _, p := range kc.Providers {
+				k.providers[p] = true
+			}
+		}
 		if _, err := hex.Decode(k.sum[:], []byte(kc.SHA256)); err != nil {
 			return nil, fmt.Errorf("router: key %q: sha256: %w", kc.Name, err)
 		}
