@@ -79,7 +79,7 @@ func KeyToPB(k APIKey) *raftstore.Key {
 		created = k.Created.UnixNano()
 	}
 	return &raftstore.Key{Name: k.Name, Sha256: k.SHA256, Models: slices.Clone(k.Models), Readonly: k.ReadOnly,
-		Providers: slices.Clone(k.Providers),
+		Providers:       slices.Clone(k.Providers),
 		CreatedUnixNano: created}
 }
 
