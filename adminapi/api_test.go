@@ -181,6 +181,15 @@ func TestPolicyPutOnFollowerReachesEveryRouterAndIsAudited(t *testing.T) {
 	if e["action"] != "adaptive_routing_policy.update" || e["actor"] != "bootstrap" || e["outcome"] != "ok" || e["time"] == "" {
 		t.Errorf("audit entry %v", e)
 	}
+	// The entry records what changed: the six fields before and after, and
+	// the routes the policy reaches.
+	d, _ := json.Marshal(e["detail"])
+	wantDetail := `{"affected_routes":["alpha","zeta"],` +
+		`"after":{"cost_weight":0.5,"enabled":true,"exploration_ratio":0.1,"latency_weight":2,"load_weight":0.25,"min_samples":20},` +
+		`"before":{"cost_weight":0.5,"enabled":false,"exploration_ratio":0.05,"latency_weight":1,"load_weight":0.25,"min_samples":50}}`
+	if string(d) != wantDetail {
+		t.Errorf("audit detail\n%s\nwant\n%s", d, wantDetail)
+	}
 	if strings.Contains(a.raw, superToken) || strings.Contains(a.raw, cluster.HashToken(superToken)) {
 		t.Error("audit log leaks the admin token")
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -93,8 +94,14 @@ func applyCommand(s *State, cmd *raftstore.Command, index uint64) (*State, *raft
 		n.ConfigVersion++
 	}
 	res.ConfigVersion = n.ConfigVersion
-	n.audit(AuditEntry{Time: fromNanos(cmd.GetTimeUnixNano()), Actor: actor, Action: spec.action,
-		Resource: resourceName(spec.kind, cmd), Outcome: outcome(res), ConfigVersion: n.ConfigVersion})
+	e := AuditEntry{Time: fromNanos(cmd.GetTimeUnixNano()), Actor: actor, Action: spec.action,
+		Resource: resourceName(spec.kind, cmd), Outcome: outcome(res), ConfigVersion: n.ConfigVersion}
+	if cmd.GetOp() == raftstore.Op_OP_SET_POLICY {
+		// Deterministic on every node: struct fields in order, sorted routes.
+		e.Detail, _ = json.Marshal(PolicyChange{Before: s.Policy.AdaptivePolicy,
+			After: policyFromPB(cmd.GetPolicy()).AdaptivePolicy, AffectedRoutes: n.AffectedRoutes()})
+	}
+	n.audit(e)
 	if idemKey != "" {
 		n.idem = n.idem.put(idemKey, res)
 	}

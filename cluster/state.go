@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"slices"
 	"sort"
 	"strings"
@@ -85,6 +86,19 @@ type AuditEntry struct {
 	Resource      string    `json:"resource"`
 	Outcome       string    `json:"outcome"`
 	ConfigVersion uint64    `json:"config_version"`
+	// Detail says what the change was, as JSON; for
+	// adaptive_routing_policy.update a PolicyChange. Empty for other
+	// actions.
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// PolicyChange is the audit detail of an adaptive routing policy update:
+// the six policy fields before and after (After is what was asked for
+// when the update was refused), and the routes the policy governs.
+type PolicyChange struct {
+	Before         strategies.AdaptivePolicy `json:"before"`
+	After          strategies.AdaptivePolicy `json:"after"`
+	AffectedRoutes []string                  `json:"affected_routes"`
 }
 
 // State is one immutable version of the replicated control-plane state.

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -111,12 +112,20 @@ func policyFromPB(p *raftstore.Policy) Policy {
 
 func auditToPB(e AuditEntry) *raftstore.AuditEntry {
 	return &raftstore.AuditEntry{Seq: e.Seq, TimeUnixNano: e.Time.UnixNano(), Actor: e.Actor, Action: e.Action,
-		Resource: e.Resource, Outcome: e.Outcome, ConfigVersion: e.ConfigVersion}
+		Resource: e.Resource, Outcome: e.Outcome, ConfigVersion: e.ConfigVersion, Detail: string(e.Detail)}
 }
 
 func auditFromPB(e *raftstore.AuditEntry) AuditEntry {
 	return AuditEntry{Seq: e.GetSeq(), Time: fromNanos(e.GetTimeUnixNano()), Actor: e.GetActor(), Action: e.GetAction(),
-		Resource: e.GetResource(), Outcome: e.GetOutcome(), ConfigVersion: e.GetConfigVersion()}
+		Resource: e.GetResource(), Outcome: e.GetOutcome(), ConfigVersion: e.GetConfigVersion(),
+		Detail: detailFromPB(e.GetDetail())}
+}
+
+func detailFromPB(d string) json.RawMessage {
+	if d == "" {
+		return nil
+	}
+	return json.RawMessage(d)
 }
 
 func fromNanos(n int64) time.Time {
