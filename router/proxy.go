@@ -378,7 +378,9 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
 	}
 	body := a.req.withModel(t.upstreamModel(a.res.requested))
-	queue := t.stats.Begin()
+	// The load the balancer saw for idx at this pick (pick fills a.loads).
+	queue := strategies.QueueDepth(a.loads, idx)
+	t.stats.Begin()
 	a.holdPrefill(t, idx)
 	inflight := s.metrics.targetInFlight(t)
 	inflight.Inc()

@@ -101,7 +101,7 @@ type flight struct {
 	router      int
 	engine      int
 	adapter     string
-	queue       uint64 // the replica's in-flight count on the target before this request
+	queue       uint64 // strategies.QueueDepth at the pick: the load the replica's balancer saw
 	prompt      int
 	output      int
 	uncached    int
@@ -385,7 +385,8 @@ func (r *run) route(i, k int) {
 		if rep.share {
 			rep.state.Observed(meshPool, r.keyOf[target], &rc)
 		}
-		f.queue = rep.stats[target].Begin()
+		f.queue = strategies.QueueDepth(rep.loads, target)
+		rep.stats[target].Begin()
 		f.estUncached = r.estimateUncached(target, p)
 		rep.stats[target].QueuePrefill(uint64(f.estUncached))
 	}
