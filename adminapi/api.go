@@ -182,6 +182,11 @@ func (a *API) routes() {
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.updateGroup)).Methods(http.MethodPut)
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_GROUP))).Methods(http.MethodDelete)
 
+	v.Handle("/model-prices", a.auth(cluster.RoleViewer, a.listModelPrices)).Methods(http.MethodGet)
+	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleViewer, a.getModelPrice)).Methods(http.MethodGet)
+	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.putModelPrice)).Methods(http.MethodPut)
+	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_MODEL_PRICE))).Methods(http.MethodDelete)
+
 	v.Handle("/keys", a.auth(cluster.RoleViewer, a.listKeys)).Methods(http.MethodGet)
 	v.Handle("/keys", a.auth(cluster.RoleAdmin, a.createKey)).Methods(http.MethodPost)
 	v.Handle("/keys/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_KEY))).Methods(http.MethodDelete)

@@ -599,3 +599,43 @@ func TestKeyProviderAllowlistThroughTheAPI(t *testing.T) {
 		t.Errorf("data-plane config keys %+v", cfg.Keys)
 	}
 }
+
+// The model price catalog is editable through the API with rolter.toml's
+// validation, replicated, and part of the data plane's config.
+func TestModelPriceCatalog(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	for _, tc := range []struct{ body, want string }{
+		{`{"price_in_per_mtok":-1,"price_out_per_mtok":1}`, "price_in_per_mtok: must be a finite number ≥ 0"},
+		{`{"price_in_per_mtok":1}`, "price_in_per_mtok and price_out_per_mtok: both required"},
+		{`{"model":"other","price_in_per_mtok":1,"price_out_per_mtok":1}`, "model: does not match the URL"},
+	} {
+		r := call(t, api, http.MethodPut, "/api/v1/model-prices/meta-llama/Llama-3.1-8B", superToken, tc.body)
+		if r.code != http.StatusBadRequest || errMessage(r) != tc.want {
+			t.Errorf("PUT %s: %d %q, want 400 %q", tc.body, r.code, errMessage(r), tc.want)
+		}
+	}
+	r := call(t, api, http.MethodPut, "/api/v1/model-prices/meta-llama/Llama-3.1-8B", superToken, `{"price_in_per_mtok":0.2,"price_out_per_mtok":0.6}`)
+	if r.code != http.StatusOK || r.body["model"] != "meta-llama/Llama-3.1-8B" || r.body["price_out_per_mtok"] != 0.6 {
+		t.Fatalf("PUT: %d %s", r.code, r.raw)
+	}
+	eventually(t, 5*time.Second, "catalog replicated", func() bool {
+		for i := range 3 {
+			cfg := m.c.Node(i).State().Config(nil)
+			if len(cfg.Models) != 1 || cfg.Models[0].PriceInPerMtok != 0.2 {
+				return false
+			}
+		}
+		return true
+	})
+	r = call(t, m.apis[0], http.MethodGet, "/api/v1/model-prices", superToken, "")
+	if r.code != http.StatusOK || !strings.Contains(r.raw, `"model":"meta-llama/Llama-3.1-8B"`) {
+		t.Errorf("GET: %d %s", r.code, r.raw)
+	}
+	if r := call(t, api, http.MethodDelete, "/api/v1/model-prices/meta-llama/Llama-3.1-8B", superToken, ""); r.code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", r.code, r.raw)
+	}
+	if r := call(t, api, http.MethodDelete, "/api/v1/model-prices/meta-llama/Llama-3.1-8B", superToken, ""); r.code != http.StatusNotFound {
+		t.Errorf("second DELETE: %d %s", r.code, r.raw)
+	}
+}

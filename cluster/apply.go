@@ -24,21 +24,23 @@ type opSpec struct {
 }
 
 var ops = map[raftstore.Op]opSpec{
-	raftstore.Op_OP_CREATE_PROVIDER: {RoleAdmin, "provider.create", "provider"},
-	raftstore.Op_OP_UPDATE_PROVIDER: {RoleAdmin, "provider.update", "provider"},
-	raftstore.Op_OP_DELETE_PROVIDER: {RoleAdmin, "provider.delete", "provider"},
-	raftstore.Op_OP_CREATE_ROUTE:    {RoleAdmin, "route.create", "route"},
-	raftstore.Op_OP_UPDATE_ROUTE:    {RoleAdmin, "route.update", "route"},
-	raftstore.Op_OP_DELETE_ROUTE:    {RoleAdmin, "route.delete", "route"},
-	raftstore.Op_OP_CREATE_GROUP:    {RoleAdmin, "provider_group.create", "provider_group"},
-	raftstore.Op_OP_UPDATE_GROUP:    {RoleAdmin, "provider_group.update", "provider_group"},
-	raftstore.Op_OP_DELETE_GROUP:    {RoleAdmin, "provider_group.delete", "provider_group"},
-	raftstore.Op_OP_CREATE_KEY:      {RoleAdmin, "key.create", "key"},
-	raftstore.Op_OP_DELETE_KEY:      {RoleAdmin, "key.delete", "key"},
-	raftstore.Op_OP_CREATE_TOKEN:    {RoleSuperadmin, "admin_token.create", "admin_token"},
-	raftstore.Op_OP_DELETE_TOKEN:    {RoleSuperadmin, "admin_token.delete", "admin_token"},
-	raftstore.Op_OP_SET_POLICY:      {RoleSuperadmin, "adaptive_routing_policy.update", "adaptive_routing_policy"},
-	raftstore.Op_OP_SEED:            {RoleNone, "config.seed", "config"},
+	raftstore.Op_OP_CREATE_PROVIDER:    {RoleAdmin, "provider.create", "provider"},
+	raftstore.Op_OP_UPDATE_PROVIDER:    {RoleAdmin, "provider.update", "provider"},
+	raftstore.Op_OP_DELETE_PROVIDER:    {RoleAdmin, "provider.delete", "provider"},
+	raftstore.Op_OP_CREATE_ROUTE:       {RoleAdmin, "route.create", "route"},
+	raftstore.Op_OP_UPDATE_ROUTE:       {RoleAdmin, "route.update", "route"},
+	raftstore.Op_OP_DELETE_ROUTE:       {RoleAdmin, "route.delete", "route"},
+	raftstore.Op_OP_CREATE_GROUP:       {RoleAdmin, "provider_group.create", "provider_group"},
+	raftstore.Op_OP_UPDATE_GROUP:       {RoleAdmin, "provider_group.update", "provider_group"},
+	raftstore.Op_OP_DELETE_GROUP:       {RoleAdmin, "provider_group.delete", "provider_group"},
+	raftstore.Op_OP_CREATE_KEY:         {RoleAdmin, "key.create", "key"},
+	raftstore.Op_OP_DELETE_KEY:         {RoleAdmin, "key.delete", "key"},
+	raftstore.Op_OP_CREATE_TOKEN:       {RoleSuperadmin, "admin_token.create", "admin_token"},
+	raftstore.Op_OP_DELETE_TOKEN:       {RoleSuperadmin, "admin_token.delete", "admin_token"},
+	raftstore.Op_OP_SET_POLICY:         {RoleSuperadmin, "adaptive_routing_policy.update", "adaptive_routing_policy"},
+	raftstore.Op_OP_SET_MODEL_PRICE:    {RoleAdmin, "model_price.set", "model_price"},
+	raftstore.Op_OP_DELETE_MODEL_PRICE: {RoleAdmin, "model_price.delete", "model_price"},
+	raftstore.Op_OP_SEED:               {RoleNone, "config.seed", "config"},
 }
 
 // RequiredRole returns the role a command's op needs (RoleNone for the
@@ -132,6 +134,8 @@ func resourceName(kind string, cmd *raftstore.Command) string {
 		name = p.Key.GetName()
 	case *raftstore.Command_Token:
 		name = p.Token.GetName()
+	case *raftstore.Command_ModelPrice:
+		name = p.ModelPrice.GetModel()
 	}
 	if name == "" {
 		return kind
@@ -156,7 +160,10 @@ func (s *State) seed(sd *raftstore.Seed) *raftstore.Result {
 		return fail(raftstore.Code_CODE_CONFLICT, "already seeded")
 	}
 	s.Providers, s.Routes, s.Groups = cloneMap(s.Providers), cloneMap(s.Routes), cloneMap(s.Groups)
-	s.Keys, s.Tokens = cloneMap(s.Keys), cloneMap(s.Tokens)
+	s.Keys, s.Tokens, s.Models = cloneMap(s.Keys), cloneMap(s.Tokens), cloneMap(s.Models)
+	for _, m := range sd.GetModels() {
+		s.Models[m.GetModel()] = modelPriceFromPB(m)
+	}
 	for _, p := range sd.GetProviders() {
 		s.Providers[p.GetName()] = providerFromPB(p)
 	}
@@ -248,6 +255,27 @@ func (s *State) mutate(cmd *raftstore.Command) *raftstore.Result {
 			}
 		}
 		return fail(raftstore.Code_CODE_NOT_FOUND, "no admin token %q", cmd.GetName())
+	case raftstore.Op_OP_SET_MODEL_PRICE:
+		m := modelPriceFromPB(cmd.GetModelPrice())
+		if m.Model == "" {
+			return fail(raftstore.Code_CODE_INVALID, "model: required")
+		}
+		if f, err := config.CheckPrices(m.PriceInPerMtok, m.PriceOutPerMtok); err != nil {
+			return fail(raftstore.Code_CODE_INVALID, "%s: %s", f, err.Error())
+		}
+		if old, ok := s.Models[m.Model]; ok && old.ReadOnly {
+			return fail(raftstore.Code_CODE_READONLY, "model price %q is readonly (set in rolter.toml)", m.Model)
+		}
+		m.ReadOnly = false
+		s.Models = cloneMap(s.Models)
+		s.Models[m.Model] = m
+	case raftstore.Op_OP_DELETE_MODEL_PRICE:
+		m, ok := s.Models[cmd.GetName()]
+		if res := existsWritable("model price", cmd.GetName(), ok, m.ReadOnly); res != nil {
+			return res
+		}
+		s.Models = cloneMap(s.Models)
+		delete(s.Models, cmd.GetName())
 	case raftstore.Op_OP_SET_POLICY:
 		p := policyFromPB(cmd.GetPolicy())
 		if err := config.ValidatePolicy(p.AdaptivePolicy); err != nil {

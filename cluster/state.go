@@ -120,6 +120,8 @@ type State struct {
 	Keys map[string]APIKey
 	// Tokens is keyed by the token's hex SHA-256.
 	Tokens map[string]AdminToken
+	// Models is the model price catalog, keyed by upstream model.
+	Models map[string]config.ModelPrice
 	Policy Policy
 	// Audit holds the most recent entries, oldest first, at most
 	// AuditCapacity of them.
@@ -138,6 +140,7 @@ func emptyState() *State {
 		Groups:    map[string]config.ProviderGroup{},
 		Keys:      map[string]APIKey{},
 		Tokens:    map[string]AdminToken{},
+		Models:    map[string]config.ModelPrice{},
 		Policy:    Policy{AdaptivePolicy: strategies.DefaultAdaptivePolicy()},
 	}
 }
@@ -150,6 +153,9 @@ func (s *State) RouteList() []config.Route { return sortedValues(s.Routes) }
 
 // GroupList returns the provider groups sorted by name.
 func (s *State) GroupList() []config.ProviderGroup { return sortedValues(s.Groups) }
+
+// ModelList returns the price catalog sorted by model.
+func (s *State) ModelList() []config.ModelPrice { return sortedValues(s.Models) }
 
 // KeyList returns the API keys sorted by name.
 func (s *State) KeyList() []APIKey { return sortedValues(s.Keys) }
@@ -204,6 +210,7 @@ func (s *State) Config(base *config.Config) *config.Config {
 		c.Keys = append(c.Keys, config.Key{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models),
 			Providers: slices.Clone(k.Providers), ReadOnly: k.ReadOnly})
 	}
+	c.Models = s.ModelList()
 	p := s.Policy.AdaptivePolicy
 	c.AdaptiveRouting = config.AdaptiveRouting{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
 		LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: p.MinSamples}

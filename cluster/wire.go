@@ -73,6 +73,17 @@ func enabledFromPB(disabled bool) *bool {
 	return nil
 }
 
+// ModelPriceToPB converts a catalog entry to its wire form.
+func ModelPriceToPB(m config.ModelPrice) *raftstore.ModelPrice {
+	return &raftstore.ModelPrice{Model: m.Model, PriceInPerMtok: m.PriceInPerMtok, PriceOutPerMtok: m.PriceOutPerMtok,
+		Readonly: m.ReadOnly}
+}
+
+func modelPriceFromPB(m *raftstore.ModelPrice) config.ModelPrice {
+	return config.ModelPrice{Model: m.GetModel(), PriceInPerMtok: m.GetPriceInPerMtok(),
+		PriceOutPerMtok: m.GetPriceOutPerMtok(), ReadOnly: m.GetReadonly()}
+}
+
 // KeyToPB converts an API key to its wire form.
 func KeyToPB(k APIKey) *raftstore.Key {
 	var created int64
@@ -153,6 +164,9 @@ func SeedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 			s.Keys = append(s.Keys, KeyToPB(APIKey{Name: k.Name, SHA256: k.SHA256, Models: k.Models, Providers: k.Providers, ReadOnly: k.ReadOnly}))
 		}
 		s.Policy = PolicyToPB(c.AdaptiveRouting.Policy())
+		for _, m := range c.Models {
+			s.Models = append(s.Models, ModelPriceToPB(m))
+		}
 	}
 	if superadminSHA256 != "" {
 		s.Tokens = append(s.Tokens, TokenToPB(AdminToken{Name: "bootstrap", SHA256: superadminSHA256,
@@ -175,6 +189,9 @@ func (s *State) toSnapshot() *raftstore.Snapshot {
 	}
 	for _, k := range s.KeyList() {
 		out.Keys = append(out.Keys, KeyToPB(k))
+	}
+	for _, m := range s.ModelList() {
+		out.Models = append(out.Models, ModelPriceToPB(m))
 	}
 	for _, t := range sortedValues(s.Tokens) {
 		out.Tokens = append(out.Tokens, TokenToPB(t))
@@ -213,6 +230,9 @@ func stateFromSnapshot(sn *raftstore.Snapshot) *State {
 	}
 	for _, t := range sn.GetTokens() {
 		s.Tokens[t.GetSha256()] = tokenFromPB(t)
+	}
+	for _, m := range sn.GetModels() {
+		s.Models[m.GetModel()] = modelPriceFromPB(m)
 	}
 	if sn.GetPolicy() != nil {
 		s.Policy = policyFromPB(sn.GetPolicy())

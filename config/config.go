@@ -24,6 +24,20 @@ type Config struct {
 	Limits          Limits          `toml:"limits"`
 	MetricsScrape   MetricsScrape   `toml:"metrics_scrape"`
 	Keys            []Key           `toml:"keys"`
+	// Models is the model price catalog ([[models]]): what each upstream
+	// model costs, whichever provider serves it.
+	Models []ModelPrice `toml:"models"`
+}
+
+// ModelPrice is one [[models]] entry of the price catalog. cheapest,
+// adaptive and provider groups price a target by its upstream model from
+// here; a provider's own prices are the fallback for a model the catalog
+// does not list.
+type ModelPrice struct {
+	Model           string  `toml:"model" json:"model"`
+	PriceInPerMtok  float64 `toml:"price_in_per_mtok" json:"price_in_per_mtok"`
+	PriceOutPerMtok float64 `toml:"price_out_per_mtok" json:"price_out_per_mtok"`
+	ReadOnly        bool    `toml:"readonly" json:"readonly"`
 }
 
 // Provider is one upstream OpenAI-compatible endpoint (a vLLM engine or an

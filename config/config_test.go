@@ -92,6 +92,8 @@ func TestParseErrorsNameFileEntryAndField(t *testing.T) {
 			[]string{`provider_groups[0] (name "G") members[0]`, "weight", "got 0"}},
 		{"key provider unknown", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[keys]]\nname = \"k\"\nsha256 = \"" + strings.Repeat("a", 64) + "\"\nproviders = [\"p\", \"nope\"]\n",
 			[]string{`keys[0] (name "k")`, "providers[1]", `no provider named "nope"`}},
+		{"catalog price", "[[models]]\nmodel = \"m\"\nprice_in_per_mtok = -1\n", []string{`models[0] (model "m")`, "price_in_per_mtok", "≥ 0"}},
+		{"catalog duplicate", "[[models]]\nmodel = \"m\"\n[[models]]\nmodel = \"m\"\n", []string{`models[1] (model "m")`, "duplicate"}},
 		{"unset key env", "[[keys]]\nname = \"k\"\nsecret_env = \"NOPE\"\n", []string{`keys[0] (name "k")`, "secret_env", "NOPE"}},
 		{"duplicate route", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n",
 			[]string{"duplicate route"}},

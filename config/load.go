@@ -143,10 +143,8 @@ func (c *Config) check(file string, getenv func(string) string, explicit map[wei
 		if err := c.Limits.CheckBaseURL(p.APIBase); err != nil {
 			v.add(entry, "api_base", err.Error())
 		}
-		for f, price := range map[string]float64{"price_in_per_mtok": p.PriceInPerMtok, "price_out_per_mtok": p.PriceOutPerMtok} {
-			if math.IsNaN(price) || math.IsInf(price, 0) || price < 0 {
-				v.add(entry, f, "must be a finite number ≥ 0")
-			}
+		if f, err := CheckPrices(p.PriceInPerMtok, p.PriceOutPerMtok); err != nil {
+			v.add(entry, f, err.Error())
 		}
 		if p.APIKeyEnv != "" && getenv(p.APIKeyEnv) == "" {
 			v.add(entry, "api_key_env", fmt.Sprintf("environment variable %s is empty or unset", p.APIKeyEnv))
@@ -231,6 +229,19 @@ func (c *Config) check(file string, getenv func(string) string, explicit map[wei
 		}
 		for j := range g.Members {
 			v.target(fmt.Sprintf("%s members[%d]", entry, j), &g.Members[j], providers, explicit[weightAt{"provider_groups", i, j}])
+		}
+	}
+	catalog := map[string]bool{}
+	for i, m := range c.Models {
+		entry := fmt.Sprintf("models[%d] (model %q)", i, m.Model)
+		if m.Model == "" {
+			v.add(entry, "model", "required")
+		} else if catalog[m.Model] {
+			v.add(entry, "model", "duplicate catalog entry for this model")
+		}
+		catalog[m.Model] = true
+		if f, err := CheckPrices(m.PriceInPerMtok, m.PriceOutPerMtok); err != nil {
+			v.add(entry, f, err.Error())
 		}
 	}
 	if err := ValidatePolicy(c.AdaptiveRouting.Policy()); err != nil {
@@ -361,6 +372,21 @@ func (l Limits) CheckBaseURL(raw string) error {
 		return fmt.Errorf("host %q not in [limits] allowed_hosts", u.Hostname())
 	}
 	return nil
+}
+
+// CheckPrices validates a pair of per-million-token prices (a provider's
+// or a catalog entry's); on failure it returns the offending field. The
+// admin API applies the same rule.
+func CheckPrices(in, out float64) (field string, err error) {
+	for _, p := range []struct {
+		f string
+		v float64
+	}{{"price_in_per_mtok", in}, {"price_out_per_mtok", out}} {
+		if math.IsNaN(p.v) || math.IsInf(p.v, 0) || p.v < 0 {
+			return p.f, errors.New("must be a finite number ≥ 0")
+		}
+	}
+	return "", nil
 }
 
 // CheckMaxLoRAs validates a route's or group's max_loras (0: the default).

@@ -28,6 +28,23 @@ type snapshot struct {
 	providers map[string]*provider
 	keys      []apiKey
 	models    []string // GET /v1/models ids, sorted
+	// catalog is the model price catalog by upstream model.
+	catalog map[string]config.ModelPrice
+}
+
+// price is what target t costs per million tokens in and out: its
+// upstream model's catalog entry; for a passthrough member (no declared
+// model) nothing, since the model it forwards is the caller's and unknown
+// when the balancer is built (seed 000: an all-passthrough group is
+// cost-neutral); otherwise its provider's own prices.
+func (s *snapshot) price(t *target) (in, out float64) {
+	if t.model == "" {
+		return 0, 0
+	}
+	if m, ok := s.catalog[t.model]; ok {
+		return m.PriceInPerMtok, m.PriceOutPerMtok
+	}
+	return t.provider.priceIn, t.provider.priceOut
 }
 
 // provider is one upstream endpoint as the snapshot sees it.
@@ -176,7 +193,11 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 		pins:      make(map[string]*pool, len(cfg.Providers)),
 		offRoutes: map[string]bool{},
 		offGroups: map[string]bool{},
+		catalog:   make(map[string]config.ModelPrice, len(cfg.Models)),
 		providers: make(map[string]*provider, len(cfg.Providers)),
+	}
+	for _, m := range cfg.Models {
+		s.catalog[m.Model] = m
 	}
 	for _, pc := range cfg.Providers {
 		u, err := url.Parse(pc.APIBase)
@@ -225,7 +246,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			}
 			p.targets = append(p.targets, t)
 		}
-		if err := b.balance(p, weights(rc.Targets), rc.MaxLoRAs, b.prevPool(func(sn *snapshot) *pool { return sn.routes[rc.Model] })); err != nil {
+		if err := b.balance(s, p, weights(rc.Targets), rc.MaxLoRAs, b.prevPool(func(sn *snapshot) *pool { return sn.routes[rc.Model] })); err != nil {
 			return nil, fmt.Errorf("router: route %q: %w", rc.Model, err)
 		}
 		s.routes[rc.Model] = p
@@ -250,7 +271,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			}
 			p.targets = append(p.targets, t)
 		}
-		if err := b.balance(p, weights(gc.Members), gc.MaxLoRAs, b.prevPool(func(sn *snapshot) *pool { return sn.groups[gc.Slug] })); err != nil {
+		if err := b.balance(s, p, weights(gc.Members), gc.MaxLoRAs, b.prevPool(func(sn *snapshot) *pool { return sn.groups[gc.Slug] })); err != nil {
 			return nil, fmt.Errorf("router: provider group %q: %w", gc.Slug, err)
 		}
 		s.groups[gc.Slug] = p
@@ -264,7 +285,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	for _, pc := range cfg.Providers {
 		t, _ := mkTarget(config.Target{Provider: pc.Name, Weight: 1}, true)
 		p := &pool{key: pc.Name + "/*", strategy: "round_robin", targets: []target{t}, series: &poolSeries{}}
-		if err := b.balance(p, []int{1}, 0, b.prevPool(func(sn *snapshot) *pool { return sn.pins[pc.Name] })); err != nil {
+		if err := b.balance(s, p, []int{1}, 0, b.prevPool(func(sn *snapshot) *pool { return sn.pins[pc.Name] })); err != nil {
 			return nil, fmt.Errorf("router: provider %q: %w", pc.Name, err)
 		}
 		s.pins[pc.Name] = p
@@ -305,7 +326,7 @@ func (b *builder) prevPool(get func(*snapshot) *pool) *pool {
 // balance builds p's balancer once for the snapshot's life, or keeps
 // prev's when nothing it was built from changed. A pool with no targets
 // (a discover route the mesh has not filled) has none.
-func (b *builder) balance(p *pool, w []int, maxLoRAs int, prev *pool) error {
+func (b *builder) balance(s *snapshot, p *pool, w []int, maxLoRAs int, prev *pool) error {
 	if len(p.targets) == 0 {
 		return nil
 	}
@@ -316,9 +337,11 @@ func (b *builder) balance(p *pool, w []int, maxLoRAs int, prev *pool) error {
 		MaxLoRAs: maxLoRAs,
 	}
 	bases := make([]string, len(p.targets))
-	for i, t := range p.targets {
+	for i := range p.targets {
+		t := &p.targets[i]
+		in, out := s.price(t)
 		spec.Targets[i] = strategies.Target{ID: t.label, Provider: t.provider.name, UpstreamModel: t.model, Weight: w[i],
-			CostInPerMtok: t.provider.priceIn, CostOutPerMtok: t.provider.priceOut}
+			CostInPerMtok: in, CostOutPerMtok: out}
 		spec.Stats[i] = t.stats
 		bases[i] = t.provider.apiBase
 	}
