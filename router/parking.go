@@ -7,16 +7,55 @@ import (
 )
 
 // parking is the 429 parking of one target: the provider/model pair an
-// attempt used (the target's label, "provider/*" for a passthrough
-// member). An upstream that answers 429 with Retry-After for one model
-// says nothing about the provider's other models, so only the pair is
-// parked (compat.md: "a 429 with Retry-After parks the target"), on every
-// pool that lists it. It outlives config snapshots like the breaker.
+// attempt used. An upstream that answers 429 with Retry-After for one
+// model says nothing about the provider's other models, so only the pair
+// is parked (compat.md: "a 429 with Retry-After parks the target"), on
+// every pool that lists it. It outlives config snapshots like the breaker.
+// A declared target's pair is its label; a passthrough member forwards the
+// caller's model, so its parkings are kept per requested model (forModel).
 //
-// Readers (eligibility on the hot path) load one atomic; park writes it.
+// Readers (eligibility on the hot path) load one atomic, plus one map read
+// for a passthrough member that has ever been parked; park writes them.
 type parking struct {
 	until  atomic.Int64 // unix nanos; 0 = never parked
 	reason atomic.Pointer[string]
+	// byModel holds a passthrough member's parkings by requested model
+	// (string → *parking); any is true once it holds one.
+	byModel sync.Map
+	any     atomic.Bool
+	models  atomic.Int64 // entries in byModel
+}
+
+// maxModelParkings bounds a passthrough member's per-model parkings:
+// requested models are the caller's to choose. Past it, a 429 parks the
+// member as a whole.
+const maxModelParkings = 1024
+
+// forModel returns the parking of requested model on a passthrough
+// member, creating it when create is set; nil when there is none.
+func (p *parking) forModel(model string, create bool) *parking {
+	if !create {
+		if !p.any.Load() {
+			return nil
+		}
+		v, ok := p.byModel.Load(model)
+		if !ok {
+			return nil
+		}
+		return v.(*parking)
+	}
+	if v, ok := p.byModel.Load(model); ok {
+		return v.(*parking)
+	}
+	if p.models.Load() >= maxModelParkings {
+		return p
+	}
+	v, loaded := p.byModel.LoadOrStore(model, &parking{})
+	if !loaded {
+		p.models.Add(1)
+	}
+	p.any.Store(true)
+	return v.(*parking)
 }
 
 // parked reports whether the target is parked at now.

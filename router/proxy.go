@@ -277,7 +277,7 @@ func (a *attempt) keyReaches() bool {
 func (a *attempt) anyEligible() bool {
 	now := a.s.clock.Now()
 	for i, t := range a.res.pool.targets {
-		if !a.tried[i] && a.key.allowsProvider(t.provider.name) && t.unavailable(now) == "" {
+		if !a.tried[i] && a.key.allowsProvider(t.provider.name) && t.unavailable(now, a.res.requested) == "" {
 			return true
 		}
 	}
@@ -307,7 +307,7 @@ func (a *attempt) pick() (int, bool) {
 	}
 	a.rc.QueuedPrefill = a.queued
 	eligible := func(i int) bool {
-		return !a.tried[i] && a.key.allowsProvider(p.targets[i].provider.name) && p.targets[i].unavailable(now) == ""
+		return !a.tried[i] && a.key.allowsProvider(p.targets[i].provider.name) && p.targets[i].unavailable(now, a.res.requested) == ""
 	}
 	for range p.targets {
 		idx, ok := p.lb.PickEligible(a.rc, a.loads, eligible)
@@ -331,12 +331,15 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 	var parked []string
 	for i := range a.res.pool.targets {
 		t := &a.res.pool.targets[i]
-		why := t.unavailable(now)
+		why := t.unavailable(now, a.res.requested)
 		if !a.key.allowsProvider(t.provider.name) {
 			why = "not_allowed_to_key"
 		}
-		if until, reason, ok := t.park.state(now); ok && why == "parked" {
-			parked = append(parked, fmt.Sprintf("%s parked until %s (%s)", t.label, until.UTC().Format(time.RFC3339), reason))
+		if pk := t.parking(a.res.requested, false); pk != nil && why == "parked" {
+			if until, reason, ok := pk.state(now); ok {
+				parked = append(parked, fmt.Sprintf("%s/%s parked until %s (%s)", t.provider.name,
+					t.upstreamModel(a.res.requested), until.UTC().Format(time.RFC3339), reason))
+			}
 		}
 		if why == "" && a.tried[i] {
 			why = "already_tried"
@@ -345,7 +348,7 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 			why = "not_picked"
 		}
 		counts[why]++
-		if d := t.retryIn(now); d > 0 && (wait == 0 || d < wait) {
+		if d := t.retryIn(now, a.res.requested); d > 0 && (wait == 0 || d < wait) {
 			wait = d
 		}
 	}
@@ -428,10 +431,12 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 				c := a.sn.cfg.Retry
 				d := min(max(ra, c.ParkMin.Duration), c.ParkMax.Duration)
 				reason := "HTTP 429 with Retry-After " + resp.Header.Get("Retry-After")
-				until := t.park.park(s.clock.Now(), d, reason)
+				until := t.parking(a.res.requested, true).park(s.clock.Now(), d, reason)
+				// A passthrough member's series stays its label: requested
+				// models are caller-chosen and must not become labels.
 				s.metrics.parkedUntil.WithLabelValues(t.provider.name, t.label).Set(float64(until.UnixNano()) / 1e9)
-				s.log.Info("target parked", "provider", t.provider.name, "target", t.label, "for", d,
-					"until", until.UTC(), "reason", reason)
+				s.log.Info("target parked", "provider", t.provider.name, "target", t.label,
+					"model", t.upstreamModel(a.res.requested), "for", d, "until", until.UTC(), "reason", reason)
 			}
 		} else {
 			a.breakerFailure(up)

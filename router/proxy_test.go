@@ -502,3 +502,36 @@ attempts = 0
 		t.Errorf("rolter_target_parked_until_seconds = %d, want %d", got, start.Add(10*time.Second).Unix())
 	}
 }
+
+// A passthrough group member forwards the caller's model, so the pair an
+// attempt used is provider/requested model: a 429 for one adapter parks
+// that adapter on the member, not the member.
+func TestParkingOnPassthroughMembersIsPerRequestedModel(t *testing.T) {
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+		if b["model"] == "lora-x" {
+			w.Header().Set("Retry-After", "20")
+			status(429)(w, r, b)
+			return
+		}
+		okChat(w, r, b)
+	})
+	h := newHarness(t, providers("a", eng.URL)+`
+[[provider_groups]]
+name = "Fleet"
+slug = "fleet"
+members = [{provider = "a"}]
+
+[retry]
+attempts = 0
+`, nil)
+	if code, _, _ := h.chat("fleet/lora-x"); code != 429 {
+		t.Fatalf("first request %d, want the 429 relayed", code)
+	}
+	code, _, body := h.chat("fleet/lora-x")
+	if code != 503 || !strings.Contains(body, "a/lora-x parked until") {
+		t.Errorf("parked adapter: %d %s", code, body)
+	}
+	if code, _, body := h.chat("fleet/lora-y"); code != 200 {
+		t.Errorf("another adapter on the same member: %d %s", code, body)
+	}
+}

@@ -76,21 +76,35 @@ type target struct {
 	series *targetSeries
 }
 
-// unavailable says why the target cannot take an attempt at now ("" when
-// it can): parked itself, or its provider unhealthy or breaker-open.
-func (t *target) unavailable(now time.Time) string {
-	if t.park.parked(now) {
+// parking returns the parking of the pair an attempt for requested uses
+// on t: the target's own, or for a passthrough member the requested
+// model's (nil when that model was never parked and create is false).
+func (t *target) parking(requested string, create bool) *parking {
+	if t.model != "" {
+		return t.park
+	}
+	return t.park.forModel(requested, create)
+}
+
+// unavailable says why the target cannot take an attempt for requested at
+// now ("" when it can): its provider/model pair parked, or its provider
+// unhealthy or breaker-open.
+func (t *target) unavailable(now time.Time, requested string) string {
+	if t.park.parked(now) { // a declared target, or a passthrough member parked whole
+		return "parked"
+	}
+	if p := t.parking(requested, false); p != nil && p.parked(now) {
 		return "parked"
 	}
 	return t.provider.up.unavailable(now)
 }
 
-// retryIn is how long until the target may be available again (0: now or
-// unknown).
-func (t *target) retryIn(now time.Time) time.Duration {
-	d := t.provider.up.retryIn(now)
-	if p := t.park.retryIn(now); p > d {
-		d = p
+// retryIn is how long until the target may be available again for
+// requested (0: now or unknown).
+func (t *target) retryIn(now time.Time, requested string) time.Duration {
+	d := max(t.provider.up.retryIn(now), t.park.retryIn(now))
+	if pk := t.parking(requested, false); pk != nil {
+		d = max(d, pk.retryIn(now))
 	}
 	return d
 }
