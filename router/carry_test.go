@@ -199,3 +199,45 @@ targets = [{provider = "a"}, {provider = "b"}, {provider = "c"}, {provider = "d"
 		t.Errorf("%d of %d token-id requests went to their prefix's engine", same, 4*groups)
 	}
 }
+
+// Where rolter differs from seed 000 ("a route that gains a target keeps
+// its existing models and the new target reads as unpredicted until the
+// next process start"): the existing target's model is kept, and the new
+// target learns from its own completions at once, predicting after 8
+// successes like any cold target, with no restart.
+func TestAddedTargetLearnsWithoutRestart(t *testing.T) {
+	a, b := newEngine(t, okChat), newEngine(t, okChat)
+	ps := providers("a", a.URL, "b", b.URL)
+	h := newHarness(t, ps+`
+[[routes]]
+model = "m"
+strategy = "predicted_latency"
+targets = [{provider = "a"}]
+`, nil)
+	for range 10 {
+		h.chat("m")
+	}
+	if _, ok := h.srv.tracker.Target("a/m").Predict(0, 0); !ok {
+		t.Fatal("a has no model after 10 successes")
+	}
+	h.apply(ps + `
+[[routes]]
+model = "m"
+strategy = "predicted_latency"
+targets = [{provider = "a"}, {provider = "b"}]
+`)
+	if _, ok := h.srv.tracker.Target("a/m").Predict(0, 0); !ok {
+		t.Error("a's model was lost when the route gained b")
+	}
+	for b.hits.Load() < 8 {
+		if code, _, body := h.chat("m"); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+		if a.hits.Load() > 500 {
+			t.Fatal("b never served 8 requests")
+		}
+	}
+	if _, ok := h.srv.tracker.Target("b/m").Predict(0, 0); !ok {
+		t.Error("b does not predict after 8 successes in the same process")
+	}
+}
