@@ -137,17 +137,79 @@ var (
 	_ Carrier = (*Adaptive)(nil)
 )
 
-// carryFrom inserts into x, for every target j with from[j] ≥ 0, the
-// prefixes old remembers for target from[j], least recently used first so
-// the recency order survives. Only the deepest prefixes a target holds are
-// inserted; an insert holds every ancestor too.
+// carryFrom gives x, for every target j with from[j] ≥ 0, the prefixes old
+// remembers for target from[j], in the same least-recently-used order.
+// Into an empty index (a balancer just built, the router's case) it copies
+// the tree's structure in one walk, O(nodes + holds), sharing the edge
+// strings; otherwise it re-inserts each target's deepest prefixes, oldest
+// first. Either way x's budget then applies.
 func (x *prefixIndex) carryFrom(old *prefixIndex, from []int) {
+	x.mu.Lock()
+	empty := len(x.root.children) == 0
+	if empty {
+		old.mu.RLock()
+		x.cloneFrom(old, from)
+		old.mu.RUnlock()
+		for t := range x.n {
+			for x.size[t] > x.budget {
+				x.evictOne(t)
+			}
+		}
+	}
+	x.mu.Unlock()
+	if empty {
+		return
+	}
 	for j, i := range from {
 		if i < 0 || i >= old.n || j >= x.n {
 			continue
 		}
 		for _, p := range old.leafPaths(i) {
 			x.insert(j, p)
+		}
+	}
+}
+
+// cloneFrom builds x's (empty) tree from old's, keeping only the nodes a
+// mapped target holds, with holds and LRU lists remapped. Both locks are
+// held by the caller.
+func (x *prefixIndex) cloneFrom(old *prefixIndex, from []int) {
+	copied := map[*pnode]*pnode{old.root: x.root}
+	var walk func(o, n *pnode)
+	walk = func(o, n *pnode) {
+		for _, oc := range o.children {
+			held := newBitset(x.n)
+			any := false
+			for j, i := range from {
+				if i >= 0 && i < old.n && j < x.n && oc.held.has(i) {
+					held.set(j)
+					any = true
+				}
+			}
+			if !any {
+				continue // nobody mapped holds it, so nobody holds what is below
+			}
+			nc := &pnode{edge: oc.edge, parent: n, held: held}
+			n.children = append(n.children, nc)
+			copied[oc] = nc
+			walk(oc, nc)
+		}
+	}
+	walk(old.root, x.root)
+	for j, i := range from {
+		if i < 0 || i >= old.n || j >= x.n {
+			continue
+		}
+		// Oldest first, each pushed to the front: the order is kept.
+		ohead, head := &old.lru[i], &x.lru[j]
+		for e := ohead.prev; e != ohead; e = e.prev {
+			nd := copied[e.node]
+			ne := &pentry{node: nd, t: j}
+			nd.entries = append(nd.entries, ne)
+			ne.prev, ne.next = head, head.next
+			head.next.prev = ne
+			head.next = ne
+			x.size[j] += len(nd.edge)
 		}
 	}
 }

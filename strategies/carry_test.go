@@ -2,6 +2,7 @@ package strategies
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -142,5 +143,60 @@ func TestAdaptiveWarmupBudgetIsEightInTotal(t *testing.T) {
 	tel := lb.(*Adaptive).Telemetry()
 	if tel.Decisions.Exploration+tel.Decisions.Fallback != 30 {
 		t.Errorf("decision split %+v lost picks across rebuilds", tel.Decisions)
+	}
+}
+
+// The carried trie keeps each target's recency: under a smaller budget the
+// least recently served prompt is the one evicted, and carrying into a
+// balancer that already learned something merges rather than replaces.
+func TestCarriedPrefixesKeepLRUOrder(t *testing.T) {
+	old := targets(2)
+	s := Spec{Rand: NewRand(1), Clock: newClock(), Targets: old}
+	prev := mustBuild(t, "cache_aware", s).(*CacheAware)
+	a, b := strings.Repeat("a", 300), strings.Repeat("b", 300)
+	prev.Observe(1, &RouteContext{Prompt: a})
+	prev.Observe(1, &RouteContext{Prompt: b}) // b is the more recent
+	s.PrefixCacheBytes = 400
+	lb := rebuilt(t, "cache_aware", prev, old, []Target{old[1]}, s).(*CacheAware)
+	if got := lb.idx.bytesHeld(0); got != 300 {
+		t.Fatalf("carried %d bytes under a 400-byte budget, want 300", got)
+	}
+	cand := newBitset(1)
+	cand.set(0)
+	out := make([]int, 1)
+	if lb.idx.match(b, cand, out) != 300 || lb.idx.match(a, cand, out) != 0 {
+		t.Error("the budget evicted the more recent prompt instead of the older one")
+	}
+	s.PrefixCacheBytes = 0
+	s.Targets = []Target{old[1]}
+	warm := mustBuild(t, "cache_aware", s).(*CacheAware)
+	warm.Observe(0, &RouteContext{Prompt: "c" + a})
+	warm.CarryOver(prev, []int{1})
+	if warm.idx.match("c"+a, cand, out) != 301 || warm.idx.match(b, cand, out) != 300 || warm.idx.match(a, cand, out) != 300 {
+		t.Error("carrying into a warm balancer lost its own or the carried prefixes")
+	}
+}
+
+// CarryOver reads prev while prev keeps serving the old snapshot's
+// requests (run under -race).
+func TestCarryOverWhilePrevServes(t *testing.T) {
+	ts := targets(3)
+	s := Spec{Rand: NewRand(2), Clock: newClock(), Targets: ts, Policy: NewPolicyHolder(enabledPolicy(5))}
+	for _, name := range []string{"cache_aware", "pipeline", "adaptive", "lora_aware"} {
+		prev := mustBuild(t, name, s)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for k := range 2000 {
+				rc := &RouteContext{Prompt: fmt.Sprintf("%s %d", sysPrompt, k%50), SessionKey: fmt.Sprint(k % 7), Adapter: "x"}
+				if i, ok := prev.PickEligible(rc, []uint64{0, 1, 2}, nil); ok {
+					prev.Observe(i, rc)
+				}
+			}
+		}()
+		for range 20 {
+			rebuilt(t, name, prev, ts, []Target{ts[2], ts[0]}, s)
+		}
+		<-done
 	}
 }
