@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/strategies"
 )
 
 // apply parses text and applies it as the next config version.
@@ -239,5 +240,56 @@ targets = [{provider = "a"}, {provider = "b"}]
 	}
 	if _, ok := h.srv.tracker.Target("b/m").Predict(0, 0); !ok {
 		t.Error("b does not predict after 8 successes in the same process")
+	}
+}
+
+// Seed 000: a target that never answers "absorbs at most eight picks in
+// total" of adaptive's warm-up. Config changes — here policy PUTs and a
+// route added elsewhere — do not hand it eight more each.
+func TestAdaptiveWarmupBudgetSurvivesConfigChanges(t *testing.T) {
+	ok, dead := newEngine(t, okChat), newEngine(t, status(500))
+	base := providers("ok", ok.URL, "dead", dead.URL) + `
+[[routes]]
+model = "m"
+strategy = "adaptive"
+targets = [{provider = "ok", weight = 100}, {provider = "dead"}]
+
+[retry]
+attempts = 0
+
+[breaker]
+failures = 1000
+`
+	policy := func(ms int) string {
+		return fmt.Sprintf("\n[adaptive_routing]\nenabled = true\nmin_samples = %d\nexploration_ratio = 0.0\n", ms)
+	}
+	h := newHarness(t, base+policy(1000), nil)
+	send := func() {
+		for range 20 {
+			h.chat("m")
+		}
+	}
+	send()
+	for v := range 5 {
+		h.apply(base + policy(1000+v) + fmt.Sprintf("\n[[routes]]\nmodel = \"x%d\"\ntargets = [{provider = \"ok\"}]\n", v))
+		send()
+	}
+	// The fallback stack prefers ok (weight 100 to 1), so every request
+	// the dead target got was a warm-up pick.
+	if got := dead.hits.Load(); got != strategies.WarmupBudget {
+		t.Errorf("the dead target got %d requests over 6 config versions, want %d in total", got, strategies.WarmupBudget)
+	}
+	tel := h.srv.AdaptiveTelemetry()
+	if len(tel) != 1 {
+		t.Fatalf("adaptive routes %d", len(tel))
+	}
+	// The dead target never earns a latency sample, so warm-up may steer
+	// to it at most 8 times; ok may take one warm-up pick before its first
+	// sample lands.
+	if got := tel[0].Decisions.Exploration; got < 8 || got > 9 {
+		t.Errorf("warm-up picks over 6 config versions: %d, want 8 (+1 for ok) in total", got)
+	}
+	if d := tel[0].Decisions; d.Blend+d.Exploration+d.Fallback != 120 {
+		t.Errorf("decision split %+v does not count all 120 picks", d)
 	}
 }
