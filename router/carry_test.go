@@ -293,3 +293,31 @@ failures = 1000
 		t.Errorf("decision split %+v does not count all 120 picks", d)
 	}
 }
+
+// A provider pointed at a new api_base is another engine: nothing learned
+// about the old address is carried to it, while the other targets map by
+// identity.
+func TestMovedProviderStartsCold(t *testing.T) {
+	es := []*fakeEngine{newEngine(t, okChat), newEngine(t, okChat), newEngine(t, okChat)}
+	route := `
+[[routes]]
+model = "m"
+strategy = "cache_aware"
+targets = [{provider = "a"}, {provider = "b"}]
+`
+	h := newHarness(t, providers("a", es[0].URL, "b", es[1].URL)+route, nil)
+	prev := h.srv.snap.Load().routes["m"]
+	h.apply(providers("a", es[2].URL, "b", es[1].URL) + `
+[[routes]]
+model = "m"
+strategy = "cache_aware"
+targets = [{provider = "b"}, {provider = "a"}]
+`)
+	next := h.srv.snap.Load().routes["m"]
+	if next.lb == prev.lb {
+		t.Fatal("the balancer was kept although a target moved")
+	}
+	if got := fmt.Sprint(carryMapping(prev, next)); got != "[1 -1]" {
+		t.Errorf("carry mapping %s, want b from index 1 and nothing for the moved a", got)
+	}
+}

@@ -321,6 +321,20 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	return s, nil
 }
 
+// carryMapping maps each target of p to the same target of prev (by
+// identity, strategies.Mapping), or -1. A provider pointed at a new
+// api_base is another engine, so what the old one learned is not carried
+// to it (as upstream state is keyed by name and api_base).
+func carryMapping(prev, p *pool) []int {
+	from := strategies.Mapping(prev.specs, p.specs)
+	for j, i := range from {
+		if i >= 0 && prev.bases[i] != p.bases[j] {
+			from[j] = -1
+		}
+	}
+	return from
+}
+
 func weights(ts []config.Target) []int {
 	w := make([]int, len(ts))
 	for i, t := range ts {
@@ -375,7 +389,7 @@ func (b *builder) balance(s *snapshot, p *pool, w []int, maxLoRAs int, prev *poo
 		return err
 	}
 	if c, ok := lb.(strategies.Carrier); ok && prev != nil && prev.lb != nil {
-		c.CarryOver(prev.lb, strategies.Mapping(prev.specs, p.specs))
+		c.CarryOver(prev.lb, carryMapping(prev, p))
 	}
 	p.lb = lb
 	return nil
