@@ -99,24 +99,26 @@ func (p *parking) state(now time.Time) (until time.Time, reason string, ok bool)
 	return time.Unix(0, p.until.Load()), reason, true
 }
 
-// parkings holds every target's parking by label for the process life.
+// parkings holds every target's parking for the process life, by label
+// and api_base: a provider pointed at a new address starts unparked, as
+// its breaker does.
 type parkings struct {
 	mu sync.Mutex
 	m  map[string]*parking
 }
 
-// get returns label's parking, creating it on first use. Snapshot builds
+// get returns key's parking, creating it on first use. Snapshot builds
 // call it, never requests.
-func (ps *parkings) get(label string) *parking {
+func (ps *parkings) get(key string) *parking {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.m == nil {
 		ps.m = map[string]*parking{}
 	}
-	p, ok := ps.m[label]
+	p, ok := ps.m[key]
 	if !ok {
 		p = &parking{}
-		ps.m[label] = p
+		ps.m[key] = p
 	}
 	return p
 }

@@ -245,7 +245,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			label = p.name + "/*"
 		}
 		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label),
-			park: b.parks.get(label), series: &targetSeries{}}, nil
+			park: b.parks.get(label + "\x00" + p.apiBase), series: &targetSeries{}}, nil
 	}
 	for _, rc := range cfg.Routes {
 		if !rc.IsEnabled() {
