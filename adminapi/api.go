@@ -104,6 +104,9 @@ type Deps struct {
 	// Engines adds the gossip view's engines to GET /api/v1/cluster (nil:
 	// an empty list).
 	Engines EngineInventory
+	// Parked lists this router's parked targets in GET /api/v1/cluster
+	// (nil: none).
+	Parked ParkedSource
 	// Telemetry is this router's adaptive telemetry table (nil: New
 	// creates one; pass the same table to a Pusher's Local).
 	Telemetry *Telemetry
@@ -116,6 +119,22 @@ type Deps struct {
 	// crypto/rand).
 	Now    func() time.Time
 	Random io.Reader
+}
+
+// ParkedSource is the router's view of its parked targets.
+type ParkedSource interface {
+	// ParkedTargets lists the targets parked now; called per admin
+	// request, off the request path.
+	ParkedTargets() []ParkedTarget
+}
+
+// ParkedTarget is one parked target as GET /api/v1/cluster shows it:
+// which provider/model pair, until when and why.
+type ParkedTarget struct {
+	Target string    `json:"target"`
+	Model  string    `json:"model,omitempty"`
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason"`
 }
 
 // API is the admin HTTP handler.

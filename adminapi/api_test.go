@@ -639,3 +639,24 @@ func TestModelPriceCatalog(t *testing.T) {
 		t.Errorf("second DELETE: %d %s", r.code, r.raw)
 	}
 }
+
+type fakeParked []ParkedTarget
+
+func (f fakeParked) ParkedTargets() []ParkedTarget { return f }
+
+// GET /api/v1/cluster says which targets this router has parked, until
+// when and why; an empty list when none.
+func TestClusterViewListsParkedTargets(t *testing.T) {
+	m := newMesh(t)
+	until := time.Date(2026, 12, 1, 9, 0, 30, 0, time.UTC)
+	api := New(Deps{Store: m.c.Node(0), Cluster: m.c.Node(0), InternalToken: internalToken,
+		Parked: fakeParked{{Target: "a/x", Until: until, Reason: "HTTP 429 with Retry-After 30"}}})
+	r := call(t, api, http.MethodGet, "/api/v1/cluster", superToken, "")
+	if !strings.Contains(r.raw, `"parked_targets":[{"target":"a/x","until":"2026-12-01T09:00:30Z","reason":"HTTP 429 with Retry-After 30"}]`) {
+		t.Errorf("cluster view %s", r.raw)
+	}
+	r = call(t, New(Deps{Store: m.c.Node(0), Cluster: m.c.Node(0), InternalToken: internalToken}), http.MethodGet, "/api/v1/cluster", superToken, "")
+	if !strings.Contains(r.raw, `"parked_targets":[]`) {
+		t.Errorf("no parked targets: %s", r.raw)
+	}
+}

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,4 +123,43 @@ func (ps *parkings) get(key string) *parking {
 		ps.m[key] = p
 	}
 	return p
+}
+
+// ParkedTarget is one target parked at the time of a ParkedTargets call.
+type ParkedTarget struct {
+	// Target is the target's label (provider/model, provider/* for a
+	// passthrough member); Model is the requested model a passthrough
+	// member is parked for ("" otherwise).
+	Target, Model string
+	Until         time.Time
+	Reason        string
+}
+
+// ParkedTargets lists this router's targets parked now (429 with
+// Retry-After), sorted by target and model, for the admin API. Off the
+// request path.
+func (s *Server) ParkedTargets() []ParkedTarget {
+	now := s.clock.Now()
+	s.parks.mu.Lock()
+	defer s.parks.mu.Unlock()
+	var out []ParkedTarget
+	for key, p := range s.parks.m {
+		label, _, _ := strings.Cut(key, "\x00")
+		if until, reason, ok := p.state(now); ok {
+			out = append(out, ParkedTarget{Target: label, Until: until, Reason: reason})
+		}
+		p.byModel.Range(func(m, v any) bool {
+			if until, reason, ok := v.(*parking).state(now); ok {
+				out = append(out, ParkedTarget{Target: label, Model: m.(string), Until: until, Reason: reason})
+			}
+			return true
+		})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Target != out[j].Target {
+			return out[i].Target < out[j].Target
+		}
+		return out[i].Model < out[j].Model
+	})
+	return out
 }

@@ -501,6 +501,15 @@ attempts = 0
 	if got := int64(m.GetGauge().GetValue()); got != start.Add(10*time.Second).Unix() {
 		t.Errorf("rolter_target_parked_until_seconds = %d, want %d", got, start.Add(10*time.Second).Unix())
 	}
+	pt := h.srv.ParkedTargets()
+	if len(pt) != 1 || pt[0].Target != "a/x" || !pt[0].Until.Equal(start.Add(10*time.Second)) ||
+		pt[0].Reason != "HTTP 429 with Retry-After 10" {
+		t.Errorf("ParkedTargets = %+v", pt)
+	}
+	h.clock.Advance(8 * time.Second)
+	if pt := h.srv.ParkedTargets(); len(pt) != 0 {
+		t.Errorf("after the parking ended: %+v", pt)
+	}
 }
 
 // A passthrough group member forwards the caller's model, so the pair an
@@ -533,5 +542,8 @@ attempts = 0
 	}
 	if code, _, body := h.chat("fleet/lora-y"); code != 200 {
 		t.Errorf("another adapter on the same member: %d %s", code, body)
+	}
+	if pt := h.srv.ParkedTargets(); len(pt) != 1 || pt[0].Target != "a/*" || pt[0].Model != "lora-x" {
+		t.Errorf("ParkedTargets = %+v, want a/* parked for lora-x only", pt)
 	}
 }
