@@ -321,3 +321,44 @@ targets = [{provider = "b"}, {provider = "a"}]
 		t.Errorf("carry mapping %s, want b from index 1 and nothing for the moved a", got)
 	}
 }
+
+// adaptive's min_samples counts requests the route served: a retried
+// attempt and another route's traffic on the same targets do not count.
+func TestAdaptiveCountsServedRequestsNotAttempts(t *testing.T) {
+	bad, good := newEngine(t, status(500)), newEngine(t, okChat)
+	h := newHarness(t, providers("bad", bad.URL, "good", good.URL)+`
+[[routes]]
+model = "m"
+strategy = "adaptive"
+targets = [{provider = "bad"}, {provider = "good"}]
+
+[[routes]]
+model = "other"
+strategy = "round_robin"
+targets = [{provider = "good"}]
+
+[retry]
+attempts = 1
+budget = 1.0
+
+[breaker]
+failures = 1000
+
+[adaptive_routing]
+enabled = true
+min_samples = 1000
+`, nil)
+	for range 20 {
+		if code, _, body := h.chat("m"); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+		h.chat("other")
+	}
+	tel := h.srv.AdaptiveTelemetry()
+	if len(tel) != 1 {
+		t.Fatalf("adaptive routes %d", len(tel))
+	}
+	if attempts := bad.hits.Load() + good.hits.Load() - 20; tel[0].Observed != 20 || attempts <= 20 {
+		t.Errorf("observed %d after 20 served requests (%d attempts on the route); want 20", tel[0].Observed, attempts)
+	}
+}
