@@ -201,9 +201,13 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 	if a.d.Engines != nil {
 		engines = append(engines, a.d.Engines.Engines()...)
 	}
+	parked := []ParkedTarget{}
+	if a.d.Parked != nil {
+		parked = append(parked, a.d.Parked.ParkedTargets()...)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"leader": in.Leader, "node_id": in.NodeID, "config_version": in.ConfigVersion, "routers": routers,
-		"engines": engines,
+		"engines": engines, "parked_targets": parked,
 	})
 }
 

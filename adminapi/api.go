@@ -106,6 +106,9 @@ type Deps struct {
 	// Engines adds the gossip view's engines to GET /api/v1/cluster (nil:
 	// an empty list).
 	Engines EngineInventory
+	// Parked lists this router's parked targets in GET /api/v1/cluster
+	// (nil: none).
+	Parked ParkedSource
 	// Telemetry is this router's adaptive telemetry table (nil: New
 	// creates one; pass the same table to a Pusher's Local).
 	Telemetry *Telemetry
@@ -121,6 +124,22 @@ type Deps struct {
 	// crypto/rand).
 	Now    func() time.Time
 	Random io.Reader
+}
+
+// ParkedSource is the router's view of its parked targets.
+type ParkedSource interface {
+	// ParkedTargets lists the targets parked now; called per admin
+	// request, off the request path.
+	ParkedTargets() []ParkedTarget
+}
+
+// ParkedTarget is one parked target as GET /api/v1/cluster shows it:
+// which provider/model pair, until when and why.
+type ParkedTarget struct {
+	Target string    `json:"target"`
+	Model  string    `json:"model,omitempty"`
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason"`
 }
 
 // API is the admin HTTP handler.
@@ -191,6 +210,11 @@ func (a *API) routes() {
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleViewer, a.getGroup)).Methods(http.MethodGet)
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.updateGroup)).Methods(http.MethodPut)
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_GROUP))).Methods(http.MethodDelete)
+
+	v.Handle("/model-prices", a.auth(cluster.RoleViewer, a.listModelPrices)).Methods(http.MethodGet)
+	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleViewer, a.getModelPrice)).Methods(http.MethodGet)
+	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.putModelPrice)).Methods(http.MethodPut)
+	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_MODEL_PRICE))).Methods(http.MethodDelete)
 
 	v.Handle("/keys", a.auth(cluster.RoleViewer, a.listKeys)).Methods(http.MethodGet)
 	v.Handle("/keys", a.auth(cluster.RoleAdmin, a.createKey)).Methods(http.MethodPost)

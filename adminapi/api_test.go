@@ -181,6 +181,15 @@ func TestPolicyPutOnFollowerReachesEveryRouterAndIsAudited(t *testing.T) {
 	if e["action"] != "adaptive_routing_policy.update" || e["actor"] != "bootstrap" || e["outcome"] != "ok" || e["time"] == "" {
 		t.Errorf("audit entry %v", e)
 	}
+	// The entry records what changed: the six fields before and after, and
+	// the routes the policy reaches.
+	d, _ := json.Marshal(e["detail"])
+	wantDetail := `{"affected_routes":["alpha","zeta"],` +
+		`"after":{"cost_weight":0.5,"enabled":true,"exploration_ratio":0.1,"latency_weight":2,"load_weight":0.25,"min_samples":20},` +
+		`"before":{"cost_weight":0.5,"enabled":false,"exploration_ratio":0.05,"latency_weight":1,"load_weight":0.25,"min_samples":50}}`
+	if string(d) != wantDetail {
+		t.Errorf("audit detail\n%s\nwant\n%s", d, wantDetail)
+	}
 	if strings.Contains(a.raw, superToken) || strings.Contains(a.raw, cluster.HashToken(superToken)) {
 		t.Error("audit log leaks the admin token")
 	}
@@ -490,5 +499,164 @@ func TestNotYetReplicatedAnswers503NotInvalidToken(t *testing.T) {
 	// No token at all is still the caller's mistake.
 	if r := call(t, api, http.MethodGet, "/api/v1/cluster", "", ""); r.code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", r.code)
+	}
+}
+
+// compat.md: weights are integers ≥ 1. The API rejects 0 and negatives
+// with an error naming the target, and an omitted weight is 1.
+func TestTargetWeightsMustBeAtLeastOne(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	for _, tc := range []struct{ path, body, want string }{
+		{"/api/v1/routes", `{"model":"w","targets":[{"provider":"vllm-a"},{"provider":"vllm-a","model":"x","weight":0}]}`,
+			`targets[1] (provider "vllm-a"): weight: must be an integer ≥ 1, got 0`},
+		{"/api/v1/routes", `{"model":"w","targets":[{"provider":"vllm-a","weight":-2}]}`,
+			`targets[0] (provider "vllm-a"): weight: must be an integer ≥ 1, got -2`},
+		{"/api/v1/provider-groups", `{"name":"g","slug":"g","members":[{"provider":"vllm-a","weight":0}]}`,
+			`members[0] (provider "vllm-a"): weight: must be an integer ≥ 1, got 0`},
+	} {
+		r := call(t, api, http.MethodPost, tc.path, superToken, tc.body)
+		if r.code != http.StatusBadRequest || errMessage(r) != tc.want {
+			t.Errorf("POST %s %s: %d %q, want 400 %q", tc.path, tc.body, r.code, errMessage(r), tc.want)
+		}
+	}
+	r := call(t, api, http.MethodPost, "/api/v1/routes", superToken, `{"model":"w","targets":[{"provider":"vllm-a"},{"provider":"vllm-a","model":"x","weight":3}]}`)
+	if r.code != http.StatusCreated || !strings.Contains(r.raw, `"weight":1`) || !strings.Contains(r.raw, `"weight":3`) {
+		t.Fatalf("valid route: %d %s", r.code, r.raw)
+	}
+}
+
+// Routes and groups carry enabled (default true), replicated and editable;
+// affected_routes lists only enabled routes on adaptive, and an update
+// that leaves enabled out keeps the stored value.
+func TestEnabledFlagOnRoutesAndGroups(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	affected := func() string {
+		t.Helper()
+		r := call(t, api, http.MethodGet, "/api/v1/adaptive-routing-policy", superToken, "")
+		b, _ := json.Marshal(r.body["affected_routes"])
+		return string(b)
+	}
+	if got := affected(); got != `["alpha","zeta"]` {
+		t.Fatalf("affected_routes %s", got)
+	}
+	r := call(t, api, http.MethodPut, "/api/v1/routes/zeta", superToken, `{"strategy":"adaptive","enabled":false,"targets":[{"provider":"vllm-a"}]}`)
+	if r.code != http.StatusOK || r.body["enabled"] != false {
+		t.Fatalf("disable zeta: %d %s", r.code, r.raw)
+	}
+	eventually(t, 5*time.Second, "disabled route replicated", func() bool {
+		for i := range 3 {
+			if m.c.Node(i).State().Routes["zeta"].IsEnabled() {
+				return false
+			}
+		}
+		return true
+	})
+	if got := affected(); got != `["alpha"]` {
+		t.Errorf("affected_routes with zeta disabled: %s", got)
+	}
+	r = call(t, api, http.MethodPut, "/api/v1/routes/zeta", superToken, `{"strategy":"adaptive","targets":[{"provider":"vllm-a","weight":2}]}`)
+	if r.code != http.StatusOK || r.body["enabled"] != false {
+		t.Errorf("update without enabled re-enabled the route: %d %s", r.code, r.raw)
+	}
+	r = call(t, api, http.MethodPost, "/api/v1/provider-groups", superToken, `{"name":"g","slug":"g","enabled":false,"members":[{"provider":"vllm-a"}]}`)
+	if r.code != http.StatusCreated || r.body["enabled"] != false {
+		t.Fatalf("create disabled group: %d %s", r.code, r.raw)
+	}
+	r = call(t, api, http.MethodGet, "/api/v1/routes/alpha", superToken, "")
+	if r.body["enabled"] != true {
+		t.Errorf("a route created without enabled reads %v", r.body["enabled"])
+	}
+	eventually(t, 5*time.Second, "group replicated", func() bool {
+		g, ok := m.c.Node(m.c.Leader()).State().Groups["g"]
+		return ok && !g.IsEnabled()
+	})
+}
+
+// A key's provider allowlist is validated, replicated and shown.
+func TestKeyProviderAllowlistThroughTheAPI(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	r := call(t, api, http.MethodPost, "/api/v1/keys", superToken, `{"name":"k","providers":["vllm-a","nope"]}`)
+	if r.code != http.StatusBadRequest || errMessage(r) != `providers[1]: no provider named "nope"` {
+		t.Fatalf("unknown provider: %d %s", r.code, r.raw)
+	}
+	r = call(t, api, http.MethodPost, "/api/v1/keys", superToken, `{"name":"k","providers":["vllm-a"]}`)
+	if r.code != http.StatusCreated || !strings.Contains(r.raw, `"providers":["vllm-a"]`) {
+		t.Fatalf("create: %d %s", r.code, r.raw)
+	}
+	eventually(t, 5*time.Second, "key replicated with its providers", func() bool {
+		for i := range 3 {
+			if k, ok := m.c.Node(i).State().Keys["k"]; !ok || len(k.Providers) != 1 || k.Providers[0] != "vllm-a" {
+				return false
+			}
+		}
+		return true
+	})
+	cfg := m.c.Node(0).State().Config(nil)
+	if len(cfg.Keys) != 1 || len(cfg.Keys[0].Providers) != 1 {
+		t.Errorf("data-plane config keys %+v", cfg.Keys)
+	}
+}
+
+// The model price catalog is editable through the API with rolter.toml's
+// validation, replicated, and part of the data plane's config.
+func TestModelPriceCatalog(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	for _, tc := range []struct{ body, want string }{
+		{`{"price_in_per_mtok":-1,"price_out_per_mtok":1}`, "price_in_per_mtok: must be a finite number ≥ 0"},
+		{`{"price_in_per_mtok":1}`, "price_in_per_mtok and price_out_per_mtok: both required"},
+		{`{"model":"other","price_in_per_mtok":1,"price_out_per_mtok":1}`, "model: does not match the URL"},
+	} {
+		r := call(t, api, http.MethodPut, "/api/v1/model-prices/meta-llama/Llama-3.1-8B", superToken, tc.body)
+		if r.code != http.StatusBadRequest || errMessage(r) != tc.want {
+			t.Errorf("PUT %s: %d %q, want 400 %q", tc.body, r.code, errMessage(r), tc.want)
+		}
+	}
+	r := call(t, api, http.MethodPut, "/api/v1/model-prices/meta-llama/Llama-3.1-8B", superToken, `{"price_in_per_mtok":0.2,"price_out_per_mtok":0.6}`)
+	if r.code != http.StatusOK || r.body["model"] != "meta-llama/Llama-3.1-8B" || r.body["price_out_per_mtok"] != 0.6 {
+		t.Fatalf("PUT: %d %s", r.code, r.raw)
+	}
+	eventually(t, 5*time.Second, "catalog replicated", func() bool {
+		for i := range 3 {
+			cfg := m.c.Node(i).State().Config(nil)
+			if len(cfg.Models) != 1 || cfg.Models[0].PriceInPerMtok != 0.2 {
+				return false
+			}
+		}
+		return true
+	})
+	r = call(t, m.apis[0], http.MethodGet, "/api/v1/model-prices", superToken, "")
+	if r.code != http.StatusOK || !strings.Contains(r.raw, `"model":"meta-llama/Llama-3.1-8B"`) {
+		t.Errorf("GET: %d %s", r.code, r.raw)
+	}
+	if r := call(t, api, http.MethodDelete, "/api/v1/model-prices/meta-llama/Llama-3.1-8B", superToken, ""); r.code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", r.code, r.raw)
+	}
+	if r := call(t, api, http.MethodDelete, "/api/v1/model-prices/meta-llama/Llama-3.1-8B", superToken, ""); r.code != http.StatusNotFound {
+		t.Errorf("second DELETE: %d %s", r.code, r.raw)
+	}
+}
+
+type fakeParked []ParkedTarget
+
+func (f fakeParked) ParkedTargets() []ParkedTarget { return f }
+
+// GET /api/v1/cluster says which targets this router has parked, until
+// when and why; an empty list when none.
+func TestClusterViewListsParkedTargets(t *testing.T) {
+	m := newMesh(t)
+	until := time.Date(2026, 12, 1, 9, 0, 30, 0, time.UTC)
+	api := New(Deps{Store: m.c.Node(0), Cluster: m.c.Node(0), InternalToken: internalToken,
+		Parked: fakeParked{{Target: "a/x", Until: until, Reason: "HTTP 429 with Retry-After 30"}}})
+	r := call(t, api, http.MethodGet, "/api/v1/cluster", superToken, "")
+	if !strings.Contains(r.raw, `"parked_targets":[{"target":"a/x","until":"2026-12-01T09:00:30Z","reason":"HTTP 429 with Retry-After 30"}]`) {
+		t.Errorf("cluster view %s", r.raw)
+	}
+	r = call(t, New(Deps{Store: m.c.Node(0), Cluster: m.c.Node(0), InternalToken: internalToken}), http.MethodGet, "/api/v1/cluster", superToken, "")
+	if !strings.Contains(r.raw, `"parked_targets":[]`) {
+		t.Errorf("no parked targets: %s", r.raw)
 	}
 }

@@ -32,7 +32,9 @@ type providerJSON struct {
 type targetJSON struct {
 	Provider string `json:"provider"`
 	Model    string `json:"model,omitempty"`
-	Weight   int    `json:"weight,omitempty"`
+	// Weight is nil when the input leaves it out (then 1); always set on
+	// output.
+	Weight *int `json:"weight,omitempty"`
 }
 
 type routeJSON struct {
@@ -45,6 +47,9 @@ type routeJSON struct {
 	// ManagedBy is "file" for an entry rolter.toml declares (read-only
 	// here) and "api" for one created through this API.
 	ManagedBy string `json:"managed_by"`
+	// Enabled defaults to true on create and to the stored value on
+	// update; always set on output.
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 type groupJSON struct {
@@ -55,11 +60,14 @@ type groupJSON struct {
 	MaxLoRAs  int          `json:"max_loras,omitempty"`
 	ReadOnly  bool         `json:"readonly"`
 	ManagedBy string       `json:"managed_by"`
+	// Enabled: as routeJSON.Enabled.
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 type keyJSON struct {
 	Name      string    `json:"name"`
 	Models    []string  `json:"models"`
+	Providers []string  `json:"providers"`
 	ReadOnly  bool      `json:"readonly"`
 	ManagedBy string    `json:"managed_by"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
@@ -91,39 +99,50 @@ func providerOut(p config.Provider) providerJSON {
 func targetsOut(ts []config.Target) []targetJSON {
 	out := make([]targetJSON, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, targetJSON(t))
+		w := t.Weight
+		out = append(out, targetJSON{Provider: t.Provider, Model: t.Model, Weight: &w})
 	}
 	return out
 }
 
-func targetsIn(ts []targetJSON, defModel string) []config.Target {
+// targetsIn converts input targets (list names them in errors: "targets"
+// or "members"), defaulting the model to defModel and an omitted weight to
+// 1; a weight below 1 is an error naming the entry.
+func targetsIn(ts []targetJSON, defModel, list string) ([]config.Target, error) {
 	out := make([]config.Target, 0, len(ts))
-	for _, t := range ts {
+	for i, t := range ts {
 		if t.Model == "" {
 			t.Model = defModel
 		}
-		if t.Weight == 0 {
-			t.Weight = 1
+		w := 1
+		if t.Weight != nil {
+			w = *t.Weight
 		}
-		out = append(out, config.Target(t))
+		if err := config.CheckWeight(w); err != nil {
+			return nil, fmt.Errorf("%s[%d] (provider %q): weight: %w", list, i, t.Provider, err)
+		}
+		out = append(out, config.Target{Provider: t.Provider, Model: t.Model, Weight: w})
 	}
-	return out
+	return out, nil
 }
 
 func routeOut(r config.Route) routeJSON {
-	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly, managedBy(r.ReadOnly)}
+	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly, managedBy(r.ReadOnly), config.Bool(r.IsEnabled())}
 }
 
 func groupOut(g config.ProviderGroup) groupJSON {
-	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly, managedBy(g.ReadOnly)}
+	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly, managedBy(g.ReadOnly), config.Bool(g.IsEnabled())}
 }
 
 func keyOut(k cluster.APIKey) keyJSON {
-	models := k.Models
+	models, providers := k.Models, k.Providers
 	if models == nil {
 		models = []string{}
 	}
-	return keyJSON{Name: k.Name, Models: models, ReadOnly: k.ReadOnly, ManagedBy: managedBy(k.ReadOnly), CreatedAt: k.Created}
+	if providers == nil {
+		providers = []string{}
+	}
+	return keyJSON{Name: k.Name, Models: models, Providers: providers, ReadOnly: k.ReadOnly, ManagedBy: managedBy(k.ReadOnly), CreatedAt: k.Created}
 }
 
 // ---- providers
@@ -255,7 +274,19 @@ func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, na
 		badRequest(w, "max_loras: "+err.Error())
 		return
 	}
-	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targetsIn(in.Targets, in.Model), Discover: in.Discover, MaxLoRAs: in.MaxLoRAs}
+	targets, err := targetsIn(in.Targets, in.Model, "targets")
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targets, Discover: in.Discover, MaxLoRAs: in.MaxLoRAs,
+		Enabled: in.Enabled}
+	if in.Enabled == nil && op == raftstore.Op_OP_UPDATE_ROUTE {
+		rt.Enabled = a.d.Store.State().Routes[in.Model].Enabled
+	}
+	if rt.IsEnabled() {
+		rt.Enabled = nil
+	}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(rt)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
 		writeJSON(w, status, routeOut(rt))
@@ -322,7 +353,19 @@ func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, na
 		badRequest(w, "max_loras: "+err.Error())
 		return
 	}
-	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: targetsIn(in.Members, ""), MaxLoRAs: in.MaxLoRAs}
+	members, err := targetsIn(in.Members, "", "members")
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: members, MaxLoRAs: in.MaxLoRAs,
+		Enabled: in.Enabled}
+	if in.Enabled == nil && op == raftstore.Op_OP_UPDATE_GROUP {
+		g.Enabled = a.d.Store.State().Groups[in.Name].Enabled
+	}
+	if g.IsEnabled() {
+		g.Enabled = nil
+	}
 	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Group{Group: cluster.GroupToPB(g)}}
 	if _, ok := a.apply(w, r, p, cmd); ok {
 		writeJSON(w, status, groupOut(g))
@@ -352,8 +395,9 @@ const shownOnce = "the secret is shown only in the response that created it"
 
 func (a *API) createKey(w http.ResponseWriter, r *http.Request, p principal) {
 	var in struct {
-		Name   string   `json:"name"`
-		Models []string `json:"models"`
+		Name      string   `json:"name"`
+		Models    []string `json:"models"`
+		Providers []string `json:"providers"`
 	}
 	if !decode(w, r, &in) {
 		return
@@ -362,12 +406,19 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, p principal) {
 		badRequest(w, "name: required")
 		return
 	}
+	known := a.d.Store.State().Providers
+	for i, p := range in.Providers {
+		if _, ok := known[p]; !ok {
+			badRequest(w, fmt.Sprintf("providers[%d]: no provider named %q", i, p))
+			return
+		}
+	}
 	secret, err := a.newSecret("sk-rolter-")
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "cannot generate a key", "server_error", "internal_error")
 		return
 	}
-	k := cluster.APIKey{Name: in.Name, SHA256: cluster.HashToken(secret), Models: in.Models}
+	k := cluster.APIKey{Name: in.Name, SHA256: cluster.HashToken(secret), Models: in.Models, Providers: in.Providers}
 	cmd := &raftstore.Command{Op: raftstore.Op_OP_CREATE_KEY, Payload: &raftstore.Command_Key{Key: cluster.KeyToPB(k)}}
 	res, ok := a.apply(w, r, p, cmd)
 	if !ok {

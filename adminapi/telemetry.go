@@ -26,18 +26,22 @@ const (
 
 // TargetSample is one target's adaptive scores as a router reports them.
 type TargetSample struct {
-	Target          string  `json:"target"`
-	Provider        string  `json:"provider"`
-	UpstreamModel   string  `json:"upstream_model"`
-	Score           float64 `json:"score"`
-	LatencyScore    float64 `json:"latency_score"`
-	CostScore       float64 `json:"cost_score"`
-	LoadScore       float64 `json:"load_score"`
-	LatencyMs       float64 `json:"latency_ms"`
-	CostPerMtok     float64 `json:"cost_per_mtok"`
-	InFlight        int64   `json:"in_flight"`
-	Samples         int64   `json:"samples"`
-	LastSampleAgeMs int64   `json:"last_sample_age_ms"`
+	Target        string  `json:"target"`
+	Provider      string  `json:"provider"`
+	UpstreamModel string  `json:"upstream_model"`
+	Score         float64 `json:"score"`
+	LatencyScore  float64 `json:"latency_score"`
+	CostScore     float64 `json:"cost_score"`
+	LoadScore     float64 `json:"load_score"`
+	// LatencyMs is the smoothed latency; null before the first sample.
+	LatencyMs   *float64 `json:"latency_ms"`
+	CostPerMtok float64  `json:"cost_per_mtok"`
+	InFlight    int64    `json:"in_flight"`
+	// Samples is how many picks the route's balancer made of the target.
+	Samples int64 `json:"samples"`
+	// LastSampleAgeMs is how long ago the target was last picked; null
+	// when it never was.
+	LastSampleAgeMs *int64 `json:"last_sample_age_ms"`
 }
 
 // Decisions is the split of picks between the adaptive modes.

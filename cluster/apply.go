@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -107,8 +108,14 @@ func applyCommand(s *State, cmd *raftstore.Command, index uint64) (*State, *raft
 	// A file sync that finds its file applied already (another router
 	// sent it first) changed nothing and is not audited.
 	if !unchanged {
-		n.audit(AuditEntry{Time: fromNanos(cmd.GetTimeUnixNano()), Actor: actor, Action: spec.action,
-			Resource: resourceName(spec.kind, cmd), Outcome: outcome(res), ConfigVersion: n.ConfigVersion, Diff: diff})
+		e := AuditEntry{Time: fromNanos(cmd.GetTimeUnixNano()), Actor: actor, Action: spec.action,
+			Resource: resourceName(spec.kind, cmd), Outcome: outcome(res), ConfigVersion: n.ConfigVersion, Diff: diff}
+		if cmd.GetOp() == raftstore.Op_OP_SET_POLICY {
+			// Deterministic on every node: struct fields in order, sorted routes.
+			e.Detail, _ = json.Marshal(PolicyChange{Before: s.Policy.AdaptivePolicy,
+				After: policyFromPB(cmd.GetPolicy()).AdaptivePolicy, AffectedRoutes: n.AffectedRoutes()})
+		}
+		n.audit(e)
 	}
 	if idemKey != "" {
 		n.idem = n.idem.put(idemKey, res)
@@ -140,6 +147,8 @@ func resourceName(kind string, cmd *raftstore.Command) string {
 		name = p.Key.GetName()
 	case *raftstore.Command_Token:
 		name = p.Token.GetName()
+	case *raftstore.Command_ModelPrice:
+		name = p.ModelPrice.GetModel()
 	}
 	if name == "" {
 		return kind
@@ -164,7 +173,10 @@ func (s *State) seed(sd *raftstore.Seed) *raftstore.Result {
 		return fail(raftstore.Code_CODE_CONFLICT, "already seeded")
 	}
 	s.Providers, s.Routes, s.Groups = cloneMap(s.Providers), cloneMap(s.Routes), cloneMap(s.Groups)
-	s.Keys, s.Tokens = cloneMap(s.Keys), cloneMap(s.Tokens)
+	s.Keys, s.Tokens, s.Models = cloneMap(s.Keys), cloneMap(s.Tokens), cloneMap(s.Models)
+	for _, m := range sd.GetModels() {
+		s.Models[m.GetModel()] = modelPriceFromPB(m)
+	}
 	for _, p := range sd.GetProviders() {
 		s.Providers[p.GetName()] = providerFromPB(p)
 	}
@@ -257,6 +269,27 @@ func (s *State) mutate(cmd *raftstore.Command) *raftstore.Result {
 			}
 		}
 		return fail(raftstore.Code_CODE_NOT_FOUND, "no admin token %q", cmd.GetName())
+	case raftstore.Op_OP_SET_MODEL_PRICE:
+		m := modelPriceFromPB(cmd.GetModelPrice())
+		if m.Model == "" {
+			return fail(raftstore.Code_CODE_INVALID, "model: required")
+		}
+		if f, err := config.CheckPrices(m.PriceInPerMtok, m.PriceOutPerMtok); err != nil {
+			return fail(raftstore.Code_CODE_INVALID, "%s: %s", f, err.Error())
+		}
+		if old, ok := s.Models[m.Model]; ok && old.ReadOnly {
+			return fail(raftstore.Code_CODE_READONLY, "model price %q is readonly (set in rolter.toml)", m.Model)
+		}
+		m.ReadOnly = false
+		s.Models = cloneMap(s.Models)
+		s.Models[m.Model] = m
+	case raftstore.Op_OP_DELETE_MODEL_PRICE:
+		m, ok := s.Models[cmd.GetName()]
+		if res := existsWritable("model price", cmd.GetName(), ok, m.ReadOnly); res != nil {
+			return res
+		}
+		s.Models = cloneMap(s.Models)
+		delete(s.Models, cmd.GetName())
 	case raftstore.Op_OP_SET_POLICY:
 		p := policyFromPB(cmd.GetPolicy())
 		if err := config.ValidatePolicy(p.AdaptivePolicy); err != nil {

@@ -109,7 +109,7 @@ func declaredEntries(c *config.Config) fileEntries {
 	for _, k := range c.Keys {
 		// Every field of config.Key the state keeps must be copied here:
 		// this is the seed's and every file sync's only source of keys.
-		e.keys[k.Name] = APIKey{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models), ReadOnly: true}
+		e.keys[k.Name] = APIKey{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models), Providers: slices.Clone(k.Providers), ReadOnly: true}
 	}
 	return e
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"slices"
 	"sort"
 	"strings"
@@ -51,11 +52,13 @@ func ParseRole(s string) Role {
 // APIKey is a client API key as replicated: its secret is never stored,
 // only the hex SHA-256.
 type APIKey struct {
-	Name     string    `json:"name"`
-	SHA256   string    `json:"-"`
-	Models   []string  `json:"models"`
-	ReadOnly bool      `json:"readonly"`
-	Created  time.Time `json:"created_at"`
+	Name   string   `json:"name"`
+	SHA256 string   `json:"-"`
+	Models []string `json:"models"`
+	// Providers is the key's provider allowlist (empty: every provider).
+	Providers []string  `json:"providers"`
+	ReadOnly  bool      `json:"readonly"`
+	Created   time.Time `json:"created_at"`
 }
 
 // AdminToken is an admin API bearer token, stored as the hex SHA-256 of
@@ -85,6 +88,19 @@ type AuditEntry struct {
 	ConfigVersion uint64    `json:"config_version"`
 	// Diff is what a config.file_sync changed, one line per field.
 	Diff []string `json:"diff,omitempty"`
+	// Detail says what the change was, as JSON; for
+	// adaptive_routing_policy.update a PolicyChange. Empty for other
+	// actions.
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// PolicyChange is the audit detail of an adaptive routing policy update:
+// the six policy fields before and after (After is what was asked for
+// when the update was refused), and the routes the policy governs.
+type PolicyChange struct {
+	Before         strategies.AdaptivePolicy `json:"before"`
+	After          strategies.AdaptivePolicy `json:"after"`
+	AffectedRoutes []string                  `json:"affected_routes"`
 }
 
 // State is one immutable version of the replicated control-plane state.
@@ -109,6 +125,8 @@ type State struct {
 	Keys map[string]APIKey
 	// Tokens is keyed by the token's hex SHA-256.
 	Tokens map[string]AdminToken
+	// Models is the model price catalog, keyed by upstream model.
+	Models map[string]config.ModelPrice
 	Policy Policy
 	// Audit holds the most recent entries, oldest first, at most
 	// AuditCapacity of them.
@@ -127,6 +145,7 @@ func emptyState() *State {
 		Groups:    map[string]config.ProviderGroup{},
 		Keys:      map[string]APIKey{},
 		Tokens:    map[string]AdminToken{},
+		Models:    map[string]config.ModelPrice{},
 		Policy:    Policy{AdaptivePolicy: strategies.DefaultAdaptivePolicy()},
 	}
 }
@@ -139,6 +158,9 @@ func (s *State) RouteList() []config.Route { return sortedValues(s.Routes) }
 
 // GroupList returns the provider groups sorted by name.
 func (s *State) GroupList() []config.ProviderGroup { return sortedValues(s.Groups) }
+
+// ModelList returns the price catalog sorted by model.
+func (s *State) ModelList() []config.ModelPrice { return sortedValues(s.Models) }
 
 // KeyList returns the API keys sorted by name.
 func (s *State) KeyList() []APIKey { return sortedValues(s.Keys) }
@@ -154,11 +176,11 @@ func (s *State) TokenRole(sum string) (Role, string) {
 }
 
 // AffectedRoutes returns the sorted public model names of the enabled
-// routes on the adaptive strategy (every stored route is enabled).
+// routes on the adaptive strategy.
 func (s *State) AffectedRoutes() []string {
 	out := []string{}
 	for _, r := range s.Routes {
-		if r.Strategy == "adaptive" {
+		if r.Strategy == "adaptive" && r.IsEnabled() {
 			out = append(out, r.Model)
 		}
 	}
@@ -190,8 +212,10 @@ func (s *State) Config(base *config.Config) *config.Config {
 	}
 	c.Keys = make([]config.Key, 0, len(s.Keys))
 	for _, k := range s.KeyList() {
-		c.Keys = append(c.Keys, config.Key{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models), ReadOnly: k.ReadOnly})
+		c.Keys = append(c.Keys, config.Key{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models),
+			Providers: slices.Clone(k.Providers), ReadOnly: k.ReadOnly})
 	}
+	c.Models = s.ModelList()
 	p := s.Policy.AdaptivePolicy
 	c.AdaptiveRouting = config.AdaptiveRouting{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
 		LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: p.MinSamples}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -43,23 +44,44 @@ func providerFromPB(p *raftstore.Provider) config.Provider {
 // RouteToPB converts a route to its wire form.
 func RouteToPB(r config.Route) *raftstore.Route {
 	return &raftstore.Route{Model: r.Model, Strategy: r.Strategy, Targets: targetsToPB(r.Targets),
-		Discover: r.Discover, Readonly: r.ReadOnly, MaxLoras: int32(r.MaxLoRAs)}
+		Discover: r.Discover, Readonly: r.ReadOnly, MaxLoras: int32(r.MaxLoRAs), Disabled: !r.IsEnabled()}
 }
 
 func routeFromPB(r *raftstore.Route) config.Route {
 	return config.Route{Model: r.GetModel(), Strategy: r.GetStrategy(), Targets: targetsFromPB(r.GetTargets()),
-		Discover: r.GetDiscover(), ReadOnly: r.GetReadonly(), MaxLoRAs: int(r.GetMaxLoras())}
+		Discover: r.GetDiscover(), ReadOnly: r.GetReadonly(), MaxLoRAs: int(r.GetMaxLoras()), Enabled: enabledFromPB(r.GetDisabled())}
 }
 
 // GroupToPB converts a provider group to its wire form.
 func GroupToPB(g config.ProviderGroup) *raftstore.ProviderGroup {
 	return &raftstore.ProviderGroup{Name: g.Name, Slug: g.Slug, Strategy: g.Strategy,
-		Members: targetsToPB(g.Members), Readonly: g.ReadOnly, MaxLoras: int32(g.MaxLoRAs)}
+		Members: targetsToPB(g.Members), Readonly: g.ReadOnly, MaxLoras: int32(g.MaxLoRAs), Disabled: !g.IsEnabled()}
 }
 
 func groupFromPB(g *raftstore.ProviderGroup) config.ProviderGroup {
 	return config.ProviderGroup{Name: g.GetName(), Slug: g.GetSlug(), Strategy: g.GetStrategy(),
-		Members: targetsFromPB(g.GetMembers()), ReadOnly: g.GetReadonly(), MaxLoRAs: int(g.GetMaxLoras())}
+		Members: targetsFromPB(g.GetMembers()), ReadOnly: g.GetReadonly(), MaxLoRAs: int(g.GetMaxLoras()),
+		Enabled: enabledFromPB(g.GetDisabled())}
+}
+
+// enabledFromPB is the config form of a disabled flag: nil (the default,
+// enabled) or false.
+func enabledFromPB(disabled bool) *bool {
+	if disabled {
+		return config.Bool(false)
+	}
+	return nil
+}
+
+// ModelPriceToPB converts a catalog entry to its wire form.
+func ModelPriceToPB(m config.ModelPrice) *raftstore.ModelPrice {
+	return &raftstore.ModelPrice{Model: m.Model, PriceInPerMtok: m.PriceInPerMtok, PriceOutPerMtok: m.PriceOutPerMtok,
+		Readonly: m.ReadOnly}
+}
+
+func modelPriceFromPB(m *raftstore.ModelPrice) config.ModelPrice {
+	return config.ModelPrice{Model: m.GetModel(), PriceInPerMtok: m.GetPriceInPerMtok(),
+		PriceOutPerMtok: m.GetPriceOutPerMtok(), ReadOnly: m.GetReadonly()}
 }
 
 // KeyToPB converts an API key to its wire form.
@@ -69,11 +91,12 @@ func KeyToPB(k APIKey) *raftstore.Key {
 		created = k.Created.UnixNano()
 	}
 	return &raftstore.Key{Name: k.Name, Sha256: k.SHA256, Models: slices.Clone(k.Models), Readonly: k.ReadOnly,
+		Providers:       slices.Clone(k.Providers),
 		CreatedUnixNano: created}
 }
 
 func keyFromPB(k *raftstore.Key) APIKey {
-	return APIKey{Name: k.GetName(), SHA256: k.GetSha256(), Models: slices.Clone(k.GetModels()),
+	return APIKey{Name: k.GetName(), SHA256: k.GetSha256(), Models: slices.Clone(k.GetModels()), Providers: slices.Clone(k.GetProviders()),
 		ReadOnly: k.GetReadonly(), Created: fromNanos(k.GetCreatedUnixNano())}
 }
 
@@ -100,12 +123,20 @@ func policyFromPB(p *raftstore.Policy) Policy {
 
 func auditToPB(e AuditEntry) *raftstore.AuditEntry {
 	return &raftstore.AuditEntry{Seq: e.Seq, TimeUnixNano: e.Time.UnixNano(), Actor: e.Actor, Action: e.Action,
-		Resource: e.Resource, Outcome: e.Outcome, ConfigVersion: e.ConfigVersion, Diff: slices.Clone(e.Diff)}
+		Resource: e.Resource, Outcome: e.Outcome, ConfigVersion: e.ConfigVersion, Diff: slices.Clone(e.Diff), Detail: string(e.Detail)}
 }
 
 func auditFromPB(e *raftstore.AuditEntry) AuditEntry {
 	return AuditEntry{Seq: e.GetSeq(), Time: fromNanos(e.GetTimeUnixNano()), Actor: e.GetActor(), Action: e.GetAction(),
-		Resource: e.GetResource(), Outcome: e.GetOutcome(), ConfigVersion: e.GetConfigVersion(), Diff: slices.Clone(e.GetDiff())}
+		Resource: e.GetResource(), Outcome: e.GetOutcome(), ConfigVersion: e.GetConfigVersion(), Diff: slices.Clone(e.GetDiff()),
+		Detail: detailFromPB(e.GetDetail())}
+}
+
+func detailFromPB(d string) json.RawMessage {
+	if d == "" {
+		return nil
+	}
+	return json.RawMessage(d)
 }
 
 func fromNanos(n int64) time.Time {
@@ -136,6 +167,9 @@ func SeedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 			s.Keys = append(s.Keys, KeyToPB(k))
 		}
 		s.Policy = PolicyToPB(c.AdaptiveRouting.Policy())
+		for _, m := range c.Models {
+			s.Models = append(s.Models, ModelPriceToPB(m))
+		}
 	}
 	if superadminSHA256 != "" {
 		s.Tokens = append(s.Tokens, TokenToPB(AdminToken{Name: "bootstrap", SHA256: superadminSHA256,
@@ -159,6 +193,9 @@ func (s *State) toSnapshot() *raftstore.Snapshot {
 	}
 	for _, k := range s.KeyList() {
 		out.Keys = append(out.Keys, KeyToPB(k))
+	}
+	for _, m := range s.ModelList() {
+		out.Models = append(out.Models, ModelPriceToPB(m))
 	}
 	for _, t := range sortedValues(s.Tokens) {
 		out.Tokens = append(out.Tokens, TokenToPB(t))
@@ -198,6 +235,9 @@ func stateFromSnapshot(sn *raftstore.Snapshot) *State {
 	}
 	for _, t := range sn.GetTokens() {
 		s.Tokens[t.GetSha256()] = tokenFromPB(t)
+	}
+	for _, m := range sn.GetModels() {
+		s.Models[m.GetModel()] = modelPriceFromPB(m)
 	}
 	if sn.GetPolicy() != nil {
 		s.Policy = policyFromPB(sn.GetPolicy())

@@ -31,6 +31,20 @@ type Config struct {
 	Limits          Limits          `toml:"limits"`
 	MetricsScrape   MetricsScrape   `toml:"metrics_scrape"`
 	Keys            []Key           `toml:"keys"`
+	// Models is the model price catalog ([[models]]): what each upstream
+	// model costs, whichever provider serves it.
+	Models []ModelPrice `toml:"models"`
+}
+
+// ModelPrice is one [[models]] entry of the price catalog. cheapest,
+// adaptive and provider groups price a target by its upstream model from
+// here; a provider's own prices are the fallback for a model the catalog
+// does not list.
+type ModelPrice struct {
+	Model           string  `toml:"model" json:"model"`
+	PriceInPerMtok  float64 `toml:"price_in_per_mtok" json:"price_in_per_mtok"`
+	PriceOutPerMtok float64 `toml:"price_out_per_mtok" json:"price_out_per_mtok"`
+	ReadOnly        bool    `toml:"readonly" json:"readonly"`
 }
 
 // Provider is one upstream OpenAI-compatible endpoint (a vLLM engine or an
@@ -113,7 +127,13 @@ type Route struct {
 	// the engines' --max-loras (vLLM's default is 1). 0 means that default.
 	MaxLoRAs int  `toml:"max_loras"`
 	ReadOnly bool `toml:"readonly"`
+	// Enabled is nil or true for a route that serves; a disabled route
+	// answers 404 as an unknown model does. See IsEnabled.
+	Enabled *bool `toml:"enabled"`
 }
+
+// IsEnabled reports whether the route serves (enabled is unset or true).
+func (r Route) IsEnabled() bool { return r.Enabled == nil || *r.Enabled }
 
 // ProviderGroup is addressed as "slug/model": a pool of providers that all
 // serve whatever model the caller names (passthrough members, Model empty)
@@ -126,7 +146,15 @@ type ProviderGroup struct {
 	// MaxLoRAs: as Route.MaxLoRAs.
 	MaxLoRAs int  `toml:"max_loras"`
 	ReadOnly bool `toml:"readonly"`
+	// Enabled: as Route.Enabled.
+	Enabled *bool `toml:"enabled"`
 }
+
+// IsEnabled reports whether the group serves (enabled is unset or true).
+func (g ProviderGroup) IsEnabled() bool { return g.Enabled == nil || *g.Enabled }
+
+// Bool returns a pointer to v, for the optional boolean fields.
+func Bool(v bool) *bool { return &v }
 
 // AdaptiveRouting is the [adaptive_routing] policy.
 type AdaptiveRouting struct {
@@ -213,6 +241,9 @@ type Key struct {
 	SHA256    string   `toml:"sha256"`
 	SecretEnv string   `toml:"secret_env"`
 	Models    []string `toml:"models"`
+	// Providers, when set, are the only providers the key's requests may
+	// land on: targets on any other provider are ineligible for it.
+	Providers []string `toml:"providers"`
 	ReadOnly  bool     `toml:"readonly"`
 }
 

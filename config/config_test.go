@@ -86,6 +86,14 @@ func TestParseErrorsNameFileEntryAndField(t *testing.T) {
 		{"bad duration", "[health]\ninterval = \"often\"\n", []string{"not a duration"}},
 		{"negative weight", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\", weight = -1}]\n",
 			[]string{"weight", "≥ 1"}},
+		{"zero weight", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}, {provider = \"p\", weight = 0}]\n",
+			[]string{`routes[0] (model "m") targets[1]`, "weight", "must be an integer ≥ 1, got 0"}},
+		{"zero member weight", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[provider_groups]]\nname = \"G\"\nslug = \"g\"\n[[provider_groups.members]]\nprovider = \"p\"\nweight = 0\n",
+			[]string{`provider_groups[0] (name "G") members[0]`, "weight", "got 0"}},
+		{"key provider unknown", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[keys]]\nname = \"k\"\nsha256 = \"" + strings.Repeat("a", 64) + "\"\nproviders = [\"p\", \"nope\"]\n",
+			[]string{`keys[0] (name "k")`, "providers[1]", `no provider named "nope"`}},
+		{"catalog price", "[[models]]\nmodel = \"m\"\nprice_in_per_mtok = -1\n", []string{`models[0] (model "m")`, "price_in_per_mtok", "≥ 0"}},
+		{"catalog duplicate", "[[models]]\nmodel = \"m\"\n[[models]]\nmodel = \"m\"\n", []string{`models[1] (model "m")`, "duplicate"}},
 		{"unset key env", "[[keys]]\nname = \"k\"\nsecret_env = \"NOPE\"\n", []string{`keys[0] (name "k")`, "secret_env", "NOPE"}},
 		{"negative generation", "generation = -1\n", []string{"rolter.toml", "generation"}},
 		{"duplicate route", "[[providers]]\nname = \"p\"\napi_base = \"http://h\"\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"p\"}]\n",
@@ -130,5 +138,40 @@ func TestExampleFileParses(t *testing.T) {
 	}
 	if c.Generation == 0 || len(c.Providers) == 0 {
 		t.Fatalf("examples/rolter.toml: generation %d, %d providers", c.Generation, len(c.Providers))
+	}
+}
+
+func TestEnabledDefaultsToTrue(t *testing.T) {
+	cfg, err := Parse("rolter.toml", []byte(`
+[[providers]]
+name = "p"
+api_base = "http://h"
+[[routes]]
+model = "a"
+targets = [{provider = "p"}]
+[[routes]]
+model = "b"
+enabled = false
+targets = [{provider = "p"}]
+[[routes]]
+model = "c"
+enabled = true
+targets = [{provider = "p"}]
+[[provider_groups]]
+name = "G"
+slug = "g"
+enabled = false
+members = [{provider = "p"}]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false, true} {
+		if got := cfg.Routes[i].IsEnabled(); got != want {
+			t.Errorf("route %s enabled = %v, want %v", cfg.Routes[i].Model, got, want)
+		}
+	}
+	if cfg.ProviderGroups[0].IsEnabled() {
+		t.Error("group with enabled = false is enabled")
 	}
 }

@@ -73,16 +73,62 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 	if md.IsDefined("metrics_scrape") && !md.IsDefined("metrics_scrape", "enabled") {
 		cfg.MetricsScrape.Enabled = true
 	}
-	errs = append(errs, cfg.check(file, getenv)...)
+	errs = append(errs, cfg.check(file, getenv, explicitWeights(data))...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	return &cfg, nil
 }
 
+// weightAt names one target of the file: list is "routes" or
+// "provider_groups", i the entry, j the target or member.
+type weightAt struct {
+	list string
+	i, j int
+}
+
+// explicitWeights returns the targets and members whose weight the file
+// sets, so a weight written as 0 is rejected while an omitted one defaults
+// to 1. data has already decoded once, so errors cannot occur here.
+func explicitWeights(data []byte) map[weightAt]bool {
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
+		return nil
+	}
+	out := map[weightAt]bool{}
+	for _, l := range []struct{ list, members string }{{"routes", "targets"}, {"provider_groups", "members"}} {
+		for i, e := range tables(raw[l.list]) {
+			for j, t := range tables(e[l.members]) {
+				if _, ok := t["weight"]; ok {
+					out[weightAt{l.list, i, j}] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// tables returns v as a list of tables (an array of tables or an array of
+// inline tables), nil when it is neither.
+func tables(v any) []map[string]any {
+	switch x := v.(type) {
+	case []map[string]any:
+		return x
+	case []any:
+		out := make([]map[string]any, 0, len(x))
+		for _, e := range x {
+			m, _ := e.(map[string]any)
+			out = append(out, m)
+		}
+		return out
+	}
+	return nil
+}
+
 // check fills per-entry defaults and validates the whole config,
-// returning each failure.
-func (c *Config) check(file string, getenv func(string) string) []error {
+// returning each failure. explicit names the weights the file wrote out: a
+// 0 there is an error, a missing weight is 1.
+func (c *Config) check(file string, getenv func(string) string, explicit map[weightAt]bool) []error {
 	v := &validator{file: file}
 	if c.Generation < 0 {
 		v.add("", "generation", "must be an integer ≥ 0")
@@ -100,10 +146,8 @@ func (c *Config) check(file string, getenv func(string) string) []error {
 		if err := c.Limits.CheckBaseURL(p.APIBase); err != nil {
 			v.add(entry, "api_base", err.Error())
 		}
-		for f, price := range map[string]float64{"price_in_per_mtok": p.PriceInPerMtok, "price_out_per_mtok": p.PriceOutPerMtok} {
-			if math.IsNaN(price) || math.IsInf(price, 0) || price < 0 {
-				v.add(entry, f, "must be a finite number ≥ 0")
-			}
+		if f, err := CheckPrices(p.PriceInPerMtok, p.PriceOutPerMtok); err != nil {
+			v.add(entry, f, err.Error())
 		}
 		if p.APIKeyEnv != "" && getenv(p.APIKeyEnv) == "" {
 			v.add(entry, "api_key_env", fmt.Sprintf("environment variable %s is empty or unset", p.APIKeyEnv))
@@ -137,6 +181,9 @@ func (c *Config) check(file string, getenv func(string) string) []error {
 		if r.Strategy == "" {
 			r.Strategy = "round_robin"
 		}
+		if r.IsEnabled() {
+			r.Enabled = nil // one spelling of the default
+		}
 		v.strategy(entry, r.Strategy)
 		if err := CheckMaxLoRAs(r.MaxLoRAs); err != nil {
 			v.add(entry, "max_loras", err.Error())
@@ -149,7 +196,7 @@ func (c *Config) check(file string, getenv func(string) string) []error {
 			if t.Model == "" {
 				t.Model = r.Model
 			}
-			v.target(fmt.Sprintf("%s targets[%d]", entry, j), t, providers)
+			v.target(fmt.Sprintf("%s targets[%d]", entry, j), t, providers, explicit[weightAt{"routes", i, j}])
 		}
 	}
 	slugs := map[string]bool{}
@@ -173,6 +220,9 @@ func (c *Config) check(file string, getenv func(string) string) []error {
 		if g.Strategy == "" {
 			g.Strategy = "round_robin"
 		}
+		if g.IsEnabled() {
+			g.Enabled = nil
+		}
 		v.strategy(entry, g.Strategy)
 		if err := CheckMaxLoRAs(g.MaxLoRAs); err != nil {
 			v.add(entry, "max_loras", err.Error())
@@ -181,7 +231,20 @@ func (c *Config) check(file string, getenv func(string) string) []error {
 			v.add(entry, "members", "at least one member is required")
 		}
 		for j := range g.Members {
-			v.target(fmt.Sprintf("%s members[%d]", entry, j), &g.Members[j], providers)
+			v.target(fmt.Sprintf("%s members[%d]", entry, j), &g.Members[j], providers, explicit[weightAt{"provider_groups", i, j}])
+		}
+	}
+	catalog := map[string]bool{}
+	for i, m := range c.Models {
+		entry := fmt.Sprintf("models[%d] (model %q)", i, m.Model)
+		if m.Model == "" {
+			v.add(entry, "model", "required")
+		} else if catalog[m.Model] {
+			v.add(entry, "model", "duplicate catalog entry for this model")
+		}
+		catalog[m.Model] = true
+		if f, err := CheckPrices(m.PriceInPerMtok, m.PriceOutPerMtok); err != nil {
+			v.add(entry, f, err.Error())
 		}
 	}
 	if err := ValidatePolicy(c.AdaptiveRouting.Policy()); err != nil {
@@ -198,6 +261,11 @@ func (c *Config) check(file string, getenv func(string) string) []error {
 			v.add(entry, "name", "duplicate key name")
 		}
 		keys[k.Name] = true
+		for j, p := range k.Providers {
+			if !providers[p] {
+				v.add(entry, fmt.Sprintf("providers[%d]", j), fmt.Sprintf("no provider named %q", p))
+			}
+		}
 		switch {
 		case k.SHA256 != "" && k.SecretEnv != "":
 			v.add(entry, "sha256", "set either sha256 or secret_env, not both")
@@ -310,6 +378,21 @@ func (l Limits) CheckBaseURL(raw string) error {
 	return nil
 }
 
+// CheckPrices validates a pair of per-million-token prices (a provider's
+// or a catalog entry's); on failure it returns the offending field. The
+// admin API applies the same rule.
+func CheckPrices(in, out float64) (field string, err error) {
+	for _, p := range []struct {
+		f string
+		v float64
+	}{{"price_in_per_mtok", in}, {"price_out_per_mtok", out}} {
+		if math.IsNaN(p.v) || math.IsInf(p.v, 0) || p.v < 0 {
+			return p.f, errors.New("must be a finite number ≥ 0")
+		}
+	}
+	return "", nil
+}
+
 // CheckMaxLoRAs validates a route's or group's max_loras (0: the default).
 // The admin API applies the same rule.
 func CheckMaxLoRAs(n int) error {
@@ -357,16 +440,28 @@ func (v *validator) strategy(entry, name string) {
 	}
 }
 
-func (v *validator) target(entry string, t *Target, providers map[string]bool) {
+// target validates one route target or group member. A weight the file
+// left out is 1; one it wrote must be an integer ≥ 1 (compat.md), so a 0
+// meant to switch a target off is an error rather than a silent 1.
+func (v *validator) target(entry string, t *Target, providers map[string]bool, weightSet bool) {
 	if t.Provider == "" {
 		v.add(entry, "provider", "required")
 	} else if !providers[t.Provider] {
 		v.add(entry, "provider", fmt.Sprintf("no provider named %q", t.Provider))
 	}
-	switch {
-	case t.Weight == 0:
+	if t.Weight == 0 && !weightSet {
 		t.Weight = 1
-	case t.Weight < 0:
-		v.add(entry, "weight", "must be an integer ≥ 1")
 	}
+	if err := CheckWeight(t.Weight); err != nil {
+		v.add(entry, "weight", err.Error())
+	}
+}
+
+// CheckWeight validates a target's weight: an integer ≥ 1. The admin API
+// applies the same rule.
+func CheckWeight(w int) error {
+	if w < 1 {
+		return fmt.Errorf("must be an integer ≥ 1, got %d", w)
+	}
+	return nil
 }

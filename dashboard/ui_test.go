@@ -205,13 +205,17 @@ func TestKillSwitchShowsAffectedRoutes(t *testing.T) {
 	}
 
 	p.run("flip the kill switch", chromedp.Click(chromedp.CSS("label.switch")))
-	note = p.waitText("#affected-routes", "Saving switches these routes back to their static target weights")
+	// The kill switch falls back to the pipeline stack (seed 000), not to
+	// the static weights seed 003 names; the screen says what the code does.
+	note = p.waitText("#affected-routes", "Saving switches these routes back to their pipeline fallback stack")
 	if !strings.Contains(note, "chat-adaptive") || !strings.Contains(note, "support-bot") {
 		t.Errorf("after flipping, affected routes = %q", note)
 	}
 	p.run("save", chromedp.Click(chromedp.CSS("#save-policy")))
 	p.waitText("#policy-ok", "Saved")
-	p.waitText("#affected-routes", "Held back on their static target weights")
+	if note = p.waitText("#affected-routes", "Held back on their pipeline fallback stack"); strings.Contains(note, "static target weights") {
+		t.Errorf("affected routes still name static target weights: %q", note)
+	}
 	p.lock(func(f *fakeAdmin) {
 		if f.policy.Enabled {
 			t.Error("kill switch still on after saving it off")
@@ -228,7 +232,8 @@ func TestTelemetryEmptyStates(t *testing.T) {
 		want    []string
 	}{
 		{"kill switch off", false, "#empty-kill-switch", "#empty-no-reports",
-			[]string{"kill switch", "enabled = false", "chat-adaptive", "support-bot", "Nothing is wrong with the gateways", "Open Adaptive Routing → Settings"}},
+			[]string{"kill switch", "enabled = false", "chat-adaptive", "support-bot", "Nothing is wrong with the gateways", "Open Adaptive Routing → Settings",
+				"pipeline fallback stack"}},
 		{"switch on, nothing reporting", true, "#empty-no-reports", "#empty-kill-switch",
 			[]string{"No gateway is reporting", "ROLTER_NODE_ID", "adaptive-routing telemetry report failed", "60 s", "chat-adaptive"}},
 	}

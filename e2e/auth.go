@@ -47,6 +47,10 @@ var AdminEndpoints = []Endpoint{
 	{"GET", "/api/v1/keys", "viewer"},
 	{"POST", "/api/v1/keys", "admin"},
 	{"DELETE", "/api/v1/keys/{name}", "admin"},
+	{"PUT", "/api/v1/model-prices/{name:.+}", "admin"},
+	{"GET", "/api/v1/model-prices", "viewer"},
+	{"GET", "/api/v1/model-prices/{name:.+}", "viewer"},
+	{"DELETE", "/api/v1/model-prices/{name:.+}", "admin"},
 	{"GET", "/api/v1/admin-tokens", "superadmin"},
 	{"POST", "/api/v1/admin-tokens", "superadmin"},
 	{"DELETE", "/api/v1/admin-tokens/{name}", "superadmin"},
@@ -90,13 +94,13 @@ func request(p Principal, e Endpoint, provider string) (path, body string, hdr [
 	name := map[string]string{
 		"/api/v1/providers/{name}": "p-" + who, "/api/v1/routes/{name:.+}": "r-" + who,
 		"/api/v1/provider-groups/{name}": "g-" + who, "/api/v1/keys/{name}": "k-" + who,
-		"/api/v1/admin-tokens/{name}": "t-" + who,
+		"/api/v1/admin-tokens/{name}": "t-" + who, "/api/v1/model-prices/{name:.+}": "org/m-" + who,
 	}[e.Path]
 	if e.Method == http.MethodGet {
 		// Reads address resources every principal can see: the fleet's
 		// own provider, route and group.
 		name = map[string]string{"/api/v1/providers/{name}": provider, "/api/v1/routes/{name:.+}": "chat",
-			"/api/v1/provider-groups/{name}": "fleet"}[e.Path]
+			"/api/v1/provider-groups/{name}": "fleet", "/api/v1/model-prices/{name:.+}": "m"}[e.Path]
 	}
 	if name != "" {
 		path = strings.Replace(strings.Replace(path, "{name:.+}", name, 1), "{name}", name, 1)
@@ -119,6 +123,8 @@ func request(p Principal, e Endpoint, provider string) (path, body string, hdr [
 		body = fmt.Sprintf(`{"slug":"g%s","strategy":"power_of_two","members":%s}`, who, target)
 	case "POST /api/v1/keys":
 		body = fmt.Sprintf(`{"name":"k-%s","models":["chat"]}`, who)
+	case "PUT /api/v1/model-prices/{name:.+}":
+		body = `{"price_in_per_mtok":1,"price_out_per_mtok":2}`
 	case "POST /api/v1/admin-tokens":
 		body = fmt.Sprintf(`{"name":"t-%s","role":"viewer"}`, who)
 	case "POST /api/v1/config/diff", "POST /api/v1/config/apply":

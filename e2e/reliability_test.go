@@ -36,6 +36,11 @@ name = "fleet"
 slug = "fleet"
 strategy = "round_robin"
 members = [{ provider = "e0", model = "m" }]
+
+[[models]]
+model = "m"
+price_in_per_mtok = 0.1
+price_out_per_mtok = 0.2
 `, l.ReadHeader.String(), l.MaxBodyBytes, l.MaxHeaderBytes)
 }
 

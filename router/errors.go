@@ -16,6 +16,7 @@ var (
 	ErrTooLarge      = errors.New("request body too large")
 	ErrUnauthorized  = errors.New("missing or invalid API key")
 	ErrForbidden     = errors.New("model not allowed for this API key")
+	ErrNoProvider    = errors.New("no provider of this model is allowed for this API key")
 	ErrNoTarget      = errors.New("no eligible target")
 	ErrTooManyStream = errors.New("too many concurrent streams for this API key")
 	ErrUpstream      = errors.New("upstream failed")
@@ -48,6 +49,8 @@ func errorClass(err error) (status int, typ, code string) {
 		return http.StatusUnauthorized, "authentication_error", "invalid_api_key"
 	case errors.Is(err, ErrForbidden):
 		return http.StatusForbidden, "permission_error", "model_not_allowed"
+	case errors.Is(err, ErrNoProvider):
+		return http.StatusForbidden, "permission_error", "provider_not_allowed"
 	case errors.Is(err, ErrTooManyStream):
 		return http.StatusTooManyRequests, "rate_limit_error", "too_many_streams"
 	case errors.Is(err, ErrNoTarget):

@@ -13,6 +13,14 @@ type apiKey struct {
 	name   string
 	sum    [sha256.Size]byte
 	models []string // allowlist; empty = every model
+	// providers is the provider allowlist; nil = every provider.
+	providers map[string]bool
+}
+
+// allowsProvider reports whether k's requests may land on provider. A nil
+// key (open router) and a key without a provider allowlist allow all.
+func (k *apiKey) allowsProvider(provider string) bool {
+	return k == nil || k.providers == nil || k.providers[provider]
 }
 
 // authenticate returns the key presenting r's bearer token. With no key

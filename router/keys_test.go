@@ -239,3 +239,72 @@ max_body_bytes = 65536
 		t.Fatal("an oversized body reached the upstream")
 	}
 }
+
+// A key's provider allowlist is part of eligibility (seed 000: "allowed to
+// the key"), for routes and groups alike: the key never lands on another
+// provider, not even when its providers are parked or down, and a key
+// with no eligible target at all gets 403 in the OpenAI error shape.
+func TestKeyProviderAllowlist(t *testing.T) {
+	open, closed := newEngine(t, okChat), newEngine(t, okChat)
+	var limited atomic.Bool
+	other := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+		if limited.Load() {
+			w.Header().Set("Retry-After", "30")
+			status(429)(w, r, b)
+			return
+		}
+		okChat(w, r, b)
+	})
+	h := newHarness(t, providers("open", open.URL, "closed", closed.URL, "other", other.URL)+`
+[[routes]]
+model = "m"
+strategy = "round_robin"
+targets = [{provider = "open"}, {provider = "closed"}, {provider = "other"}]
+[[routes]]
+model = "closed-only"
+targets = [{provider = "closed"}]
+[[provider_groups]]
+name = "fleet"
+slug = "fleet"
+strategy = "round_robin"
+members = [{provider = "closed"}, {provider = "other"}, {provider = "open"}]
+[[keys]]
+name = "restricted"
+sha256 = "`+sha("sk-r")+`"
+providers = ["open", "other"]
+[[keys]]
+name = "any"
+sha256 = "`+sha("sk-any")+`"
+[retry]
+attempts = 2
+`, nil)
+	auth := []string{"Authorization", "Bearer sk-r"}
+	for range 12 {
+		for _, model := range []string{"m", "fleet/x"} {
+			if code, _, body := h.chat(model, auth...); code != 200 {
+				t.Fatalf("%s: %d %s", model, code, body)
+			}
+		}
+	}
+	if closed.hits.Load() != 0 || open.hits.Load() == 0 || other.hits.Load() == 0 {
+		t.Fatalf("hits: open %d closed %d other %d; the restricted key must never reach closed",
+			open.hits.Load(), closed.hits.Load(), other.hits.Load())
+	}
+	// With "other" parked, the key still never spills onto "closed".
+	limited.Store(true)
+	for range 6 {
+		if code, _, body := h.chat("m", auth...); code != 200 {
+			t.Fatalf("with other parked: %d %s", code, body)
+		}
+	}
+	if closed.hits.Load() != 0 {
+		t.Fatalf("restricted key reached closed %d times once other was parked", closed.hits.Load())
+	}
+	code, _, body := h.chat("closed-only", auth...)
+	if code != 403 || errorCode(t, body) != "provider_not_allowed" || !strings.Contains(body, "restricted") {
+		t.Errorf("route with no allowed target: %d %s, want 403 provider_not_allowed", code, body)
+	}
+	if code, _, body := h.chat("closed-only", "Authorization", "Bearer sk-any"); code != 200 {
+		t.Errorf("key without a provider allowlist: %d %s", code, body)
+	}
+}

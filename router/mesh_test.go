@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rolter/rolter/strategies"
 )
@@ -116,5 +117,60 @@ targets = [{provider = "a"}]
 	}
 	if len(l.observed) != 1 || l.observed[0] != "m "+a.URL+" hello mesh" {
 		t.Fatalf("observed %q", l.observed)
+	}
+}
+
+// queueView is an EngineView whose queue the test moves between requests.
+type queueView struct {
+	mu sync.Mutex
+	q  uint64
+}
+
+func (v *queueView) set(q uint64) { v.mu.Lock(); v.q = q; v.mu.Unlock() }
+
+func (v *queueView) Load(string) (uint64, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.q, true
+}
+
+// predicted_latency trains on the queue depth it predicts from: the load
+// the balancer saw, mesh fold included. Here the mesh reports a queue of 0
+// or 20 ahead of each request (this router has none in flight) and the
+// engine takes 10 ms per queued request; the model must learn that cost.
+// Trained on the router's own in-flight count (always 0 here) it learned
+// nothing about the queue.
+func TestPredictedLatencyTrainsOnTheLoadItPredictsFrom(t *testing.T) {
+	view := &queueView{}
+	var h *harness
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+		if b != nil {
+			view.mu.Lock()
+			q := view.q
+			view.mu.Unlock()
+			h.clock.Advance(time.Duration(50+10*q) * time.Millisecond)
+		}
+		okChat(w, r, b)
+	})
+	h = newHarnessWith(t, providers("a", eng.URL)+`
+[[routes]]
+model = "m"
+strategy = "predicted_latency"
+targets = [{provider = "a"}]
+`, nil, func(o *Options) { o.Engine = view })
+	for i := range 400 {
+		view.set(uint64(20 * (i % 2)))
+		if code, _, body := h.chat("m"); code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	st := h.srv.tracker.Target("a/m")
+	idle, _ := st.Predict(0, 0)
+	queued, ok := st.Predict(20, 0)
+	if !ok {
+		t.Fatal("no prediction after 400 successes")
+	}
+	if d := queued - idle; d < 150 || d > 250 {
+		t.Errorf("predicted cost of a 20-deep queue %.0f ms (idle %.0f, queued %.0f), want about 200", d, idle, queued)
 	}
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	targets       *prometheus.CounterVec   // provider, target, outcome
 	configVersion prometheus.Gauge
 	inFlight      *prometheus.GaugeVec // provider
+	parkedUntil   *prometheus.GaugeVec // provider, target
 }
 
 var msBuckets = []float64{5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000}
@@ -43,8 +44,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "rolter_target_in_flight", Help: "This router's in-flight attempts per provider.",
 		}, []string{"provider"}),
+		parkedUntil: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rolter_target_parked_until_seconds",
+			Help: "Unix time until which a target (provider/model) is parked after a 429 with Retry-After; in the past once it is not.",
+		}, []string{"provider", "target"}),
 	}
-	reg.MustRegister(m.requests, m.retries, m.latency, m.ttft, m.targets, m.configVersion, m.inFlight)
+	reg.MustRegister(m.requests, m.retries, m.latency, m.ttft, m.targets, m.configVersion, m.inFlight, m.parkedUntil)
 	return m
 }
 

@@ -357,6 +357,11 @@ func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte,
 	if len(ids) > 0 {
 		rc.PromptTokens = len(ids)
 		rc.BlockKeys = kvblock.Keys(nil, ids, blockSize, kvblock.Extra(adapter, ""))
+		if rc.Prompt == "" {
+			// No text to match: prefix affinity keys the ids instead.
+			rc.Prompt = strategies.TokenPrompt(ids)
+			rc.PromptLen = strategies.TokenKeyBytes * len(ids)
+		}
 	} else {
 		rc.PromptTokens = (p.n + bytesPerToken - 1) / bytesPerToken
 	}

@@ -53,7 +53,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	// A client that trickles its body is cut after [timeouts] read_body;
 	// the deadline is lifted again for the (long) streaming response.
 	// One allocation holds the request's routing state for its whole life.
-	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
+	a := &attempt{s: s, sn: sn, key: key, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
 	a.req, a.rc = &a.reqv, &a.rcv
 	ctl := a.ctl
 	_ = ctl.SetReadDeadline(time.Now().Add(sn.cfg.Timeouts.ReadBody.Duration))
@@ -82,6 +82,10 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	label, counted = res.pool.key, res.pool
 	if !key.allows(req.model) {
 		fail(fmt.Errorf("%w: %q", ErrForbidden, req.model), 0)
+		return
+	}
+	if !a.keyReaches() {
+		fail(fmt.Errorf("%w: key %q may not use any target of %q", ErrNoProvider, key.name, req.model), 0)
 		return
 	}
 	if req.stream && key != nil && sn.cfg.Limits.MaxStreamsPerKey > 0 {
@@ -134,6 +138,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type attempt struct {
 	s     *Server
 	sn    *snapshot
+	key   *apiKey // nil: the router is open
 	w     http.ResponseWriter
 	r     *http.Request
 	res   resolved
@@ -257,11 +262,25 @@ func (a *attempt) backoff(deadline time.Time, d time.Duration) error {
 	return a.s.sleep(ctx, d)
 }
 
+// keyReaches reports whether the request's key may use some target of its
+// pool (seed 000: eligibility includes "allowed to the key").
+func (a *attempt) keyReaches() bool {
+	if len(a.res.pool.targets) == 0 {
+		return true // run answers that the pool has no targets
+	}
+	for i := range a.res.pool.targets {
+		if a.key.allowsProvider(a.res.pool.targets[i].provider.name) {
+			return true
+		}
+	}
+	return false
+}
+
 // anyEligible reports whether some untried target could take a retry now.
 func (a *attempt) anyEligible() bool {
 	now := a.s.clock.Now()
 	for i, t := range a.res.pool.targets {
-		if !a.tried[i] && t.provider.up.unavailable(now) == "" {
+		if !a.tried[i] && a.key.allowsProvider(t.provider.name) && t.unavailable(now, a.res.requested) == "" {
 			return true
 		}
 	}
@@ -292,7 +311,7 @@ func (a *attempt) pick(retry bool) (int, bool) {
 	}
 	a.rc.QueuedPrefill = a.queued
 	eligible := func(i int) bool {
-		return !a.tried[i] && p.targets[i].provider.up.unavailable(now) == ""
+		return !a.tried[i] && a.key.allowsProvider(p.targets[i].provider.name) && p.targets[i].unavailable(now, a.res.requested) == ""
 	}
 	a.rc.Retry = retry
 	for range p.targets {
@@ -316,8 +335,19 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 	now := a.s.clock.Now()
 	counts := map[string]int{}
 	wait := time.Duration(0)
-	for i, t := range a.res.pool.targets {
-		why := t.provider.up.unavailable(now)
+	var parked []string
+	for i := range a.res.pool.targets {
+		t := &a.res.pool.targets[i]
+		why := t.unavailable(now, a.res.requested)
+		if !a.key.allowsProvider(t.provider.name) {
+			why = "not_allowed_to_key"
+		}
+		if pk := t.parking(a.res.requested, false); pk != nil && why == "parked" {
+			if until, reason, ok := pk.state(now); ok {
+				parked = append(parked, fmt.Sprintf("%s/%s parked until %s (%s)", t.provider.name,
+					t.upstreamModel(a.res.requested), until.UTC().Format(time.RFC3339), reason))
+			}
+		}
 		if why == "" && a.tried[i] {
 			why = "already_tried"
 		}
@@ -325,7 +355,7 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 			why = "not_picked"
 		}
 		counts[why]++
-		if d := t.provider.up.retryIn(now); d > 0 && (wait == 0 || d < wait) {
+		if d := t.retryIn(now, a.res.requested); d > 0 && (wait == 0 || d < wait) {
 			wait = d
 		}
 	}
@@ -337,7 +367,11 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 	if wait == 0 {
 		wait = time.Second
 	}
-	return fmt.Sprintf("%d target(s): %s", len(a.res.pool.targets), strings.Join(parts, ", ")), wait
+	msg := fmt.Sprintf("%d target(s): %s", len(a.res.pool.targets), strings.Join(parts, ", "))
+	if len(parked) > 0 {
+		msg += "; " + strings.Join(parked, "; ")
+	}
+	return msg, wait
 }
 
 // try runs one upstream attempt on target idx. done is true when the
@@ -354,7 +388,9 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
 	}
 	body := a.req.withModel(t.upstreamModel(a.res.requested))
-	queue := t.stats.Begin()
+	// The load the balancer saw for idx at this pick (pick fills a.loads).
+	queue := strategies.QueueDepth(a.loads, idx)
+	t.stats.Begin()
 	a.holdPrefill(t, idx)
 	inflight := s.metrics.targetInFlight(t)
 	inflight.Inc()
@@ -401,8 +437,13 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 			if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()); ok {
 				c := a.sn.cfg.Retry
 				d := min(max(ra, c.ParkMin.Duration), c.ParkMax.Duration)
-				up.park(s.clock.Now(), d)
-				s.log.Info("provider parked", "provider", t.provider.name, "for", d)
+				reason := "HTTP 429 with Retry-After " + resp.Header.Get("Retry-After")
+				until := t.parking(a.res.requested, true).park(s.clock.Now(), d, reason)
+				// A passthrough member's series stays its label: requested
+				// models are caller-chosen and must not become labels.
+				s.metrics.parkedUntil.WithLabelValues(t.provider.name, t.label).Set(float64(until.UnixNano()) / 1e9)
+				s.log.Info("target parked", "provider", t.provider.name, "target", t.label,
+					"model", t.upstreamModel(a.res.requested), "for", d, "until", until.UTC(), "reason", reason)
 			}
 		} else {
 			a.breakerFailure(up)
@@ -426,7 +467,11 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 			s.log.Warn("circuit breaker opened", "provider", t.provider.name)
 		}
 	}
-	end(ok && resp.StatusCode < 300, outcome)
+	served := ok && resp.StatusCode < 300
+	end(served, outcome)
+	if c, isC := a.res.pool.lb.(strategies.Completer); isC && served {
+		c.Served(idx)
+	}
 	if outcome == "abort" {
 		panic(http.ErrAbortHandler)
 	}

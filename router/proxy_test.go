@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 )
 
@@ -479,5 +480,108 @@ targets = [{provider = "bad"}, {provider = "good"}]
 				t.Errorf("the failing target saw %d attempts, want 5 + 1 half-open probe", got)
 			}
 		})
+	}
+}
+
+// A 429 with Retry-After parks the target — the provider/model pair the
+// attempt used — not the provider: the provider's other models keep
+// serving, on this route and others, and the parked target's 503 and
+// metric say why it is parked and until when.
+func TestParkingIsPerTarget(t *testing.T) {
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+		if b["model"] == "x" {
+			w.Header().Set("Retry-After", "10")
+			status(429)(w, r, b)
+			return
+		}
+		okChat(w, r, b)
+	})
+	h := newHarness(t, providers("a", eng.URL)+`
+[[routes]]
+model = "only-x"
+targets = [{provider = "a", model = "x"}]
+
+[[routes]]
+model = "only-y"
+targets = [{provider = "a", model = "y"}]
+
+[[routes]]
+model = "both"
+strategy = "round_robin"
+targets = [{provider = "a", model = "x"}, {provider = "a", model = "y"}]
+
+[retry]
+attempts = 0
+`, nil)
+	if code, _, _ := h.chat("only-x"); code != 429 {
+		t.Fatalf("first request %d, want the upstream's 429 relayed", code)
+	}
+	start := h.clock.Now()
+	h.clock.Advance(2 * time.Second)
+	code, _, body := h.chat("only-x")
+	until := start.Add(10 * time.Second).UTC().Format(time.RFC3339)
+	if code != 503 || errorCode(t, body) != "no_eligible_target" ||
+		!strings.Contains(body, "a/x parked until "+until+" (HTTP 429 with Retry-After 10)") {
+		t.Fatalf("while parked: %d %s", code, body)
+	}
+	for range 4 {
+		if code, _, body := h.chat("only-y"); code != 200 {
+			t.Fatalf("the provider's other model was parked too: %d %s", code, body)
+		}
+		if code, _, body := h.chat("both"); code != 200 || eng.lastBody()["model"] != "y" {
+			t.Fatalf("route over both: %d %s, model %v", code, body, eng.lastBody()["model"])
+		}
+	}
+	var m dto.Metric
+	if err := h.srv.metrics.parkedUntil.WithLabelValues("a", "a/x").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := int64(m.GetGauge().GetValue()); got != start.Add(10*time.Second).Unix() {
+		t.Errorf("rolter_target_parked_until_seconds = %d, want %d", got, start.Add(10*time.Second).Unix())
+	}
+	pt := h.srv.ParkedTargets()
+	if len(pt) != 1 || pt[0].Target != "a/x" || !pt[0].Until.Equal(start.Add(10*time.Second)) ||
+		pt[0].Reason != "HTTP 429 with Retry-After 10" {
+		t.Errorf("ParkedTargets = %+v", pt)
+	}
+	h.clock.Advance(8 * time.Second)
+	if pt := h.srv.ParkedTargets(); len(pt) != 0 {
+		t.Errorf("after the parking ended: %+v", pt)
+	}
+}
+
+// A passthrough group member forwards the caller's model, so the pair an
+// attempt used is provider/requested model: a 429 for one adapter parks
+// that adapter on the member, not the member.
+func TestParkingOnPassthroughMembersIsPerRequestedModel(t *testing.T) {
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+		if b["model"] == "lora-x" {
+			w.Header().Set("Retry-After", "20")
+			status(429)(w, r, b)
+			return
+		}
+		okChat(w, r, b)
+	})
+	h := newHarness(t, providers("a", eng.URL)+`
+[[provider_groups]]
+name = "Fleet"
+slug = "fleet"
+members = [{provider = "a"}]
+
+[retry]
+attempts = 0
+`, nil)
+	if code, _, _ := h.chat("fleet/lora-x"); code != 429 {
+		t.Fatalf("first request %d, want the 429 relayed", code)
+	}
+	code, _, body := h.chat("fleet/lora-x")
+	if code != 503 || !strings.Contains(body, "a/lora-x parked until") {
+		t.Errorf("parked adapter: %d %s", code, body)
+	}
+	if code, _, body := h.chat("fleet/lora-y"); code != 200 {
+		t.Errorf("another adapter on the same member: %d %s", code, body)
+	}
+	if pt := h.srv.ParkedTargets(); len(pt) != 1 || pt[0].Target != "a/*" || pt[0].Model != "lora-x" {
+		t.Errorf("ParkedTargets = %+v, want a/* parked for lora-x only", pt)
 	}
 }

@@ -79,6 +79,7 @@ type Server struct {
 	extra     http.Handler
 
 	tracker *strategies.Tracker
+	parks   parkings
 	policy  *strategies.PolicyHolder
 	metrics *metrics
 	health  *healthManager
@@ -184,7 +185,7 @@ func (s *Server) ApplyVersion(cfg *config.Config, version uint64) error {
 	if version == 0 {
 		version = s.ConfigVersion() + 1
 	}
-	b := builder{tracker: s.tracker, rand: s.rand, clock: s.clock, policy: s.policy,
+	b := builder{prev: s.snap.Load(), tracker: s.tracker, parks: &s.parks, rand: s.rand, clock: s.clock, policy: s.policy,
 		sources: s.sources, getenv: s.getenv, upstream: s.upstreamFor}
 	sn, err := b.build(cfg, version)
 	if err != nil {

@@ -4,8 +4,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/strategies"
@@ -14,14 +16,35 @@ import (
 // snapshot is the immutable routing state built from one config. Requests
 // load it once and use it to the end; Apply swaps in a new one.
 type snapshot struct {
-	version   uint64
-	cfg       *config.Config
-	routes    map[string]*pool // by public model name
-	groups    map[string]*pool // by group slug
-	pins      map[string]*pool // by provider name ("provider/model")
+	version uint64
+	cfg     *config.Config
+	routes  map[string]*pool // by public model name
+	groups  map[string]*pool // by group slug
+	pins    map[string]*pool // by provider name ("provider/model")
+	// offRoutes and offGroups hold the disabled routes' model names and
+	// the disabled groups' slugs: they answer 404 as an unknown model does.
+	offRoutes map[string]bool
+	offGroups map[string]bool
 	providers map[string]*provider
 	keys      []apiKey
 	models    []string // GET /v1/models ids, sorted
+	// catalog is the model price catalog by upstream model.
+	catalog map[string]config.ModelPrice
+}
+
+// price is what target t costs per million tokens in and out: its
+// upstream model's catalog entry; for a passthrough member (no declared
+// model) nothing, since the model it forwards is the caller's and unknown
+// when the balancer is built (seed 000: an all-passthrough group is
+// cost-neutral); otherwise its provider's own prices.
+func (s *snapshot) price(t *target) (in, out float64) {
+	if t.model == "" {
+		return 0, 0
+	}
+	if m, ok := s.catalog[t.model]; ok {
+		return m.PriceInPerMtok, m.PriceOutPerMtok
+	}
+	return t.provider.priceIn, t.provider.priceOut
 }
 
 // provider is one upstream endpoint as the snapshot sees it.
@@ -46,8 +69,44 @@ type target struct {
 	// label names the target in metrics: provider/model (or provider/*).
 	label string
 	stats *strategies.TargetStats
+	// park is the target's 429 parking, shared with every pool listing
+	// the same provider/model pair.
+	park *parking
 	// series caches the target's metric children (series.go).
 	series *targetSeries
+}
+
+// parking returns the parking of the pair an attempt for requested uses
+// on t: the target's own, or for a passthrough member the requested
+// model's (nil when that model was never parked and create is false).
+func (t *target) parking(requested string, create bool) *parking {
+	if t.model != "" {
+		return t.park
+	}
+	return t.park.forModel(requested, create)
+}
+
+// unavailable says why the target cannot take an attempt for requested at
+// now ("" when it can): its provider/model pair parked, or its provider
+// unhealthy or breaker-open.
+func (t *target) unavailable(now time.Time, requested string) string {
+	if t.park.parked(now) { // a declared target, or a passthrough member parked whole
+		return "parked"
+	}
+	if p := t.parking(requested, false); p != nil && p.parked(now) {
+		return "parked"
+	}
+	return t.provider.up.unavailable(now)
+}
+
+// retryIn is how long until the target may be available again for
+// requested (0: now or unknown).
+func (t *target) retryIn(now time.Time, requested string) time.Duration {
+	d := max(t.provider.up.retryIn(now), t.park.retryIn(now))
+	if pk := t.parking(requested, false); pk != nil {
+		d = max(d, pk.retryIn(now))
+	}
+	return d
 }
 
 // pool is a balancer over a fixed target list: a route, a provider group
@@ -64,6 +123,10 @@ type pool struct {
 	// adapter is true on group pools with a passthrough member: the
 	// requested model is then the LoRA adapter (RouteContext.Adapter).
 	adapter bool
+	// specs and maxLoRAs are what lb was built from, to tell whether the
+	// next snapshot can keep it.
+	specs    []strategies.Target
+	maxLoRAs int
 	// series caches the pool's metric children (series.go).
 	series *poolSeries
 	// residency is the pool's KV residency source (nil: none); the proxy
@@ -90,10 +153,16 @@ type resolved struct {
 // resolve maps a public address to a pool: a route's model name, then
 // "group-slug/model", then "provider-name/model".
 func (s *snapshot) resolve(model string) (resolved, error) {
+	if s.offRoutes[model] {
+		return resolved{}, fmt.Errorf("%w: %q is disabled (GET /v1/models lists the addresses)", ErrUnknownModel, model)
+	}
 	if p, ok := s.routes[model]; ok {
 		return resolved{pool: p, requested: model}, nil
 	}
 	if prefix, rest, ok := strings.Cut(model, "/"); ok && rest != "" {
+		if s.offGroups[prefix] {
+			return resolved{}, fmt.Errorf("%w: provider group %q is disabled (GET /v1/models lists the addresses)", ErrUnknownModel, prefix)
+		}
 		if p, ok := s.groups[prefix]; ok {
 			r := resolved{pool: p, requested: rest}
 			if p.adapter {
@@ -109,8 +178,18 @@ func (s *snapshot) resolve(model string) (resolved, error) {
 }
 
 // builder carries what building a snapshot needs from the Server.
+//
+// prev is the running snapshot (nil before the first). A pool of the new
+// snapshot with the same key, strategy, target list (identity and order,
+// weights and prices) and sizing as its predecessor in prev keeps prev's
+// balancer, so a config change elsewhere (a key, a policy PUT, another
+// route) loses nothing the pool learned. A pool whose targets changed gets
+// a new balancer that carries over what prev's learned keyed by target
+// identity (strategies.Carrier).
 type builder struct {
+	prev     *snapshot
 	tracker  *strategies.Tracker
+	parks    *parkings
 	rand     strategies.Rand
 	clock    strategies.Clock
 	policy   *strategies.PolicyHolder
@@ -126,7 +205,13 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 		routes:    make(map[string]*pool, len(cfg.Routes)),
 		groups:    make(map[string]*pool, len(cfg.ProviderGroups)),
 		pins:      make(map[string]*pool, len(cfg.Providers)),
+		offRoutes: map[string]bool{},
+		offGroups: map[string]bool{},
+		catalog:   make(map[string]config.ModelPrice, len(cfg.Models)),
 		providers: make(map[string]*provider, len(cfg.Providers)),
+	}
+	for _, m := range cfg.Models {
+		s.catalog[m.Model] = m
 	}
 	for _, pc := range cfg.Providers {
 		u, err := url.Parse(pc.APIBase)
@@ -159,9 +244,14 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 		if m == "" {
 			label = p.name + "/*"
 		}
-		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label), series: &targetSeries{}}, nil
+		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label),
+			park: b.parks.get(label + "\x00" + p.apiBase), series: &targetSeries{}}, nil
 	}
 	for _, rc := range cfg.Routes {
+		if !rc.IsEnabled() {
+			s.offRoutes[rc.Model] = true
+			continue
+		}
 		p := &pool{key: rc.Model, strategy: rc.Strategy, series: &poolSeries{}}
 		for _, tc := range rc.Targets {
 			t, err := mkTarget(tc, false)
@@ -170,13 +260,17 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			}
 			p.targets = append(p.targets, t)
 		}
-		if err := b.balance(p, weights(rc.Targets), rc.MaxLoRAs); err != nil {
+		if err := b.balance(s, p, weights(rc.Targets), rc.MaxLoRAs, b.prevPool(func(sn *snapshot) *pool { return sn.routes[rc.Model] })); err != nil {
 			return nil, fmt.Errorf("router: route %q: %w", rc.Model, err)
 		}
 		s.routes[rc.Model] = p
 		s.models = append(s.models, rc.Model)
 	}
 	for _, gc := range cfg.ProviderGroups {
+		if !gc.IsEnabled() {
+			s.offGroups[gc.Slug] = true
+			continue
+		}
 		p := &pool{key: gc.Slug + "/*", strategy: gc.Strategy, series: &poolSeries{}}
 		declared := map[string]bool{}
 		for _, mc := range gc.Members {
@@ -191,7 +285,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			}
 			p.targets = append(p.targets, t)
 		}
-		if err := b.balance(p, weights(gc.Members), gc.MaxLoRAs); err != nil {
+		if err := b.balance(s, p, weights(gc.Members), gc.MaxLoRAs, b.prevPool(func(sn *snapshot) *pool { return sn.groups[gc.Slug] })); err != nil {
 			return nil, fmt.Errorf("router: provider group %q: %w", gc.Slug, err)
 		}
 		s.groups[gc.Slug] = p
@@ -205,7 +299,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	for _, pc := range cfg.Providers {
 		t, _ := mkTarget(config.Target{Provider: pc.Name, Weight: 1}, true)
 		p := &pool{key: pc.Name + "/*", strategy: "round_robin", targets: []target{t}, series: &poolSeries{}}
-		if err := b.balance(p, []int{1}, 0); err != nil {
+		if err := b.balance(s, p, []int{1}, 0, b.prevPool(func(sn *snapshot) *pool { return sn.pins[pc.Name] })); err != nil {
 			return nil, fmt.Errorf("router: provider %q: %w", pc.Name, err)
 		}
 		s.pins[pc.Name] = p
@@ -213,12 +307,32 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	sort.Strings(s.models)
 	for _, kc := range cfg.Keys {
 		k := apiKey{name: kc.Name, models: kc.Models}
+		if len(kc.Providers) > 0 {
+			k.providers = make(map[string]bool, len(kc.Providers))
+			for _, p := range kc.Providers {
+				k.providers[p] = true
+			}
+		}
 		if _, err := hex.Decode(k.sum[:], []byte(kc.SHA256)); err != nil {
 			return nil, fmt.Errorf("router: key %q: sha256: %w", kc.Name, err)
 		}
 		s.keys = append(s.keys, k)
 	}
 	return s, nil
+}
+
+// carryMapping maps each target of p to the same target of prev (by
+// identity, strategies.Mapping), or -1. A provider pointed at a new
+// api_base is another engine, so what the old one learned is not carried
+// to it (as upstream state is keyed by name and api_base).
+func carryMapping(prev, p *pool) []int {
+	from := strategies.Mapping(prev.specs, p.specs)
+	for j, i := range from {
+		if i >= 0 && prev.bases[i] != p.bases[j] {
+			from[j] = -1
+		}
+	}
+	return from
 }
 
 func weights(ts []config.Target) []int {
@@ -229,9 +343,18 @@ func weights(ts []config.Target) []int {
 	return w
 }
 
-// balance builds p's balancer once for the snapshot's life. A pool with no
-// targets (a discover route the mesh has not filled) has none.
-func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
+// prevPool returns the running snapshot's pool that get finds (nil: none).
+func (b *builder) prevPool(get func(*snapshot) *pool) *pool {
+	if b.prev == nil {
+		return nil
+	}
+	return get(b.prev)
+}
+
+// balance builds p's balancer once for the snapshot's life, or keeps
+// prev's when nothing it was built from changed. A pool with no targets
+// (a discover route the mesh has not filled) has none.
+func (b *builder) balance(s *snapshot, p *pool, w []int, maxLoRAs int, prev *pool) error {
 	if len(p.targets) == 0 {
 		return nil
 	}
@@ -242,13 +365,21 @@ func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
 		MaxLoRAs: maxLoRAs,
 	}
 	bases := make([]string, len(p.targets))
-	for i, t := range p.targets {
+	for i := range p.targets {
+		t := &p.targets[i]
+		in, out := s.price(t)
 		spec.Targets[i] = strategies.Target{ID: t.label, Provider: t.provider.name, UpstreamModel: t.model, Weight: w[i],
-			CostInPerMtok: t.provider.priceIn, CostOutPerMtok: t.provider.priceOut}
+			CostInPerMtok: in, CostOutPerMtok: out}
 		spec.Stats[i] = t.stats
 		bases[i] = t.provider.apiBase
 	}
 	p.bases = bases
+	p.specs, p.maxLoRAs = spec.Targets, maxLoRAs
+	if prev != nil && prev.lb != nil && prev.strategy == p.strategy && prev.maxLoRAs == maxLoRAs &&
+		strategies.SameBalancer(prev.specs, p.specs) && slices.Equal(prev.bases, p.bases) {
+		p.lb = prev.lb
+		return nil
+	}
 	if b.sources != nil {
 		spec.Residency, spec.Cache, spec.Adapters = b.sources.Sources(bases)
 		p.residency = spec.Residency
@@ -256,6 +387,9 @@ func (b *builder) balance(p *pool, w []int, maxLoRAs int) error {
 	lb, err := strategies.Build(p.strategy, spec)
 	if err != nil {
 		return err
+	}
+	if c, ok := lb.(strategies.Carrier); ok && prev != nil && prev.lb != nil {
+		c.CarryOver(prev.lb, carryMapping(prev, p))
 	}
 	p.lb = lb
 	return nil

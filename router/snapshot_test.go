@@ -169,3 +169,40 @@ members = [{provider = "a"}, {provider = "b"}]
 		})
 	}
 }
+
+// A disabled route or provider group answers 404 in the OpenAI error
+// shape, as an unknown model does, and leaves GET /v1/models.
+func TestDisabledRoutesAndGroupsAnswer404(t *testing.T) {
+	eng := newEngine(t, okChat)
+	h := newHarness(t, providers("a", eng.URL)+`
+[[routes]]
+model = "on"
+targets = [{provider = "a"}]
+
+[[routes]]
+model = "off"
+enabled = false
+targets = [{provider = "a"}]
+
+[[provider_groups]]
+name = "Fleet"
+slug = "fleet"
+enabled = false
+members = [{provider = "a"}]
+`, nil)
+	for _, model := range []string{"off", "fleet/llama"} {
+		code, _, body := h.chat(model)
+		if code != 404 || errorCode(t, body) != "model_not_found" || !strings.Contains(body, "disabled") {
+			t.Errorf("%s: %d %s, want 404 model_not_found", model, code, body)
+		}
+	}
+	if code, _, body := h.chat("on"); code != 200 {
+		t.Errorf("enabled route: %d %s", code, body)
+	}
+	if eng.hits.Load() != 1 {
+		t.Errorf("engine got %d requests, want only the enabled route's", eng.hits.Load())
+	}
+	if got := strings.Join(h.srv.snap.Load().models, ","); got != "on" {
+		t.Errorf("/v1/models ids %q, want only the enabled route", got)
+	}
+}

@@ -20,7 +20,7 @@ func (b breakerState) String() string {
 }
 
 // upstream is the per-provider state that outlives config snapshots:
-// circuit breaker, 429 parking and active health. It is keyed by provider
+// circuit breaker and active health (429 parking is per target: parking.go). It is keyed by provider
 // name and api_base, so a provider pointed at a new address starts fresh.
 //
 // Readers (eligibility checks on the hot path) use atomics only; state
@@ -28,11 +28,10 @@ func (b breakerState) String() string {
 type upstream struct {
 	name string
 
-	parkedUntil atomic.Int64 // unix nanos; 0 = not parked
-	openUntil   atomic.Int64 // unix nanos the breaker stays open until
-	state       atomic.Int32 // breakerState
-	probing     atomic.Bool  // a half-open probe is in flight
-	healthy     atomic.Bool
+	openUntil atomic.Int64 // unix nanos the breaker stays open until
+	state     atomic.Int32 // breakerState
+	probing   atomic.Bool  // a half-open probe is in flight
+	healthy   atomic.Bool
 	// wake asks the provider's health loop for a probe now (the breaker
 	// just opened); buffered 1, sent without blocking.
 	wake chan struct{}
@@ -54,9 +53,6 @@ func newUpstream(name string) *upstream {
 // when it can. It never blocks.
 func (u *upstream) unavailable(now time.Time) string {
 	n := now.UnixNano()
-	if p := u.parkedUntil.Load(); p != 0 && n < p {
-		return "parked"
-	}
 	if !u.healthy.Load() {
 		return "unhealthy"
 	}
@@ -80,16 +76,12 @@ func (u *upstream) unavailable(now time.Time) string {
 // unknown or now).
 func (u *upstream) retryIn(now time.Time) time.Duration {
 	n := now.UnixNano()
-	var d int64
-	if p := u.parkedUntil.Load(); p > n {
-		d = p - n
-	}
 	if breakerState(u.state.Load()) == breakerOpen {
-		if o := u.openUntil.Load(); o > n && (d == 0 || o-n < d) {
-			d = o - n
+		if o := u.openUntil.Load(); o > n {
+			return time.Duration(o - n)
 		}
 	}
-	return time.Duration(d)
+	return 0
 }
 
 // admit is called once a target on this provider is picked. It claims the
@@ -131,17 +123,6 @@ func (u *upstream) healthCheckOK(began, now time.Time) bool {
 // closed: its health loop then probes at the recovery cadence.
 func (u *upstream) troubled() bool {
 	return !u.healthy.Load() || breakerState(u.state.Load()) != breakerClosed
-}
-
-// park keeps the provider out of rotation until now+d.
-func (u *upstream) park(now time.Time, d time.Duration) {
-	until := now.Add(d).UnixNano()
-	for {
-		old := u.parkedUntil.Load()
-		if old >= until || u.parkedUntil.CompareAndSwap(old, until) {
-			return
-		}
-	}
 }
 
 // success records a request that the provider served; it closes the

@@ -28,9 +28,11 @@ const (
 // deployment-wide policy (Spec.Policy, read on every pick).
 //
 // The blend engages only when all three hold: the policy is enabled; at
-// least one weight is non-zero; and the route has evidence — its targets
-// have begun at least MinSamples attempts (Σ TargetStats.Picks, which
-// survives reloads) and at least two of them have a latency sample.
+// least one weight is non-zero; and the route has evidence — it has served
+// at least MinSamples requests (successful completions on this route,
+// reported through Served; retries and other pools sharing a target do not
+// count) and, while LatencyWeight is above zero, at least two of its
+// targets have a latency sample.
 // Engaged, a pick is uniform random over the eligible targets with
 // probability ExplorationRatio (exploration), and otherwise the argmax,
 // random ties, of
@@ -44,7 +46,8 @@ const (
 // pipeline stack (DefaultPipeline: fallback), except that while the policy
 // is enabled and only the evidence is missing, picks are first steered to
 // eligible targets without a latency sample, at most WarmupBudget each per
-// balancer, counted as exploration. The kill switch probes nothing. The
+// balancer, counted as exploration; a policy with LatencyWeight zero needs
+// no latency evidence and steers nothing. The kill switch probes nothing. The
 // fallback stack learns from every Observe, engaged or not, so
 // disengaging lands on warm session and prefix state.
 //
@@ -52,9 +55,9 @@ const (
 // Target.Weight (fallback stack only), loads, the eligibility mask,
 // Spec.Rand, Spec.Clock (telemetry ages).
 //
-// Telemetry costs two relaxed atomic adds per pick (the decision counter
-// and the chosen target's pick counter); scores are recomputed only when
-// Telemetry is called.
+// Telemetry costs two relaxed atomic adds and one store per pick (the
+// decision counter, the chosen target's pick counter and the time of its
+// last pick); scores are recomputed only when Telemetry is called.
 type Adaptive struct {
 	n        int
 	targets  []Target
@@ -67,6 +70,8 @@ type Adaptive struct {
 
 	warmup    []atomic.Uint32
 	picks     []atomic.Uint64
+	served    []atomic.Uint64 // successful completions on this route
+	lastPick  []atomic.Int64  // unix nanos of the target's last pick; 0: none
 	decisions [3]atomic.Uint64
 	pool      sync.Pool
 }
@@ -81,6 +86,8 @@ func newAdaptive(s Spec) (LoadBalancer, error) {
 		fallback: DefaultPipeline("adaptive", s),
 		warmup:   make([]atomic.Uint32, n),
 		picks:    make([]atomic.Uint64, n),
+		served:   make([]atomic.Uint64, n),
+		lastPick: make([]atomic.Int64, n),
 	}
 	a.pool.New = func() any { return newCycle(n) }
 	return a, nil
@@ -98,16 +105,23 @@ func (a *Adaptive) Pick(ctx *RouteContext, loads []uint64) (int, bool) {
 // mesh hooks ObservePrefixRemote and PinSession).
 func (a *Adaptive) Fallback() *Pipeline { return a.fallback }
 
-// evidence returns the attempts begun on the route's targets and how many
-// of them have a latency sample.
+// evidence returns the requests the route has served and how many of its
+// targets have a latency sample.
 func (a *Adaptive) evidence() (served uint64, sampled int) {
-	for _, s := range a.stats {
-		served += s.Picks()
+	for i, s := range a.stats {
+		served += a.served[i].Load()
 		if s.Samples() > 0 {
 			sampled++
 		}
 	}
 	return served, sampled
+}
+
+// Served implements Completer: the route served a request on target.
+func (a *Adaptive) Served(target int) {
+	if target >= 0 && target < a.n {
+		a.served[target].Add(1)
+	}
 }
 
 func blendable(p AdaptivePolicy) bool {
@@ -119,8 +133,9 @@ func (a *Adaptive) engaged(p AdaptivePolicy) (engaged, thin bool) {
 		return false, false
 	}
 	served, sampled := a.evidence()
-	ok := served >= uint64(p.MinSamples) && sampled >= 2
-	return ok, !ok
+	needLatency := p.LatencyWeight > 0
+	ok := served >= uint64(p.MinSamples) && (!needLatency || sampled >= 2)
+	return ok, !ok && needLatency
 }
 
 // PickEligible implements LoadBalancer.
@@ -151,6 +166,7 @@ func (a *Adaptive) PickEligible(ctx *RouteContext, loads []uint64, eligible Elig
 	if ok {
 		a.decisions[mode].Add(1)
 		a.picks[t].Add(1)
+		a.lastPick[t].Store(a.clock.Now().UnixNano())
 	}
 	return t, ok
 }
@@ -242,19 +258,24 @@ type AdaptiveDecisions struct {
 // policy-weighted share of its signal (a zero-weight signal scores 0 while
 // its raw value is still reported).
 type AdaptiveTargetTelemetry struct {
-	Target          string  `json:"target"`
-	Provider        string  `json:"provider"`
-	UpstreamModel   string  `json:"upstream_model"`
-	Score           float64 `json:"score"`
-	LatencyScore    float64 `json:"latency_score"`
-	CostScore       float64 `json:"cost_score"`
-	LoadScore       float64 `json:"load_score"`
-	LatencyMs       float64 `json:"latency_ms"`
-	CostPerMtok     float64 `json:"cost_per_mtok"`
-	InFlight        uint64  `json:"in_flight"`
-	Samples         uint64  `json:"samples"`
-	Picks           uint64  `json:"picks"`
-	LastSampleAgeMs int64   `json:"last_sample_age_ms"` // -1: no sample yet
+	Target        string  `json:"target"`
+	Provider      string  `json:"provider"`
+	UpstreamModel string  `json:"upstream_model"`
+	Score         float64 `json:"score"`
+	LatencyScore  float64 `json:"latency_score"`
+	CostScore     float64 `json:"cost_score"`
+	LoadScore     float64 `json:"load_score"`
+	// LatencyMs is the target's latency EWMA; nil before its first
+	// successful completion.
+	LatencyMs   *float64 `json:"latency_ms"`
+	CostPerMtok float64  `json:"cost_per_mtok"`
+	InFlight    uint64   `json:"in_flight"`
+	// Samples is how many picks this route's balancer made of the target
+	// (seed 000: "how many picks that target has served").
+	Samples uint64 `json:"samples"`
+	// LastSampleAgeMs is how long ago the balancer last picked the target;
+	// nil when it never has.
+	LastSampleAgeMs *int64 `json:"last_sample_age_ms"`
 }
 
 // AdaptiveTelemetry is the current state of one adaptive balancer, for
@@ -299,8 +320,7 @@ func (a *Adaptive) Telemetry() AdaptiveTelemetry {
 		lat, cost, ld := a.components(i, minLat, minCost, s.InFlight(), maxLoad)
 		row := AdaptiveTargetTelemetry{
 			Target: tg.ID, Provider: tg.Provider, UpstreamModel: tg.UpstreamModel,
-			CostPerMtok: a.costs.costs[i], InFlight: s.InFlight(), Samples: s.Samples(),
-			Picks: a.picks[i].Load(), LastSampleAgeMs: -1,
+			CostPerMtok: a.costs.costs[i], InFlight: s.InFlight(), Samples: a.picks[i].Load(),
 		}
 		if sum > 0 {
 			row.LatencyScore = p.LatencyWeight * lat / sum
@@ -308,9 +328,12 @@ func (a *Adaptive) Telemetry() AdaptiveTelemetry {
 			row.LoadScore = p.LoadWeight * ld / sum
 			row.Score = row.LatencyScore + row.CostScore + row.LoadScore
 		}
-		row.LatencyMs, _ = s.LatencyEWMA()
-		if last := s.LastSample(); !last.IsZero() {
-			row.LastSampleAgeMs = max(0, now.Sub(last).Milliseconds())
+		if ms, ok := s.LatencyEWMA(); ok {
+			row.LatencyMs = &ms
+		}
+		if last := a.lastPick[i].Load(); last != 0 {
+			age := max(0, now.Sub(time.Unix(0, last)).Milliseconds())
+			row.LastSampleAgeMs = &age
 		}
 		out.Targets[i] = row
 	}

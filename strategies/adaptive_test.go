@@ -1,7 +1,9 @@
 package strategies
 
 import (
+	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -27,11 +29,12 @@ func newAdaptiveRig(t *testing.T, n int, p AdaptivePolicy, r Rand) *adaptiveRig 
 	return &adaptiveRig{lb: lb, stats: stats, policy: ph, clock: clk}
 }
 
-// sample records k completed attempts of latency ms on target i.
+// sample records k requests of latency ms the route served on target i.
 func (r *adaptiveRig) sample(i, k int, ms float64) {
 	for range k {
 		r.stats[i].Begin()
 		r.stats[i].End(Outcome{Success: true, Latency: time.Duration(ms * float64(time.Millisecond)), At: r.clock.Now()})
+		r.lb.Served(i)
 	}
 }
 
@@ -206,15 +209,19 @@ func TestAdaptiveFallbackLearnsWhileEngaged(t *testing.T) {
 func TestAdaptiveTelemetry(t *testing.T) {
 	p := enabledPolicy(5)
 	p.CostWeight = 0
-	rig := newAdaptiveRig(t, 2, p, script())
+	rig := newAdaptiveRig(t, 3, p, script())
 	rig.lb.targets[0].CostInPerMtok = 1
 	rig.sample(0, 3, 200)
 	rig.sample(1, 3, 100)
-	rig.clock.Advance(1500 * time.Millisecond)
 	rig.stats[0].Begin() // one in flight on 0
-	pickOK(t, rig.lb, &RouteContext{}, nil, nil)
+	// Target 1 is picked twice, then 1.5 s pass; target 2 is never picked
+	// and has no latency sample.
+	isEligible := func(i int) bool { return i == 1 }
+	pickOK(t, rig.lb, &RouteContext{}, nil, isEligible)
+	pickOK(t, rig.lb, &RouteContext{}, nil, isEligible)
+	rig.clock.Advance(1500 * time.Millisecond)
 	tel := rig.lb.Telemetry()
-	if !tel.Engaged || tel.Observed != 7 || len(tel.Targets) != 2 {
+	if !tel.Engaged || tel.Observed != 6 || len(tel.Targets) != 3 {
 		t.Fatalf("telemetry = %+v", tel)
 	}
 	for i, row := range tel.Targets {
@@ -224,15 +231,27 @@ func TestAdaptiveTelemetry(t *testing.T) {
 		if row.CostScore != 0 {
 			t.Errorf("target %d: zero-weight cost scored %.3f", i, row.CostScore)
 		}
-		if row.LastSampleAgeMs != 1500 {
-			t.Errorf("target %d: last sample age %d ms, want 1500", i, row.LastSampleAgeMs)
-		}
 	}
 	if tel.Targets[1].Score <= tel.Targets[0].Score {
 		t.Errorf("faster idle target scored %.3f ≤ %.3f", tel.Targets[1].Score, tel.Targets[0].Score)
 	}
-	if tel.Targets[0].InFlight != 1 || tel.Targets[0].LatencyMs != 200 || tel.Targets[1].Picks != 1 {
-		t.Errorf("raw signals = %+v", tel.Targets)
+	// samples and last_sample_age_ms describe picks (seed 000: "how many
+	// picks that target has served and how long ago the last one was").
+	if r := tel.Targets[1]; r.Samples != 2 || r.LastSampleAgeMs == nil || *r.LastSampleAgeMs != 1500 {
+		t.Errorf("picked target: samples %d, last pick age %v; want 2 picks 1500 ms ago", r.Samples, r.LastSampleAgeMs)
+	}
+	if r := tel.Targets[0]; r.Samples != 0 || r.LastSampleAgeMs != nil || r.InFlight != 1 || r.LatencyMs == nil || *r.LatencyMs != 200 {
+		t.Errorf("completed but never picked target: %+v", r)
+	}
+	// "No sample" is null on the wire, not -1 or 0.
+	b, err := json.Marshal(tel.Targets[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"latency_ms":null`, `"last_sample_age_ms":null`, `"samples":0`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("unsampled target %s lacks %s", b, want)
+		}
 	}
 }
 
@@ -250,5 +269,48 @@ func TestAdaptiveMeshHooksReachFallback(t *testing.T) {
 	}
 	if _, ok := rig.lb.Pick(nil, nil); !ok {
 		t.Error("Pick(nil ctx) failed")
+	}
+}
+
+// Seed 003: the latency-evidence condition holds "while latency_weight is
+// above zero". A cost-only policy engages once the route has served
+// min_samples requests, with no latency sample anywhere, and steers no
+// warm-up picks.
+func TestAdaptiveCostOnlyPolicyNeedsNoLatency(t *testing.T) {
+	p := enabledPolicy(4)
+	p.LatencyWeight, p.CostWeight, p.LoadWeight = 0, 1, 0
+	rig := newAdaptiveRig(t, 2, p, script())
+	rig.lb.costs.costs[0], rig.lb.costs.costs[1] = 2, 1
+	for range 4 {
+		rig.lb.Served(0) // served, but failed to sample latency anywhere
+	}
+	if !rig.lb.Telemetry().Engaged {
+		t.Fatal("cost-only policy not engaged after min_samples served requests")
+	}
+	if got := pickOK(t, rig.lb, &RouteContext{}, nil, nil); got != 1 {
+		t.Errorf("pick = %d, want the cheaper target 1", got)
+	}
+	if d := rig.lb.Telemetry().Decisions; d.Blend != 1 || d.Exploration != 0 {
+		t.Errorf("decisions %+v, want one blend and no warm-up", d)
+	}
+}
+
+// "Served" counts requests the route served, not attempts begun on its
+// targets by retries or by other pools sharing them.
+func TestAdaptiveServedCountsThisRouteOnly(t *testing.T) {
+	rig := newAdaptiveRig(t, 2, enabledPolicy(10), script())
+	for i := range 2 {
+		for range 10 { // another pool's traffic on the same targets
+			rig.stats[i].Begin()
+			rig.stats[i].End(Outcome{Success: true, Latency: 100 * time.Millisecond, At: rig.clock.Now()})
+		}
+	}
+	if tel := rig.lb.Telemetry(); tel.Engaged || tel.Observed != 0 {
+		t.Fatalf("engaged on other pools' traffic: %+v", tel)
+	}
+	rig.sample(0, 5, 100)
+	rig.sample(1, 5, 100)
+	if tel := rig.lb.Telemetry(); !tel.Engaged || tel.Observed != 10 {
+		t.Fatalf("after the route served 10: engaged %v observed %d", tel.Engaged, tel.Observed)
 	}
 }

@@ -47,3 +47,13 @@ func DefaultPickEligible(lb LoadBalancer, ctx *RouteContext, loads []uint64, eli
 	}
 	return 0, false
 }
+
+// Completer is an optional LoadBalancer capability: the router calls
+// Served once per request the pool served successfully, with the target
+// that served it (after the response ended; retries that failed are not
+// reported). adaptive counts its evidence this way, per route, rather than
+// from target-wide counters other pools share. It must be cheap and must
+// not block.
+type Completer interface {
+	Served(target int)
+}

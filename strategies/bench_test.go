@@ -62,6 +62,9 @@ func benchBalancer(b testing.TB, name string, n int) (LoadBalancer, *RouteContex
 		for range 60 {
 			q := st.Begin()
 			st.End(Outcome{Success: true, Latency: time.Duration(50+r.IntN(200)) * time.Millisecond, QueueDepth: q, PromptTokens: 4000})
+			if c, ok := lb.(Completer); ok {
+				c.Served(i) // the route served it: adaptive's evidence
+			}
 		}
 		lb.Observe(i, &RouteContext{Prompt: benchPrompt(i), SessionKey: fmt.Sprint("s", i), Adapter: fmt.Sprint("lora-", i%8)})
 	}

@@ -1,6 +1,9 @@
 package strategies
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Cache-aware parameters (seed 000, compat.md).
 const (
@@ -13,31 +16,39 @@ const (
 	GuardRatio   = 1.5
 )
 
-// CacheAware routes by approximate prefix affinity with a load guard.
+// CacheAware routes by session and approximate prefix affinity with a load
+// guard.
 //
-// For each eligible target i, match_i is how many leading bytes of
+// A request carrying a session key (x-session-id) whose session a target
+// served within SessionTTL prefers that target first: when it is eligible
+// and passes the load guard below, it wins. Otherwise, for each eligible
+// target i, match_i is how many leading bytes of
 // RouteContext.Prompt the route's prefix index remembers i serving (a
 // bounded per-target trie with LRU eviction, learned in Observe), and the
 // score is match_i / len(Prompt). Let w be the best-scoring eligible target
 // (least loaded among equals, then random) and m the least load among the
-// eligible targets. If score_w ≥ CacheThreshold and not
-// (load_w > GuardMinLoad and load_w > GuardRatio·m), w wins. Otherwise the
+// eligible targets. The load guard holds for a target t unless
+// load_t > GuardMinLoad and load_t > GuardRatio·m. If score_w ≥
+// CacheThreshold and the guard holds for w, w wins. Otherwise the
 // request spreads: the least-loaded eligible target wins, ties going to the
-// least-warm one (fewest bytes remembered), then random. Inputs: Prompt,
-// loads, the eligibility mask, Spec.Rand. Ineligible targets are neither
-// scored nor counted in m.
+// least-warm one (fewest bytes remembered), then random. Observe pins the
+// session (if any) to the target and records its prompt. Inputs:
+// SessionKey, Prompt, loads, the eligibility mask, Spec.Rand, Spec.Clock.
+// Ineligible targets are neither scored nor counted in m.
 type CacheAware struct {
-	n    int
-	rnd  Rand
-	idx  *prefixIndex
-	pool sync.Pool
+	n        int
+	rnd      Rand
+	idx      *prefixIndex
+	sessions *SessionAffinity
+	pool     sync.Pool
 }
 
 var _ LoadBalancer = (*CacheAware)(nil)
 
 func newCacheAware(s Spec) (LoadBalancer, error) {
 	n := len(s.Targets)
-	c := &CacheAware{n: n, rnd: s.Rand, idx: newPrefixIndex(n, s.PrefixCacheBytes)}
+	c := &CacheAware{n: n, rnd: s.Rand, idx: newPrefixIndex(n, s.PrefixCacheBytes),
+		sessions: NewSessionAffinity(s.Clock, SessionTTL)}
 	c.pool.New = func() any { return newCycle(n) }
 	return c, nil
 }
@@ -68,6 +79,15 @@ func (c *CacheAware) PickEligible(ctx *RouteContext, loads []uint64, eligible El
 			}
 		}
 	}
+	guarded := func(t int) bool {
+		lt := loadOf(loads, t)
+		return !(lt > GuardMinLoad && float64(lt) > GuardRatio*float64(minLoad))
+	}
+	if ctx != nil && ctx.SessionKey != "" {
+		if t, ok := c.sessions.Pinned(ctx.SessionKey); ok && t < c.n && cand.has(t) && guarded(t) {
+			return t, true
+		}
+	}
 	prompt := ""
 	if ctx != nil {
 		prompt = ctx.Prompt
@@ -90,7 +110,7 @@ func (c *CacheAware) PickEligible(ctx *RouteContext, loads []uint64, eligible El
 					}
 				}
 			}
-			if lw := loadOf(loads, w); !(lw > GuardMinLoad && float64(lw) > GuardRatio*float64(minLoad)) {
+			if guarded(w) {
 				return w, true
 			}
 		}
@@ -121,10 +141,21 @@ func (c *CacheAware) spread(cand bitset, loads []uint64, minLoad uint64) int {
 	return best
 }
 
-// Observe implements LoadBalancer: target now holds ctx.Prompt's prefix.
+// Observe implements LoadBalancer: target now holds ctx.Prompt's prefix
+// and, when ctx has a session key, the session.
 func (c *CacheAware) Observe(target int, ctx *RouteContext) {
-	if ctx != nil {
+	if ctx != nil && target >= 0 && target < c.n {
 		c.idx.insert(target, ctx.Prompt)
+		c.sessions.Observe(target, ctx)
+	}
+}
+
+// PinSession imports a session pin made by another router of the mesh:
+// session key was last served by target at time at (see
+// Pipeline.PinSession). Safe for concurrent use.
+func (c *CacheAware) PinSession(key string, target int, at time.Time) {
+	if target >= 0 && target < c.n {
+		c.sessions.pin(key, target, at)
 	}
 }
 

@@ -163,3 +163,41 @@ func TestCacheAwareRemoteObservation(t *testing.T) {
 		t.Errorf("pick = %d, want 2 (warm from a remote observation)", got)
 	}
 }
+
+// Seed 001 lists cache_aware among the strategies that read x-session-id:
+// a session returns to the target that last served it, even when its new
+// turn shares no prefix with anything, under the prefix load guard.
+func TestCacheAwarePrefersTheSessionsTarget(t *testing.T) {
+	tests := []struct {
+		name  string
+		loads []uint64
+		el    Eligible
+		want  int
+	}{
+		{"idle pinned target wins", []uint64{0, 0, 0}, nil, 2},
+		{"pinned at 3, least at 2 keeps", []uint64{2, 2, 3}, nil, 2},
+		{"pinned at 3, least at 1 spreads", []uint64{1, 2, 3}, nil, 0},
+		{"ineligible pinned target never wins", []uint64{1, 0, 0}, only(0, 1), 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			lb := mustBuild(t, "cache_aware", Spec{Targets: targets(3), Rand: script(), Clock: clk})
+			lb.Observe(2, &RouteContext{SessionKey: "conv-1", Prompt: "first turn"})
+			if got := pickOK(t, lb, &RouteContext{SessionKey: "conv-1", Prompt: "an unrelated second turn"}, tc.loads, tc.el); got != tc.want {
+				t.Errorf("pick = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	clk := newClock()
+	lb := mustBuild(t, "cache_aware", Spec{Targets: targets(3), Rand: script(), Clock: clk})
+	lb.Observe(2, &RouteContext{SessionKey: "conv-1"})
+	clk.Advance(SessionTTL)
+	if got := pickOK(t, lb, &RouteContext{SessionKey: "conv-1"}, []uint64{0, 0, 1}, nil); got == 2 {
+		t.Error("an expired session pin still steered the pick")
+	}
+	lb.(*CacheAware).PinSession("remote", 1, clk.Now())
+	if got := pickOK(t, lb, &RouteContext{SessionKey: "remote"}, []uint64{0, 0, 0}, nil); got != 1 {
+		t.Errorf("remote pin: pick = %d, want 1", got)
+	}
+}

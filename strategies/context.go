@@ -13,9 +13,14 @@ type RouteContext struct {
 	Model string
 	// SessionKey is the x-session-id header, empty when absent.
 	SessionKey string
-	// Prompt is the conversation's text bounded to MaxPromptBytes.
+	// Prompt is the conversation's text bounded to MaxPromptBytes. A prompt
+	// given only as token ids (a completions prompt of ids, or ids in
+	// x-rolter-vllm-token-ids with no text) has no text; Prompt is then
+	// TokenPrompt(TokenIDs), so prefix affinity matches leading ids as it
+	// matches leading text.
 	Prompt string
-	// PromptLen is the byte length of the whole conversation's text.
+	// PromptLen is the byte length of the whole conversation's text (of
+	// the whole TokenPrompt when Prompt is one).
 	PromptLen int
 	// PromptDigest is a stable 64-bit digest of the whole conversation: its
 	// text plus the identity of its images, tool calls and tool results, or
@@ -48,4 +53,30 @@ type RouteContext struct {
 	// weighs load as prefill work rather than request counts. nil: unknown
 	// (loads alone measure load).
 	QueuedPrefill []uint64
+}
+
+// tokenDigits is the alphabet TokenPrompt writes ids in: 64 ASCII digits.
+const tokenDigits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz+/"
+
+// TokenKeyBytes is how many bytes of TokenPrompt one token id takes.
+const TokenKeyBytes = 6
+
+// TokenPrompt is the affinity text of a prompt known only by its token
+// ids: each id as TokenKeyBytes base-64 ASCII digits (36 bits, enough for
+// any uint32), bounded to MaxPromptBytes (the first 5461 ids). Two prompts
+// share a prefix of k whole ids exactly when their TokenPrompts share a
+// prefix of 6k bytes, so cache_aware, the pipeline's prefix scorer and the
+// mesh's shared prefix keys work on it unchanged; it is valid UTF-8 like
+// any prompt text.
+func TokenPrompt(ids []uint32) string {
+	n := min(len(ids), MaxPromptBytes/TokenKeyBytes)
+	b := make([]byte, TokenKeyBytes*n)
+	for i, id := range ids[:n] {
+		v := uint64(id)
+		for k := TokenKeyBytes - 1; k >= 0; k-- {
+			b[TokenKeyBytes*i+k] = tokenDigits[v&63]
+			v >>= 6
+		}
+	}
+	return string(b)
 }

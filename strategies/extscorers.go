@@ -165,8 +165,8 @@ func (l *adapterLRU) touch(a string) {
 // PredictedLatency scores min prediction / prediction_i over the candidates
 // the model can predict, where prediction_i = w0 + w1·queue_depth_i +
 // w2·prompt_ktokens is target i's NLMS model (TargetStats.Predict) and
-// queue_depth_i is the load the request would join (loads[i], read before
-// its own increment). A target below MinPredictSamples successes predicts
+// queue_depth_i is QueueDepth(loads, i), the load the request would join,
+// the same quantity the model trained on. A target below MinPredictSamples successes predicts
 // nothing and is unknown, neither slow nor fast: it scores the mean of the
 // predicted candidates' scores, so it ranks below the best predicted
 // target but still takes its share of the traffic when that target is
@@ -187,7 +187,7 @@ func (s PredictedLatency) Score(c *Cycle, cands []int, out []float64) {
 	mn := math.Inf(1)
 	known := 0
 	for k, t := range cands {
-		ms, ok := s.stats[t].Predict(c.Load(t), kTok)
+		ms, ok := s.stats[t].Predict(QueueDepth(c.Loads, t), kTok)
 		if !ok {
 			out[k] = -1
 			continue

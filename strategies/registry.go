@@ -110,8 +110,8 @@ func Names() []string {
 func Known(name string) bool { _, ok := registry[name]; return ok }
 
 // Build constructs the balancer named name over spec.Targets. It is called
-// once per route and per provider group per config snapshot, never per
-// request.
+// when a route's or provider group's pool is new or changed in a config
+// snapshot (an unchanged pool keeps its balancer), never per request.
 func Build(name string, spec Spec) (LoadBalancer, error) {
 	f, ok := registry[name]
 	if !ok {

@@ -38,14 +38,25 @@ type Outcome struct {
 	Success bool
 	// Latency is the attempt's total duration.
 	Latency time.Duration
-	// QueueDepth is the load the target showed when it was picked, read
-	// before this request's own increment.
+	// QueueDepth is the request's queue depth on the target as QueueDepth
+	// defines it: the load the balancer was given for the target at the
+	// pick. predicted_latency trains on it and predicts from the same
+	// quantity.
 	QueueDepth uint64
 	// PromptTokens is the request's prompt size in tokens.
 	PromptTokens int
 	// At is when the attempt ended.
 	At time.Time
 }
+
+// QueueDepth is the one definition of a request's queue depth on target
+// i, shared by predicted_latency's training (Outcome.QueueDepth) and its
+// prediction: loads[i] as the router handed it to PickEligible, read
+// before the request's own increment. With a mesh that is this router's
+// in-flight plus what the mesh folds in for the engine (router.EngineView);
+// whatever the router feeds as load, training and prediction see the same
+// thing.
+func QueueDepth(loads []uint64, i int) uint64 { return loadOf(loads, i) }
 
 // EWMAAlpha is the smoothing factor of the latency EWMA (compat.md).
 const EWMAAlpha = 0.3

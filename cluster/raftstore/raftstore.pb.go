@@ -141,23 +141,25 @@ func (Code) EnumDescriptor() ([]byte, []int) {
 type Op int32
 
 const (
-	Op_OP_UNSPECIFIED     Op = 0
-	Op_OP_SEED            Op = 1
-	Op_OP_CREATE_PROVIDER Op = 2
-	Op_OP_UPDATE_PROVIDER Op = 3
-	Op_OP_DELETE_PROVIDER Op = 4
-	Op_OP_CREATE_ROUTE    Op = 5
-	Op_OP_UPDATE_ROUTE    Op = 6
-	Op_OP_DELETE_ROUTE    Op = 7
-	Op_OP_CREATE_GROUP    Op = 8
-	Op_OP_UPDATE_GROUP    Op = 9
-	Op_OP_DELETE_GROUP    Op = 10
-	Op_OP_CREATE_KEY      Op = 11
-	Op_OP_DELETE_KEY      Op = 12
-	Op_OP_CREATE_TOKEN    Op = 13
-	Op_OP_DELETE_TOKEN    Op = 14
-	Op_OP_SET_POLICY      Op = 15
-	Op_OP_FILE_SYNC       Op = 40
+	Op_OP_UNSPECIFIED        Op = 0
+	Op_OP_SEED               Op = 1
+	Op_OP_CREATE_PROVIDER    Op = 2
+	Op_OP_UPDATE_PROVIDER    Op = 3
+	Op_OP_DELETE_PROVIDER    Op = 4
+	Op_OP_CREATE_ROUTE       Op = 5
+	Op_OP_UPDATE_ROUTE       Op = 6
+	Op_OP_DELETE_ROUTE       Op = 7
+	Op_OP_CREATE_GROUP       Op = 8
+	Op_OP_UPDATE_GROUP       Op = 9
+	Op_OP_DELETE_GROUP       Op = 10
+	Op_OP_CREATE_KEY         Op = 11
+	Op_OP_DELETE_KEY         Op = 12
+	Op_OP_CREATE_TOKEN       Op = 13
+	Op_OP_DELETE_TOKEN       Op = 14
+	Op_OP_SET_POLICY         Op = 15
+	Op_OP_FILE_SYNC          Op = 40
+	Op_OP_SET_MODEL_PRICE    Op = 20
+	Op_OP_DELETE_MODEL_PRICE Op = 21
 )
 
 // Enum value maps for Op.
@@ -180,25 +182,29 @@ var (
 		14: "OP_DELETE_TOKEN",
 		15: "OP_SET_POLICY",
 		40: "OP_FILE_SYNC",
+		20: "OP_SET_MODEL_PRICE",
+		21: "OP_DELETE_MODEL_PRICE",
 	}
 	Op_value = map[string]int32{
-		"OP_UNSPECIFIED":     0,
-		"OP_SEED":            1,
-		"OP_CREATE_PROVIDER": 2,
-		"OP_UPDATE_PROVIDER": 3,
-		"OP_DELETE_PROVIDER": 4,
-		"OP_CREATE_ROUTE":    5,
-		"OP_UPDATE_ROUTE":    6,
-		"OP_DELETE_ROUTE":    7,
-		"OP_CREATE_GROUP":    8,
-		"OP_UPDATE_GROUP":    9,
-		"OP_DELETE_GROUP":    10,
-		"OP_CREATE_KEY":      11,
-		"OP_DELETE_KEY":      12,
-		"OP_CREATE_TOKEN":    13,
-		"OP_DELETE_TOKEN":    14,
-		"OP_SET_POLICY":      15,
-		"OP_FILE_SYNC":       40,
+		"OP_UNSPECIFIED":        0,
+		"OP_SEED":               1,
+		"OP_CREATE_PROVIDER":    2,
+		"OP_UPDATE_PROVIDER":    3,
+		"OP_DELETE_PROVIDER":    4,
+		"OP_CREATE_ROUTE":       5,
+		"OP_UPDATE_ROUTE":       6,
+		"OP_DELETE_ROUTE":       7,
+		"OP_CREATE_GROUP":       8,
+		"OP_UPDATE_GROUP":       9,
+		"OP_DELETE_GROUP":       10,
+		"OP_CREATE_KEY":         11,
+		"OP_DELETE_KEY":         12,
+		"OP_CREATE_TOKEN":       13,
+		"OP_DELETE_TOKEN":       14,
+		"OP_SET_POLICY":         15,
+		"OP_FILE_SYNC":          40,
+		"OP_SET_MODEL_PRICE":    20,
+		"OP_DELETE_MODEL_PRICE": 21,
 	}
 )
 
@@ -423,13 +429,16 @@ func (x *Provider) GetReadonly() bool {
 }
 
 type Route struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	Strategy      string                 `protobuf:"bytes,2,opt,name=strategy,proto3" json:"strategy,omitempty"`
-	Targets       []*Target              `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
-	Discover      bool                   `protobuf:"varint,4,opt,name=discover,proto3" json:"discover,omitempty"`
-	Readonly      bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
-	MaxLoras      int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Model    string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Strategy string                 `protobuf:"bytes,2,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Targets  []*Target              `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	Discover bool                   `protobuf:"varint,4,opt,name=discover,proto3" json:"discover,omitempty"`
+	Readonly bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	MaxLoras int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	// disabled is the negation of rolter.toml's enabled (default true), so
+	// an entry written before the field existed reads as enabled.
+	Disabled      bool `protobuf:"varint,20,opt,name=disabled,proto3" json:"disabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -506,14 +515,23 @@ func (x *Route) GetMaxLoras() int32 {
 	return 0
 }
 
+func (x *Route) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
 type ProviderGroup struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Slug          string                 `protobuf:"bytes,2,opt,name=slug,proto3" json:"slug,omitempty"`
-	Strategy      string                 `protobuf:"bytes,3,opt,name=strategy,proto3" json:"strategy,omitempty"`
-	Members       []*Target              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
-	Readonly      bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
-	MaxLoras      int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Slug     string                 `protobuf:"bytes,2,opt,name=slug,proto3" json:"slug,omitempty"`
+	Strategy string                 `protobuf:"bytes,3,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Members  []*Target              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	Readonly bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	MaxLoras int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	// disabled: as Route.disabled.
+	Disabled      bool `protobuf:"varint,20,opt,name=disabled,proto3" json:"disabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -590,6 +608,83 @@ func (x *ProviderGroup) GetMaxLoras() int32 {
 	return 0
 }
 
+func (x *ProviderGroup) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+// ModelPrice is one entry of the model price catalog: what an upstream
+// model costs per million tokens, whichever provider serves it.
+type ModelPrice struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Model           string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	PriceInPerMtok  float64                `protobuf:"fixed64,2,opt,name=price_in_per_mtok,json=priceInPerMtok,proto3" json:"price_in_per_mtok,omitempty"`
+	PriceOutPerMtok float64                `protobuf:"fixed64,3,opt,name=price_out_per_mtok,json=priceOutPerMtok,proto3" json:"price_out_per_mtok,omitempty"`
+	Readonly        bool                   `protobuf:"varint,4,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ModelPrice) Reset() {
+	*x = ModelPrice{}
+	mi := &file_raftstore_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelPrice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelPrice) ProtoMessage() {}
+
+func (x *ModelPrice) ProtoReflect() protoreflect.Message {
+	mi := &file_raftstore_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelPrice.ProtoReflect.Descriptor instead.
+func (*ModelPrice) Descriptor() ([]byte, []int) {
+	return file_raftstore_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ModelPrice) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelPrice) GetPriceInPerMtok() float64 {
+	if x != nil {
+		return x.PriceInPerMtok
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetPriceOutPerMtok() float64 {
+	if x != nil {
+		return x.PriceOutPerMtok
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetReadonly() bool {
+	if x != nil {
+		return x.Readonly
+	}
+	return false
+}
+
 // Key is a client API key; only the SHA-256 of its secret is replicated.
 type Key struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -598,13 +693,16 @@ type Key struct {
 	Models          []string               `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
 	Readonly        bool                   `protobuf:"varint,4,opt,name=readonly,proto3" json:"readonly,omitempty"`
 	CreatedUnixNano int64                  `protobuf:"varint,5,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// providers, when set, are the only providers the key's requests may
+	// land on.
+	Providers     []string `protobuf:"bytes,20,rep,name=providers,proto3" json:"providers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Key) Reset() {
 	*x = Key{}
-	mi := &file_raftstore_proto_msgTypes[4]
+	mi := &file_raftstore_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +714,7 @@ func (x *Key) String() string {
 func (*Key) ProtoMessage() {}
 
 func (x *Key) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[4]
+	mi := &file_raftstore_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +727,7 @@ func (x *Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Key.ProtoReflect.Descriptor instead.
 func (*Key) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{4}
+	return file_raftstore_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Key) GetName() string {
@@ -667,6 +765,13 @@ func (x *Key) GetCreatedUnixNano() int64 {
 	return 0
 }
 
+func (x *Key) GetProviders() []string {
+	if x != nil {
+		return x.Providers
+	}
+	return nil
+}
+
 // AdminToken is an admin API bearer token; only its SHA-256 is replicated.
 type AdminToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -680,7 +785,7 @@ type AdminToken struct {
 
 func (x *AdminToken) Reset() {
 	*x = AdminToken{}
-	mi := &file_raftstore_proto_msgTypes[5]
+	mi := &file_raftstore_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +797,7 @@ func (x *AdminToken) String() string {
 func (*AdminToken) ProtoMessage() {}
 
 func (x *AdminToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[5]
+	mi := &file_raftstore_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +810,7 @@ func (x *AdminToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminToken.ProtoReflect.Descriptor instead.
 func (*AdminToken) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{5}
+	return file_raftstore_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AdminToken) GetName() string {
@@ -751,7 +856,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_raftstore_proto_msgTypes[6]
+	mi := &file_raftstore_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +868,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[6]
+	mi := &file_raftstore_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +881,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{6}
+	return file_raftstore_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Policy) GetEnabled() bool {
@@ -838,14 +943,17 @@ type AuditEntry struct {
 	Outcome       string                 `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	ConfigVersion uint64                 `protobuf:"varint,7,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
 	// diff lists what a config.file_sync changed, one line per field.
-	Diff          []string `protobuf:"bytes,40,rep,name=diff,proto3" json:"diff,omitempty"`
+	Diff []string `protobuf:"bytes,40,rep,name=diff,proto3" json:"diff,omitempty"`
+	// detail is what the change was, as JSON (for a policy update: the six
+	// fields before and after, and affected_routes).
+	Detail        string `protobuf:"bytes,20,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_raftstore_proto_msgTypes[7]
+	mi := &file_raftstore_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +965,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[7]
+	mi := &file_raftstore_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +978,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{7}
+	return file_raftstore_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AuditEntry) GetSeq() uint64 {
@@ -929,6 +1037,13 @@ func (x *AuditEntry) GetDiff() []string {
 	return nil
 }
 
+func (x *AuditEntry) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // Result is what applying a command produced; it is remembered per
 // idempotency key so a retried write returns the original answer.
 type Result struct {
@@ -944,7 +1059,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_raftstore_proto_msgTypes[8]
+	mi := &file_raftstore_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1071,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[8]
+	mi := &file_raftstore_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1084,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{8}
+	return file_raftstore_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Result) GetConfigVersion() uint64 {
@@ -1011,13 +1126,14 @@ type Seed struct {
 	Policy    *Policy                `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
 	// revision is the seeding rolter.toml's; its entries are file-owned.
 	Revision      *FileRevision `protobuf:"bytes,40,opt,name=revision,proto3" json:"revision,omitempty"`
+	Models        []*ModelPrice `protobuf:"bytes,20,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Seed) Reset() {
 	*x = Seed{}
-	mi := &file_raftstore_proto_msgTypes[9]
+	mi := &file_raftstore_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1145,7 @@ func (x *Seed) String() string {
 func (*Seed) ProtoMessage() {}
 
 func (x *Seed) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[9]
+	mi := &file_raftstore_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1158,7 @@ func (x *Seed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seed.ProtoReflect.Descriptor instead.
 func (*Seed) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{9}
+	return file_raftstore_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Seed) GetProviders() []*Provider {
@@ -1094,6 +1210,13 @@ func (x *Seed) GetRevision() *FileRevision {
 	return nil
 }
 
+func (x *Seed) GetModels() []*ModelPrice {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
 // FileRevision names one content of the entries rolter.toml declares:
 // the operator's monotonic generation key and the SHA-256 of the
 // declared providers, routes, groups and keys.
@@ -1107,7 +1230,7 @@ type FileRevision struct {
 
 func (x *FileRevision) Reset() {
 	*x = FileRevision{}
-	mi := &file_raftstore_proto_msgTypes[10]
+	mi := &file_raftstore_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1242,7 @@ func (x *FileRevision) String() string {
 func (*FileRevision) ProtoMessage() {}
 
 func (x *FileRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[10]
+	mi := &file_raftstore_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1255,7 @@ func (x *FileRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRevision.ProtoReflect.Descriptor instead.
 func (*FileRevision) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{10}
+	return file_raftstore_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FileRevision) GetGeneration() uint64 {
@@ -1175,7 +1298,7 @@ type FileSync struct {
 
 func (x *FileSync) Reset() {
 	*x = FileSync{}
-	mi := &file_raftstore_proto_msgTypes[11]
+	mi := &file_raftstore_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1310,7 @@ func (x *FileSync) String() string {
 func (*FileSync) ProtoMessage() {}
 
 func (x *FileSync) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[11]
+	mi := &file_raftstore_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1323,7 @@ func (x *FileSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileSync.ProtoReflect.Descriptor instead.
 func (*FileSync) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{11}
+	return file_raftstore_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FileSync) GetRevision() *FileRevision {
@@ -1301,6 +1424,7 @@ type Command struct {
 	//	*Command_Name
 	//	*Command_Seed
 	//	*Command_FileSync
+	//	*Command_ModelPrice
 	Payload       isCommand_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1308,7 +1432,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_raftstore_proto_msgTypes[12]
+	mi := &file_raftstore_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1444,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[12]
+	mi := &file_raftstore_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1457,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{12}
+	return file_raftstore_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Command) GetOp() Op {
@@ -1459,6 +1583,15 @@ func (x *Command) GetFileSync() *FileSync {
 	return nil
 }
 
+func (x *Command) GetModelPrice() *ModelPrice {
+	if x != nil {
+		if x, ok := x.Payload.(*Command_ModelPrice); ok {
+			return x.ModelPrice
+		}
+	}
+	return nil
+}
+
 type isCommand_Payload interface {
 	isCommand_Payload()
 }
@@ -1499,6 +1632,10 @@ type Command_FileSync struct {
 	FileSync *FileSync `protobuf:"bytes,40,opt,name=file_sync,json=fileSync,proto3,oneof"`
 }
 
+type Command_ModelPrice struct {
+	ModelPrice *ModelPrice `protobuf:"bytes,20,opt,name=model_price,json=modelPrice,proto3,oneof"`
+}
+
 func (*Command_Provider) isCommand_Payload() {}
 
 func (*Command_Route) isCommand_Payload() {}
@@ -1517,6 +1654,8 @@ func (*Command_Seed) isCommand_Payload() {}
 
 func (*Command_FileSync) isCommand_Payload() {}
 
+func (*Command_ModelPrice) isCommand_Payload() {}
+
 type IdempotencyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1527,7 +1666,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_raftstore_proto_msgTypes[13]
+	mi := &file_raftstore_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1678,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[13]
+	mi := &file_raftstore_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1691,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{13}
+	return file_raftstore_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *IdempotencyRecord) GetKey() string {
@@ -1584,13 +1723,14 @@ type Snapshot struct {
 	AuditSeq      uint64                 `protobuf:"varint,10,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
 	Idempotency   []*IdempotencyRecord   `protobuf:"bytes,11,rep,name=idempotency,proto3" json:"idempotency,omitempty"`
 	FileRevision  *FileRevision          `protobuf:"bytes,40,opt,name=file_revision,json=fileRevision,proto3" json:"file_revision,omitempty"`
+	Models        []*ModelPrice          `protobuf:"bytes,20,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_raftstore_proto_msgTypes[14]
+	mi := &file_raftstore_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1742,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[14]
+	mi := &file_raftstore_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1755,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{14}
+	return file_raftstore_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Snapshot) GetConfigVersion() uint64 {
@@ -1702,6 +1842,13 @@ func (x *Snapshot) GetFileRevision() *FileRevision {
 	return nil
 }
 
+func (x *Snapshot) GetModels() []*ModelPrice {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
 // ForwardRequest travels from a follower (or a joining router) to the
 // leader over the Raft port. mac is HMAC-SHA256 over kind, node_id,
 // raft_addr and command with the cluster's internal token.
@@ -1718,7 +1865,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_raftstore_proto_msgTypes[15]
+	mi := &file_raftstore_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1877,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[15]
+	mi := &file_raftstore_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1890,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{15}
+	return file_raftstore_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForwardRequest) GetKind() RPCKind {
@@ -1793,7 +1940,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_raftstore_proto_msgTypes[16]
+	mi := &file_raftstore_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1952,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[16]
+	mi := &file_raftstore_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1965,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{16}
+	return file_raftstore_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForwardResponse) GetResult() *Result {
@@ -1864,27 +2011,36 @@ const file_raftstore_proto_rawDesc = "" +
 	"\vapi_key_env\x18\x03 \x01(\tR\tapiKeyEnv\x12)\n" +
 	"\x11price_in_per_mtok\x18\x04 \x01(\x01R\x0epriceInPerMtok\x12+\n" +
 	"\x12price_out_per_mtok\x18\x05 \x01(\x01R\x0fpriceOutPerMtok\x12\x1a\n" +
-	"\breadonly\x18\x06 \x01(\bR\breadonly\"\xc5\x01\n" +
+	"\breadonly\x18\x06 \x01(\bR\breadonly\"\xe1\x01\n" +
 	"\x05Route\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\bstrategy\x18\x02 \x01(\tR\bstrategy\x125\n" +
 	"\atargets\x18\x03 \x03(\v2\x1b.rolter.raftstore.v1.TargetR\atargets\x12\x1a\n" +
 	"\bdiscover\x18\x04 \x01(\bR\bdiscover\x12\x1a\n" +
 	"\breadonly\x18\x05 \x01(\bR\breadonly\x12\x1b\n" +
-	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\"\xc3\x01\n" +
+	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\x12\x1a\n" +
+	"\bdisabled\x18\x14 \x01(\bR\bdisabled\"\xdf\x01\n" +
 	"\rProviderGroup\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x1a\n" +
 	"\bstrategy\x18\x03 \x01(\tR\bstrategy\x125\n" +
 	"\amembers\x18\x04 \x03(\v2\x1b.rolter.raftstore.v1.TargetR\amembers\x12\x1a\n" +
 	"\breadonly\x18\x05 \x01(\bR\breadonly\x12\x1b\n" +
-	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\"\x91\x01\n" +
+	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\x12\x1a\n" +
+	"\bdisabled\x18\x14 \x01(\bR\bdisabled\"\x96\x01\n" +
+	"\n" +
+	"ModelPrice\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
+	"\x11price_in_per_mtok\x18\x02 \x01(\x01R\x0epriceInPerMtok\x12+\n" +
+	"\x12price_out_per_mtok\x18\x03 \x01(\x01R\x0fpriceOutPerMtok\x12\x1a\n" +
+	"\breadonly\x18\x04 \x01(\bR\breadonly\"\xaf\x01\n" +
 	"\x03Key\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x16\n" +
 	"\x06models\x18\x03 \x03(\tR\x06models\x12\x1a\n" +
 	"\breadonly\x18\x04 \x01(\bR\breadonly\x12*\n" +
-	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\"\x83\x01\n" +
+	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\x12\x1c\n" +
+	"\tproviders\x18\x14 \x03(\tR\tproviders\"\x83\x01\n" +
 	"\n" +
 	"AdminToken\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -1901,7 +2057,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x11exploration_ratio\x18\x05 \x01(\x01R\x10explorationRatio\x12\x1f\n" +
 	"\vmin_samples\x18\x06 \x01(\x03R\n" +
 	"minSamples\x12*\n" +
-	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\"\xe3\x01\n" +
+	"\x11updated_unix_nano\x18\a \x01(\x03R\x0fupdatedUnixNano\"\xfb\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
@@ -1911,12 +2067,13 @@ const file_raftstore_proto_rawDesc = "" +
 	"\bresource\x18\x05 \x01(\tR\bresource\x12\x18\n" +
 	"\aoutcome\x18\x06 \x01(\tR\aoutcome\x12%\n" +
 	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\x12\x12\n" +
-	"\x04diff\x18( \x03(\tR\x04diff\"\x94\x01\n" +
+	"\x04diff\x18( \x03(\tR\x04diff\x12\x16\n" +
+	"\x06detail\x18\x14 \x01(\tR\x06detail\"\x94\x01\n" +
 	"\x06Result\x12%\n" +
 	"\x0econfig_version\x18\x01 \x01(\x04R\rconfigVersion\x12-\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x19.rolter.raftstore.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed\"\x8e\x03\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\"\xc7\x03\n" +
 	"\x04Seed\x12;\n" +
 	"\tproviders\x18\x01 \x03(\v2\x1d.rolter.raftstore.v1.ProviderR\tproviders\x122\n" +
 	"\x06routes\x18\x02 \x03(\v2\x1a.rolter.raftstore.v1.RouteR\x06routes\x12:\n" +
@@ -1924,7 +2081,8 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x04keys\x18\x04 \x03(\v2\x18.rolter.raftstore.v1.KeyR\x04keys\x127\n" +
 	"\x06tokens\x18\x05 \x03(\v2\x1f.rolter.raftstore.v1.AdminTokenR\x06tokens\x123\n" +
 	"\x06policy\x18\x06 \x01(\v2\x1b.rolter.raftstore.v1.PolicyR\x06policy\x12=\n" +
-	"\brevision\x18( \x01(\v2!.rolter.raftstore.v1.FileRevisionR\brevision\"F\n" +
+	"\brevision\x18( \x01(\v2!.rolter.raftstore.v1.FileRevisionR\brevision\x127\n" +
+	"\x06models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\x06models\"F\n" +
 	"\fFileRevision\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1945,7 +2103,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\vdelete_keys\x18\n" +
 	" \x03(\tR\n" +
 	"deleteKeys\x12\x16\n" +
-	"\x06origin\x18\v \x01(\tR\x06origin\"\xa0\x05\n" +
+	"\x06origin\x18\v \x01(\tR\x06origin\"\xe4\x05\n" +
 	"\aCommand\x12'\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x17.rolter.raftstore.v1.OpR\x02op\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12,\n" +
@@ -1961,11 +2119,13 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x06policy\x18\x0f \x01(\v2\x1b.rolter.raftstore.v1.PolicyH\x00R\x06policy\x12\x14\n" +
 	"\x04name\x18\x10 \x01(\tH\x00R\x04name\x12/\n" +
 	"\x04seed\x18\x11 \x01(\v2\x19.rolter.raftstore.v1.SeedH\x00R\x04seed\x12<\n" +
-	"\tfile_sync\x18( \x01(\v2\x1d.rolter.raftstore.v1.FileSyncH\x00R\bfileSyncB\t\n" +
+	"\tfile_sync\x18( \x01(\v2\x1d.rolter.raftstore.v1.FileSyncH\x00R\bfileSync\x12B\n" +
+	"\vmodel_price\x18\x14 \x01(\v2\x1f.rolter.raftstore.v1.ModelPriceH\x00R\n" +
+	"modelPriceB\t\n" +
 	"\apayload\"Z\n" +
 	"\x11IdempotencyRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x06result\x18\x02 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\"\xf8\x04\n" +
+	"\x06result\x18\x02 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\"\xb1\x05\n" +
 	"\bSnapshot\x12%\n" +
 	"\x0econfig_version\x18\x01 \x01(\x04R\rconfigVersion\x12\x16\n" +
 	"\x06seeded\x18\x02 \x01(\bR\x06seeded\x12;\n" +
@@ -1979,7 +2139,8 @@ const file_raftstore_proto_rawDesc = "" +
 	"\taudit_seq\x18\n" +
 	" \x01(\x04R\bauditSeq\x12H\n" +
 	"\vidempotency\x18\v \x03(\v2&.rolter.raftstore.v1.IdempotencyRecordR\vidempotency\x12F\n" +
-	"\rfile_revision\x18( \x01(\v2!.rolter.raftstore.v1.FileRevisionR\ffileRevision\"\xa4\x01\n" +
+	"\rfile_revision\x18( \x01(\v2!.rolter.raftstore.v1.FileRevisionR\ffileRevision\x127\n" +
+	"\x06models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\x06models\"\xa4\x01\n" +
 	"\x0eForwardRequest\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.rolter.raftstore.v1.RPCKindR\x04kind\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\fR\acommand\x12\x17\n" +
@@ -2005,7 +2166,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\rCODE_CONFLICT\x10\x03\x12\x11\n" +
 	"\rCODE_READONLY\x10\x04\x12\x10\n" +
 	"\fCODE_INVALID\x10\x05\x12\x18\n" +
-	"\x14CODE_UNAUTHENTICATED\x10\x06*\xe0\x02\n" +
+	"\x14CODE_UNAUTHENTICATED\x10\x06*\x93\x03\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_SEED\x10\x01\x12\x16\n" +
@@ -2024,7 +2185,9 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x0fOP_CREATE_TOKEN\x10\r\x12\x13\n" +
 	"\x0fOP_DELETE_TOKEN\x10\x0e\x12\x11\n" +
 	"\rOP_SET_POLICY\x10\x0f\x12\x10\n" +
-	"\fOP_FILE_SYNC\x10(*;\n" +
+	"\fOP_FILE_SYNC\x10(\x12\x16\n" +
+	"\x12OP_SET_MODEL_PRICE\x10\x14\x12\x19\n" +
+	"\x15OP_DELETE_MODEL_PRICE\x10\x15*;\n" +
 	"\aRPCKind\x12\x13\n" +
 	"\x0fRPC_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tRPC_APPLY\x10\x01\x12\f\n" +
@@ -2043,7 +2206,7 @@ func file_raftstore_proto_rawDescGZIP() []byte {
 }
 
 var file_raftstore_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_raftstore_proto_goTypes = []any{
 	(Role)(0),                 // 0: rolter.raftstore.v1.Role
 	(Code)(0),                 // 1: rolter.raftstore.v1.Code
@@ -2053,19 +2216,20 @@ var file_raftstore_proto_goTypes = []any{
 	(*Provider)(nil),          // 5: rolter.raftstore.v1.Provider
 	(*Route)(nil),             // 6: rolter.raftstore.v1.Route
 	(*ProviderGroup)(nil),     // 7: rolter.raftstore.v1.ProviderGroup
-	(*Key)(nil),               // 8: rolter.raftstore.v1.Key
-	(*AdminToken)(nil),        // 9: rolter.raftstore.v1.AdminToken
-	(*Policy)(nil),            // 10: rolter.raftstore.v1.Policy
-	(*AuditEntry)(nil),        // 11: rolter.raftstore.v1.AuditEntry
-	(*Result)(nil),            // 12: rolter.raftstore.v1.Result
-	(*Seed)(nil),              // 13: rolter.raftstore.v1.Seed
-	(*FileRevision)(nil),      // 14: rolter.raftstore.v1.FileRevision
-	(*FileSync)(nil),          // 15: rolter.raftstore.v1.FileSync
-	(*Command)(nil),           // 16: rolter.raftstore.v1.Command
-	(*IdempotencyRecord)(nil), // 17: rolter.raftstore.v1.IdempotencyRecord
-	(*Snapshot)(nil),          // 18: rolter.raftstore.v1.Snapshot
-	(*ForwardRequest)(nil),    // 19: rolter.raftstore.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 20: rolter.raftstore.v1.ForwardResponse
+	(*ModelPrice)(nil),        // 8: rolter.raftstore.v1.ModelPrice
+	(*Key)(nil),               // 9: rolter.raftstore.v1.Key
+	(*AdminToken)(nil),        // 10: rolter.raftstore.v1.AdminToken
+	(*Policy)(nil),            // 11: rolter.raftstore.v1.Policy
+	(*AuditEntry)(nil),        // 12: rolter.raftstore.v1.AuditEntry
+	(*Result)(nil),            // 13: rolter.raftstore.v1.Result
+	(*Seed)(nil),              // 14: rolter.raftstore.v1.Seed
+	(*FileRevision)(nil),      // 15: rolter.raftstore.v1.FileRevision
+	(*FileSync)(nil),          // 16: rolter.raftstore.v1.FileSync
+	(*Command)(nil),           // 17: rolter.raftstore.v1.Command
+	(*IdempotencyRecord)(nil), // 18: rolter.raftstore.v1.IdempotencyRecord
+	(*Snapshot)(nil),          // 19: rolter.raftstore.v1.Snapshot
+	(*ForwardRequest)(nil),    // 20: rolter.raftstore.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 21: rolter.raftstore.v1.ForwardResponse
 }
 var file_raftstore_proto_depIdxs = []int32{
 	4,  // 0: rolter.raftstore.v1.Route.targets:type_name -> rolter.raftstore.v1.Target
@@ -2075,42 +2239,45 @@ var file_raftstore_proto_depIdxs = []int32{
 	5,  // 4: rolter.raftstore.v1.Seed.providers:type_name -> rolter.raftstore.v1.Provider
 	6,  // 5: rolter.raftstore.v1.Seed.routes:type_name -> rolter.raftstore.v1.Route
 	7,  // 6: rolter.raftstore.v1.Seed.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 7: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
-	9,  // 8: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	10, // 9: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
-	14, // 10: rolter.raftstore.v1.Seed.revision:type_name -> rolter.raftstore.v1.FileRevision
-	14, // 11: rolter.raftstore.v1.FileSync.revision:type_name -> rolter.raftstore.v1.FileRevision
-	14, // 12: rolter.raftstore.v1.FileSync.base:type_name -> rolter.raftstore.v1.FileRevision
-	5,  // 13: rolter.raftstore.v1.FileSync.put_providers:type_name -> rolter.raftstore.v1.Provider
-	6,  // 14: rolter.raftstore.v1.FileSync.put_routes:type_name -> rolter.raftstore.v1.Route
-	7,  // 15: rolter.raftstore.v1.FileSync.put_groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 16: rolter.raftstore.v1.FileSync.put_keys:type_name -> rolter.raftstore.v1.Key
-	2,  // 17: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
-	5,  // 18: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
-	6,  // 19: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
-	7,  // 20: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 21: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
-	9,  // 22: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
-	10, // 23: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
-	13, // 24: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
-	15, // 25: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
-	12, // 26: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
-	5,  // 27: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
-	6,  // 28: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
-	7,  // 29: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	8,  // 30: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
-	9,  // 31: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	10, // 32: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
-	11, // 33: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
-	17, // 34: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
-	14, // 35: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
-	3,  // 36: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
-	12, // 37: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	9,  // 7: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
+	10, // 8: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	11, // 9: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
+	15, // 10: rolter.raftstore.v1.Seed.revision:type_name -> rolter.raftstore.v1.FileRevision
+	8,  // 11: rolter.raftstore.v1.Seed.models:type_name -> rolter.raftstore.v1.ModelPrice
+	15, // 12: rolter.raftstore.v1.FileSync.revision:type_name -> rolter.raftstore.v1.FileRevision
+	15, // 13: rolter.raftstore.v1.FileSync.base:type_name -> rolter.raftstore.v1.FileRevision
+	5,  // 14: rolter.raftstore.v1.FileSync.put_providers:type_name -> rolter.raftstore.v1.Provider
+	6,  // 15: rolter.raftstore.v1.FileSync.put_routes:type_name -> rolter.raftstore.v1.Route
+	7,  // 16: rolter.raftstore.v1.FileSync.put_groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	9,  // 17: rolter.raftstore.v1.FileSync.put_keys:type_name -> rolter.raftstore.v1.Key
+	2,  // 18: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
+	5,  // 19: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
+	6,  // 20: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
+	7,  // 21: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
+	9,  // 22: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
+	10, // 23: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
+	11, // 24: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
+	14, // 25: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
+	16, // 26: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
+	8,  // 27: rolter.raftstore.v1.Command.model_price:type_name -> rolter.raftstore.v1.ModelPrice
+	13, // 28: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
+	5,  // 29: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
+	6,  // 30: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
+	7,  // 31: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	9,  // 32: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
+	10, // 33: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	11, // 34: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
+	12, // 35: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
+	18, // 36: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
+	15, // 37: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
+	8,  // 38: rolter.raftstore.v1.Snapshot.models:type_name -> rolter.raftstore.v1.ModelPrice
+	3,  // 39: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
+	13, // 40: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_raftstore_proto_init() }
@@ -2118,7 +2285,7 @@ func file_raftstore_proto_init() {
 	if File_raftstore_proto != nil {
 		return
 	}
-	file_raftstore_proto_msgTypes[12].OneofWrappers = []any{
+	file_raftstore_proto_msgTypes[13].OneofWrappers = []any{
 		(*Command_Provider)(nil),
 		(*Command_Route)(nil),
 		(*Command_Group)(nil),
@@ -2128,6 +2295,7 @@ func file_raftstore_proto_init() {
 		(*Command_Name)(nil),
 		(*Command_Seed)(nil),
 		(*Command_FileSync)(nil),
+		(*Command_ModelPrice)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2135,7 +2303,7 @@ func file_raftstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftstore_proto_rawDesc), len(file_raftstore_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

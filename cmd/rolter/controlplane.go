@@ -284,6 +284,7 @@ func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.
 		deps.Inventory, deps.Engines = inv, inv
 		peers = inv
 	}
+	deps.Parked = parkedSource{cp}
 	cp.api = adminapi.New(deps)
 	opts.AdminExtra = cp.adminHandler()
 	cp.srv = router.New(opts)
@@ -443,3 +444,16 @@ type staticEndpoints []string
 
 // TelemetryEndpoints implements adminapi.Endpoints.
 func (e staticEndpoints) TelemetryEndpoints() []string { return e }
+
+// parkedSource is adminapi.ParkedSource over the data plane's parkings
+// (read per admin request: cp.srv exists by then).
+type parkedSource struct{ cp *controlPlane }
+
+// ParkedTargets implements adminapi.ParkedSource.
+func (p parkedSource) ParkedTargets() []adminapi.ParkedTarget {
+	var out []adminapi.ParkedTarget
+	for _, t := range p.cp.srv.ParkedTargets() {
+		out = append(out, adminapi.ParkedTarget{Target: t.Target, Model: t.Model, Until: t.Until.UTC(), Reason: t.Reason})
+	}
+	return out
+}

@@ -43,10 +43,10 @@ function render(root, stored) {
     });
     const routes = stored.affectedRoutes;
     let lead;
-    if (stored.enabled && !enabled.checked) lead = 'Saving switches these routes back to their static target weights:';
+    if (stored.enabled && !enabled.checked) lead = 'Saving switches these routes back to their pipeline fallback stack (session affinity, static weight, load, prefix affinity):';
     else if (!stored.enabled && enabled.checked) lead = 'Saving lets the blend engage on these routes:';
     else if (enabled.checked) lead = 'The blend governs these routes:';
-    else lead = 'Held back on their static target weights:';
+    else lead = 'Held back on their pipeline fallback stack:';
     replace(switchNote,
       h('div', { class: 'switch-lead' }, routes.length ? lead : 'No enabled route uses the adaptive strategy.'),
       routes.length ? h('ul', { class: 'route-list' }, routes.map((r) => h('li', { class: 'mono' }, r))) : null);
@@ -94,7 +94,7 @@ function render(root, stored) {
     h('div', { class: 'switch-row' },
       h('label', { class: 'switch', for: 'enabled' }, enabled, h('span', { class: 'switch-track' }, h('span', { class: 'switch-thumb' })),
         h('span', { class: 'switch-text' }, h('span', { class: 'strong' }, 'Adaptive routing'),
-          h('span', { class: 'muted small' }, 'enabled = false stops the blend; routes on adaptive serve from their static target weights.'))),
+          h('span', { class: 'muted small' }, 'enabled = false stops the blend; routes on adaptive serve from their pipeline fallback stack (session affinity, static weight, load, prefix affinity), which keeps learning while the blend runs.'))),
       switchNote)),
   h('section', { class: 'card' },
     h('h2', {}, 'Blend weights'),

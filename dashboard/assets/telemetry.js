@@ -53,7 +53,7 @@ function nodeCard(node, stored) {
       h('thead', {}, h('tr', {},
         h('th', {}, 'Target'), h('th', {}, 'Score'), h('th', {}, 'Latency'), h('th', {}, 'Cost'), h('th', {}, 'Load'),
         h('th', { class: 'raw' }, 'Latency ms'), h('th', { class: 'raw' }, '$ / Mtok'), h('th', { class: 'raw' }, 'In flight'),
-        h('th', { class: 'raw' }, 'Samples'), h('th', { class: 'raw' }, 'Last sample'))),
+        h('th', { class: 'raw' }, 'Picks'), h('th', { class: 'raw' }, 'Last pick'))),
       h('tbody', {}, node.targets.map((t, i) => h('tr', { 'data-target': t.target, class: node.engaged && i === top ? 'preferred' : '' },
         h('td', {}, h('div', { class: 'strong' }, t.target, node.engaged && i === top ? badge('Preferred', 'primary preferred-badge') : null),
           h('div', { class: 'muted small' }, `${t.provider} · ${t.upstreamModel}`)),
@@ -78,7 +78,7 @@ function killSwitchEmpty(policy) {
   return h('div', { class: 'empty-state', id: 'empty-kill-switch' },
     h('h2', {}, 'Adaptive routing is switched off'),
     h('p', {}, 'The kill switch — ', h('code', {}, '[adaptive_routing] enabled = false'), ', the shipped default — is off, so no gateway is blending. ' +
-      'Every route on the adaptive strategy is serving from its static target weights. Nothing is wrong with the gateways.'),
+      'Every route on the adaptive strategy is serving from its pipeline fallback stack (session affinity, static weight, load, prefix affinity). Nothing is wrong with the gateways.'),
     h('h3', {}, `Routes it is holding back (${policy.affectedRoutes.length})`),
     routeList(policy.affectedRoutes),
     h('a', { class: 'btn primary', href: '#/adaptive/settings', id: 'to-settings' }, 'Open Adaptive Routing → Settings'));

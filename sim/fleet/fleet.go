@@ -101,7 +101,7 @@ type flight struct {
 	router      int
 	engine      int
 	adapter     string
-	queue       uint64 // the replica's in-flight count on the target before this request
+	queue       uint64 // strategies.QueueDepth at the pick: the load the replica's balancer saw
 	prompt      int
 	output      int
 	uncached    int
@@ -342,6 +342,9 @@ func (r *run) reportDone(t time.Duration) {
 		if rep := r.routers[f.router]; rep.lb != nil {
 			rep.stats[f.engine].End(strategies.Outcome{Success: true, Latency: fin - f.at, QueueDepth: f.queue,
 				PromptTokens: f.prompt, At: epoch.Add(fin)})
+			if c, ok := rep.lb.(strategies.Completer); ok {
+				c.Served(f.engine)
+			}
 		}
 		n := r.engines[f.engine]
 		n.outstanding = slices.DeleteFunc(n.outstanding, func(x *flight) bool { return x == f })
@@ -382,7 +385,8 @@ func (r *run) route(i, k int) {
 		if rep.share {
 			rep.state.Observed(meshPool, r.keyOf[target], &rc)
 		}
-		f.queue = rep.stats[target].Begin()
+		f.queue = strategies.QueueDepth(rep.loads, target)
+		rep.stats[target].Begin()
 		f.estUncached = r.estimateUncached(target, p)
 		rep.stats[target].QueuePrefill(uint64(f.estUncached))
 	}

@@ -1,0 +1,64 @@
+package adminapi
+
+import (
+	"net/http"
+
+	"github.com/gorilla/mux"
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/cluster/raftstore"
+	"github.com/rolter/rolter/config"
+)
+
+// The model price catalog: GET /api/v1/model-prices lists it,
+// PUT /api/v1/model-prices/{model} sets one entry (create or replace) and
+// DELETE removes it. Model names may contain slashes
+// ("meta-llama/Llama-3.1-8B-Instruct"). Prices are validated as in
+// rolter.toml (config.CheckPrices), replicated through Raft and reach
+// every router's balancers with the next config_version.
+
+func (a *API) listModelPrices(w http.ResponseWriter, _ *http.Request, _ principal) {
+	out := a.d.Store.State().ModelList()
+	if out == nil {
+		out = []config.ModelPrice{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+func (a *API) getModelPrice(w http.ResponseWriter, r *http.Request, _ principal) {
+	m, ok := a.d.Store.State().Models[mux.Vars(r)["name"]]
+	if !ok {
+		writeError(w, http.StatusNotFound, "no such model in the price catalog", "invalid_request_error", "not_found")
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (a *API) putModelPrice(w http.ResponseWriter, r *http.Request, p principal) {
+	var in struct {
+		Model           string   `json:"model"`
+		PriceInPerMtok  *float64 `json:"price_in_per_mtok"`
+		PriceOutPerMtok *float64 `json:"price_out_per_mtok"`
+	}
+	if !decode(w, r, &in) {
+		return
+	}
+	name := mux.Vars(r)["name"]
+	if in.Model != "" && in.Model != name {
+		badRequest(w, "model: does not match the URL")
+		return
+	}
+	if in.PriceInPerMtok == nil || in.PriceOutPerMtok == nil {
+		badRequest(w, "price_in_per_mtok and price_out_per_mtok: both required")
+		return
+	}
+	m := config.ModelPrice{Model: name, PriceInPerMtok: *in.PriceInPerMtok, PriceOutPerMtok: *in.PriceOutPerMtok}
+	if f, err := config.CheckPrices(m.PriceInPerMtok, m.PriceOutPerMtok); err != nil {
+		badRequest(w, f+": "+err.Error())
+		return
+	}
+	cmd := &raftstore.Command{Op: raftstore.Op_OP_SET_MODEL_PRICE,
+		Payload: &raftstore.Command_ModelPrice{ModelPrice: cluster.ModelPriceToPB(m)}}
+	if _, ok := a.apply(w, r, p, cmd); ok {
+		writeJSON(w, http.StatusOK, m)
+	}
+}
