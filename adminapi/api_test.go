@@ -538,25 +538,35 @@ func TestEnabledFlagOnRoutesAndGroups(t *testing.T) {
 		b, _ := json.Marshal(r.body["affected_routes"])
 		return string(b)
 	}
-	if got := affected(); got != `["alpha","zeta"]` {
+	// The seeded routes are owned by rolter.toml: the route this test
+	// disables is one the API created.
+	r := call(t, api, http.MethodPost, "/api/v1/routes", superToken, `{"model":"omega","strategy":"adaptive","targets":[{"provider":"vllm-a"}]}`)
+	if r.code != http.StatusCreated {
+		t.Fatalf("create omega: %d %s", r.code, r.raw)
+	}
+	eventually(t, 5*time.Second, "omega replicated", func() bool {
+		_, ok := m.c.Node(m.c.Leader()).State().Routes["omega"]
+		return ok
+	})
+	if got := affected(); got != `["alpha","omega","zeta"]` {
 		t.Fatalf("affected_routes %s", got)
 	}
-	r := call(t, api, http.MethodPut, "/api/v1/routes/zeta", superToken, `{"strategy":"adaptive","enabled":false,"targets":[{"provider":"vllm-a"}]}`)
+	r = call(t, api, http.MethodPut, "/api/v1/routes/omega", superToken, `{"strategy":"adaptive","enabled":false,"targets":[{"provider":"vllm-a"}]}`)
 	if r.code != http.StatusOK || r.body["enabled"] != false {
-		t.Fatalf("disable zeta: %d %s", r.code, r.raw)
+		t.Fatalf("disable omega: %d %s", r.code, r.raw)
 	}
 	eventually(t, 5*time.Second, "disabled route replicated", func() bool {
 		for i := range 3 {
-			if m.c.Node(i).State().Routes["zeta"].IsEnabled() {
+			if m.c.Node(i).State().Routes["omega"].IsEnabled() {
 				return false
 			}
 		}
 		return true
 	})
-	if got := affected(); got != `["alpha"]` {
-		t.Errorf("affected_routes with zeta disabled: %s", got)
+	if got := affected(); got != `["alpha","zeta"]` {
+		t.Errorf("affected_routes with omega disabled: %s", got)
 	}
-	r = call(t, api, http.MethodPut, "/api/v1/routes/zeta", superToken, `{"strategy":"adaptive","targets":[{"provider":"vllm-a","weight":2}]}`)
+	r = call(t, api, http.MethodPut, "/api/v1/routes/omega", superToken, `{"strategy":"adaptive","targets":[{"provider":"vllm-a","weight":2}]}`)
 	if r.code != http.StatusOK || r.body["enabled"] != false {
 		t.Errorf("update without enabled re-enabled the route: %d %s", r.code, r.raw)
 	}
