@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	benchfleet "github.com/rolter/rolter/bench/fleet"
+	"github.com/rolter/rolter/sim/workload"
+)
+
+// runBenchFleet is `rolter bench fleet`: the fleet simulator's
+// predictions checked against real routers, sims and sidecars.
+func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		trace, strats, routers, jsonPath, dir string
+		limit                                 int
+		cfg                                   benchfleet.Config
+	)
+	fs := newFlagSet("bench fleet", stderr)
+	fs.StringVar(&trace, "trace", "", "Mooncake-format trace (JSON lines) to replay (required)")
+	fs.IntVar(&limit, "limit", 400, "replay the first N requests of the trace")
+	fs.IntVar(&cfg.Engines, "engines", 4, "rolter sim engines, each with its rolter sidecar")
+	fs.StringVar(&routers, "routers", "1,3", "comma-separated rolter router counts (a Raft cluster and gossip mesh each)")
+	fs.StringVar(&strats, "strategies", "round_robin,precise_cache_aware", "comma-separated strategies")
+	fs.Float64Var(&cfg.Load, "load", 0.7, "arrival rate as a fraction of fleet capacity, as rolter bench routing --load")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the strategies' randomness (and of the prediction)")
+	fs.Float64Var(&cfg.Speed, "speed", 4, "the sims run N times faster than a GPU; client times are multiplied by N")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "per-engine GPU KV cache in 16-token blocks (0: engine default)")
+	fs.DurationVar(&cfg.GossipDelay, "gossip-delay", 250*time.Millisecond, "engine-state age the prediction assumes, in engine time (rolter bench routing --gossip-delay)")
+	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", 90*time.Second, "give up on a fleet that is not ready by then")
+	fs.StringVar(&jsonPath, "json", "", "write one row per (strategy, routers) with measured and predicted figures to this file")
+	fs.StringVar(&dir, "dir", "", "keep each run's config, Raft data and logs here (default: a temp dir, removed)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if trace == "" {
+		return fmt.Errorf("%w: bench fleet needs --trace FILE", errUsage)
+	}
+	if limit <= 0 {
+		return fmt.Errorf("%w: --limit must be positive", errUsage)
+	}
+	if !cgoBuild() {
+		return fmt.Errorf("%w: bench fleet needs a cgo build (the sims' KV events use ZMQ)", errUsage)
+	}
+	var err error
+	if cfg.Strategies, err = strategyList(strats); err != nil {
+		return err
+	}
+	if cfg.Routers, err = intList(routers); err != nil {
+		return fmt.Errorf("%w: --routers: %v", errUsage, err)
+	}
+	f, err := os.Open(trace)
+	if err != nil {
+		return fmt.Errorf("--trace: %w", err)
+	}
+	recs, err := workload.ReadTrace(f, limit)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	cfg.Requests = workload.FromTrace(recs, false)
+	if cfg.Bin, err = os.Executable(); err != nil {
+		return fmt.Errorf("finding the rolter binary: %w", err)
+	}
+	cfg.Dir, cfg.Progress = dir, stderr
+	fmt.Fprintf(stdout, "bench fleet: trace %s, first %d requests, %d engines (speed %g), load %.2f, seed %d, gossip delay %v (prediction)\n",
+		trace, len(cfg.Requests), cfg.Engines, cfg.Speed, cfg.Load, cfg.Seed, cfg.GossipDelay)
+	start := time.Now()
+	rows, err := benchfleet.Run(ctx, cfg)
+	if len(rows) > 0 {
+		fmt.Fprintln(stdout)
+		benchfleet.Print(stdout, rows)
+		fmt.Fprintf(stdout, "\nagreement: hit rate within %.0f%%, TTFT p50 and p90 within %.0f%% of the prediction; %d of %d rows agree; %v\n",
+			100*benchfleet.HitTolerance, 100*benchfleet.TTFTTolerance, agreeing(rows), len(rows), time.Since(start).Round(time.Second))
+	}
+	if err != nil {
+		return err
+	}
+	if jsonPath != "" {
+		b, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(jsonPath, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	return nil
+}
+
+func agreeing(rows []benchfleet.Row) int {
+	n := 0
+	for _, r := range rows {
+		if r.Agrees() {
+			n++
+		}
+	}
+	return n
+}
