@@ -16,6 +16,8 @@ type Figures struct {
 	TTFTP90 float64 `json:"ttft_p90_ms"`
 	E2EP50  float64 `json:"e2e_p50_ms"`
 	E2EP90  float64 `json:"e2e_p90_ms"`
+	// PerEngine is the requests each engine completed.
+	PerEngine []int `json:"per_engine_requests"`
 }
 
 // Row is one (strategy, routers) of the report.
@@ -27,6 +29,11 @@ type Row struct {
 	// Requests were sent, Failed of them got no complete answer.
 	Requests int `json:"requests"`
 	Failed   int `json:"failed"`
+	// ClientTTFTMean is the measured mean TTFT at the client and
+	// EngineTTFTMean the engines' own (vllm:time_to_first_token_seconds):
+	// the difference is what the HTTP path between them adds.
+	ClientTTFTMean float64 `json:"client_ttft_mean_ms"`
+	EngineTTFTMean float64 `json:"engine_ttft_mean_ms"`
 	// Wall is how long the measured run took, fleet start to stop.
 	Wall time.Duration `json:"wall_ns"`
 }
@@ -102,3 +109,14 @@ func percentile(ds []time.Duration, q float64) float64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func mean(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return ms(sum) / float64(len(ds))
+}

@@ -127,7 +127,7 @@ func Predict(ctx context.Context, cfg Config, plan Plan, strategy string, router
 		return Figures{}, err
 	}
 	return Figures{HitRate: res.HitRate, TTFTP50: ms(res.TTFT.P50), TTFTP90: ms(res.TTFT.P90),
-		E2EP50: ms(res.E2E.P50), E2EP90: ms(res.E2E.P90)}, nil
+		E2EP50: ms(res.E2E.P50), E2EP90: ms(res.E2E.P90), PerEngine: res.PerEngine}, nil
 }
 
 // Run measures and predicts every (strategy, routers) of cfg, router
@@ -161,10 +161,13 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 			if err != nil {
 				return rows, fmt.Errorf("bench fleet: %s with %d routers: %w", s, r, err)
 			}
-			row.Measured, row.Failed, row.Wall = m.figures, m.failed, time.Since(start)
-			cfg.progress("bench fleet: %s R=%d measured hit %.1f%% ttft p50 %.0f p90 %.0f ms; predicted hit %.1f%% p50 %.0f p90 %.0f ms (%d failed, %v)",
-				s, r, 100*row.Measured.HitRate, row.Measured.TTFTP50, row.Measured.TTFTP90,
-				100*row.Predicted.HitRate, row.Predicted.TTFTP50, row.Predicted.TTFTP90, row.Failed, row.Wall.Round(time.Second))
+			row.Measured, row.Failed, row.EngineTTFTMean, row.Wall = m.figures, m.failed, m.engineTTFTMean, time.Since(start)
+			row.ClientTTFTMean = m.clientTTFTMean
+			cfg.progress("bench fleet: %s R=%d measured hit %.1f%% ttft p50 %.0f p90 %.0f ms per engine %v; "+
+				"predicted hit %.1f%% p50 %.0f p90 %.0f ms per engine %v; mean ttft client %.0f engine %.0f ms (%d failed, %v)",
+				s, r, 100*row.Measured.HitRate, row.Measured.TTFTP50, row.Measured.TTFTP90, row.Measured.PerEngine,
+				100*row.Predicted.HitRate, row.Predicted.TTFTP50, row.Predicted.TTFTP90, row.Predicted.PerEngine,
+				row.ClientTTFTMean, row.EngineTTFTMean, row.Failed, row.Wall.Round(time.Second))
 			rows = append(rows, row)
 		}
 	}

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bufio"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -158,10 +159,11 @@ func (f *fleetRun) start(strategy string) error {
 		if _, err := f.group.Start(e.id, args...); err != nil {
 			return err
 		}
-		_, err := f.group.Start(e.id+"-sidecar", "sidecar", "--engine", engineURL(e), "--node-id", e.id,
+		sargs := []string{"sidecar", "--engine", engineURL(e), "--node-id", e.id,
 			"--models", sim.DefaultModelName, "--gossip", addr(e.gossip), "--join", strings.Join(seeds, ","), "--insecure-dev",
 			"--metrics-addr", addr(e.sideMetrics),
-			"--kv-events", "tcp://"+addr(e.kv), "--kv-events-replay", "tcp://"+addr(e.replay))
+			"--kv-events", "tcp://" + addr(e.kv), "--kv-events-replay", "tcp://" + addr(e.replay)}
+		_, err := f.group.Start(e.id+"-sidecar", sargs...)
 		if err != nil {
 			return err
 		}
@@ -256,22 +258,85 @@ func (f *fleetRun) getJSON(ctx context.Context, url string, v any) error {
 	return json.Unmarshal(body, v)
 }
 
-// counters sums the engines' vllm:prefix_cache_queries and _hits.
-func (f *fleetRun) counters(ctx context.Context) (queries, hits float64, err error) {
-	for _, e := range f.l.engines {
-		q, h, ok := workload.PrefixCacheCounters(ctx, f.client, engineURL(e))
-		if !ok {
-			return 0, 0, fmt.Errorf("%s exports no vllm:prefix_cache_queries/hits", e.id)
+// engineCounters are the counters bench fleet reads from one engine's
+// own /metrics.
+type engineCounters struct {
+	queries, hits      float64 // vllm:prefix_cache_queries / _hits (tokens)
+	requests           float64 // vllm:request_success_total
+	ttftSum, ttftCount float64 // vllm:time_to_first_token_seconds (engine time)
+}
+
+func (c engineCounters) minus(o engineCounters) engineCounters {
+	return engineCounters{c.queries - o.queries, c.hits - o.hits, c.requests - o.requests,
+		c.ttftSum - o.ttftSum, c.ttftCount - o.ttftCount}
+}
+
+// counters scrapes every engine's counters.
+func (f *fleetRun) counters(ctx context.Context) ([]engineCounters, error) {
+	out := make([]engineCounters, len(f.l.engines))
+	for i, e := range f.l.engines {
+		m, err := scrape(ctx, f.client, engineURL(e)+"/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.id, err)
 		}
-		queries, hits = queries+q, hits+h
+		q, okQ := m["vllm:prefix_cache_queries_total"]
+		h, okH := m["vllm:prefix_cache_hits_total"]
+		if !okQ || !okH {
+			return nil, fmt.Errorf("%s exports no vllm:prefix_cache_queries/hits", e.id)
+		}
+		out[i] = engineCounters{queries: q, hits: h, requests: m["vllm:request_success_total"],
+			ttftSum: m["vllm:time_to_first_token_seconds_sum"], ttftCount: m["vllm:time_to_first_token_seconds_count"]}
 	}
-	return queries, hits, nil
+	return out, nil
+}
+
+// scrape reads a Prometheus text exposition and sums every sample of each
+// metric name over its labels.
+func scrape(ctx context.Context, client *http.Client, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name := line
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		f := strings.Fields(line[strings.LastIndexByte(line, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		out[name] += v
+	}
+	return out, sc.Err()
 }
 
 // measurement is one measured run.
 type measurement struct {
 	figures Figures
 	failed  int
+	// engineTTFTMean is the engines' own mean TTFT and clientTTFTMean the
+	// client's, in engine ms.
+	engineTTFTMean, clientTTFTMean float64
 }
 
 // measure starts a fresh fleet in dir, replays the plan through it and
@@ -298,7 +363,7 @@ func measure(ctx context.Context, cfg Config, plan Plan, strategy string, router
 		}
 		return m, err
 	}
-	q0, h0, err := f.counters(ctx)
+	before, err := f.counters(ctx)
 	if err != nil {
 		return m, err
 	}
@@ -306,7 +371,7 @@ func measure(ctx context.Context, cfg Config, plan Plan, strategy string, router
 	if err := ctx.Err(); err != nil {
 		return m, err
 	}
-	q1, h1, err := f.counters(ctx)
+	after, err := f.counters(ctx)
 	if err != nil {
 		return m, err
 	}
@@ -323,9 +388,20 @@ func measure(ctx context.Context, cfg Config, plan Plan, strategy string, router
 	if len(ttft) == 0 {
 		return m, fmt.Errorf("every request failed (first: %s); logs in %s", results[0].Err, f.group.LogDir)
 	}
-	if q1 > q0 {
-		m.figures.HitRate = (h1 - h0) / (q1 - q0)
+	var total engineCounters
+	for i := range after {
+		d := after[i].minus(before[i])
+		total = engineCounters{total.queries + d.queries, total.hits + d.hits, total.requests + d.requests,
+			total.ttftSum + d.ttftSum, total.ttftCount + d.ttftCount}
+		m.figures.PerEngine = append(m.figures.PerEngine, int(d.requests))
 	}
+	if total.queries > 0 {
+		m.figures.HitRate = total.hits / total.queries
+	}
+	if total.ttftCount > 0 {
+		m.engineTTFTMean = 1000 * total.ttftSum / total.ttftCount
+	}
+	m.clientTTFTMean = mean(ttft)
 	m.figures.TTFTP50, m.figures.TTFTP90 = percentile(ttft, 0.5), percentile(ttft, 0.9)
 	m.figures.E2EP50, m.figures.E2EP90 = percentile(e2e, 0.5), percentile(e2e, 0.9)
 	return m, nil

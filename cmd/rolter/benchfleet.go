@@ -18,6 +18,7 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var (
 		trace, strats, routers, jsonPath, dir string
 		limit                                 int
+		spread                                bool
 		cfg                                   benchfleet.Config
 	)
 	fs := newFlagSet("bench fleet", stderr)
@@ -32,6 +33,7 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "per-engine GPU KV cache in 16-token blocks (0: engine default)")
 	fs.DurationVar(&cfg.GossipDelay, "gossip-delay", 250*time.Millisecond, "engine-state age the prediction assumes, in engine time (rolter bench routing --gossip-delay)")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", 90*time.Second, "give up on a fleet that is not ready by then")
+	fs.BoolVar(&spread, "spread-ties", true, "give requests that share a trace timestamp distinct times, in trace order (rolter bench routing --spread-ties)")
 	fs.StringVar(&jsonPath, "json", "", "write one row per (strategy, routers) with measured and predicted figures to this file")
 	fs.StringVar(&dir, "dir", "", "keep each run's config, Raft data and logs here (default: a temp dir, removed)")
 	if err := parseFlags(fs, args); err != nil {
@@ -63,12 +65,15 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	cfg.Requests = workload.FromTrace(recs, false)
+	if spread {
+		cfg.Requests = workload.SpreadTies(cfg.Requests)
+	}
 	if cfg.Bin, err = os.Executable(); err != nil {
 		return fmt.Errorf("finding the rolter binary: %w", err)
 	}
 	cfg.Dir, cfg.Progress = dir, stderr
-	fmt.Fprintf(stdout, "bench fleet: trace %s, first %d requests, %d engines (speed %g), load %.2f, seed %d, gossip delay %v (prediction)\n",
-		trace, len(cfg.Requests), cfg.Engines, cfg.Speed, cfg.Load, cfg.Seed, cfg.GossipDelay)
+	fmt.Fprintf(stdout, "bench fleet: trace %s, first %d requests (ties spread %v), %d engines (speed %g), load %.2f, seed %d, gossip delay %v (prediction)\n",
+		trace, len(cfg.Requests), spread, cfg.Engines, cfg.Speed, cfg.Load, cfg.Seed, cfg.GossipDelay)
 	start := time.Now()
 	rows, err := benchfleet.Run(ctx, cfg)
 	if len(rows) > 0 {
