@@ -34,6 +34,8 @@ type Row struct {
 	// the difference is what the HTTP path between them adds.
 	ClientTTFTMean float64 `json:"client_ttft_mean_ms"`
 	EngineTTFTMean float64 `json:"engine_ttft_mean_ms"`
+	// GossipDelay is the engine-state age the prediction assumed.
+	GossipDelay time.Duration `json:"gossip_delay_ns"`
 	// Wall is how long the measured run took, fleet start to stop.
 	Wall time.Duration `json:"wall_ns"`
 }
@@ -69,12 +71,14 @@ func (r Row) Agrees() bool {
 	return hit <= HitTolerance && p50 <= TTFTTolerance && p90 <= TTFTTolerance
 }
 
-// Print writes the rows as a table: measured beside predicted, and the
-// deviations.
+// Print writes the rows as a table: measured beside predicted, the
+// deviations, and "http ms": the client's mean TTFT minus the engines'
+// own, what the loopback HTTP path (client, router, sim server, and the
+// machine's scheduling) added in engine time.
 func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\trouters\t│ measured hit%\tttft p50\tp90 ms\te2e p50\tp90 ms\t"+
-		"│ predicted hit%\tttft p50\tp90 ms\te2e p50\tp90 ms\t│ Δhit\tΔp50\tΔp90\tagree\tfailed\t")
+		"│ predicted hit%\tttft p50\tp90 ms\te2e p50\tp90 ms\t│ Δhit\tΔp50\tΔp90\tagree\t│ http ms\tfailed\t")
 	for _, r := range rows {
 		hit, p50, p90 := r.Deviation()
 		agree := "no"
@@ -82,10 +86,10 @@ func Print(w io.Writer, rows []Row) {
 			agree = "yes"
 		}
 		m, p := r.Measured, r.Predicted
-		fmt.Fprintf(tw, "%s\t%d\t│ %.1f\t%.0f\t%.0f\t%.0f\t%.0f\t│ %.1f\t%.0f\t%.0f\t%.0f\t%.0f\t│ %s\t%s\t%s\t%s\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t│ %.1f\t%.0f\t%.0f\t%.0f\t%.0f\t│ %.1f\t%.0f\t%.0f\t%.0f\t%.0f\t│ %s\t%s\t%s\t%s\t│ %.0f\t%d\t\n",
 			r.Strategy, r.Routers, 100*m.HitRate, m.TTFTP50, m.TTFTP90, m.E2EP50, m.E2EP90,
 			100*p.HitRate, p.TTFTP50, p.TTFTP90, p.E2EP50, p.E2EP90,
-			pct(hit), pct(p50), pct(p90), agree, r.Failed)
+			pct(hit), pct(p50), pct(p90), agree, r.ClientTTFTMean-r.EngineTTFTMean, r.Failed)
 	}
 	tw.Flush()
 }

@@ -34,8 +34,9 @@ type Config struct {
 	Speed float64
 	// KVBlocks is each engine's GPU KV cache in blocks (0: the default).
 	KVBlocks int
-	// GossipDelay is the engine-state age the prediction assumes, as
-	// `rolter bench routing --gossip-delay`.
+	// GossipDelay is the engine-state age the prediction assumes, in
+	// engine time, as `rolter bench routing --gossip-delay`; 0 derives it
+	// from Speed (MeshStaleness × Speed).
 	GossipDelay time.Duration
 	// Dir holds each run's config, Raft data and logs ("": a temp dir,
 	// removed at the end).
@@ -45,6 +46,15 @@ type Config struct {
 	// Progress, when set, receives a line per step.
 	Progress io.Writer
 }
+
+// MeshStaleness is the mean age, in wall time, of the engine queue a
+// router folds into its load: the sidecar scrapes the engine every 200 ms
+// (rolter sidecar --scrape-interval) and sends its status every 250 ms
+// (cluster/mesh's StatusInterval), so on average half of each. The real
+// fleet runs Speed times faster than the engines' clock while the mesh
+// keeps wall-clock intervals, so in engine time the routers' view is
+// Speed × MeshStaleness old; the prediction assumes the same.
+const MeshStaleness = 225 * time.Millisecond
 
 // ErrConfig marks an unusable Config.
 var ErrConfig = errors.New("bench fleet: bad config")
@@ -74,6 +84,9 @@ func (c *Config) validate() error {
 		if len(r.Tokens) == 0 {
 			return fmt.Errorf("%w: request %d has no token ids", ErrConfig, i)
 		}
+	}
+	if c.GossipDelay <= 0 {
+		c.GossipDelay = time.Duration(c.Speed * float64(MeshStaleness))
 	}
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = 90 * time.Second
@@ -147,12 +160,12 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 		defer os.RemoveAll(dir)
 	}
-	cfg.progress("bench fleet: %d requests, %d engines, capacity %.2f req/s, load %.2f → %.2f req/s (engine time), speed %g, work dir %s",
-		len(cfg.Requests), cfg.Engines, plan.Capacity, cfg.Load, plan.Rate, cfg.Speed, dir)
+	cfg.progress("bench fleet: %d requests, %d engines, capacity %.2f req/s, load %.2f → %.2f req/s (engine time), speed %g, prediction's gossip delay %v, work dir %s",
+		len(cfg.Requests), cfg.Engines, plan.Capacity, cfg.Load, plan.Rate, cfg.Speed, cfg.GossipDelay, dir)
 	var rows []Row
 	for _, r := range cfg.Routers {
 		for _, s := range cfg.Strategies {
-			row := Row{Strategy: s, Routers: r, Requests: len(cfg.Requests)}
+			row := Row{Strategy: s, Routers: r, Requests: len(cfg.Requests), GossipDelay: cfg.GossipDelay}
 			if row.Predicted, err = Predict(ctx, cfg, plan, s, r); err != nil {
 				return rows, fmt.Errorf("bench fleet: predicting %s with %d routers: %w", s, r, err)
 			}

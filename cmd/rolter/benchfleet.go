@@ -23,15 +23,16 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	)
 	fs := newFlagSet("bench fleet", stderr)
 	fs.StringVar(&trace, "trace", "", "Mooncake-format trace (JSON lines) to replay (required)")
-	fs.IntVar(&limit, "limit", 400, "replay the first N requests of the trace")
+	fs.IntVar(&limit, "limit", 300, "replay the first N requests of the trace")
 	fs.IntVar(&cfg.Engines, "engines", 4, "rolter sim engines, each with its rolter sidecar")
 	fs.StringVar(&routers, "routers", "1,3", "comma-separated rolter router counts (a Raft cluster and gossip mesh each)")
 	fs.StringVar(&strats, "strategies", "round_robin,precise_cache_aware", "comma-separated strategies")
 	fs.Float64Var(&cfg.Load, "load", 0.7, "arrival rate as a fraction of fleet capacity, as rolter bench routing --load")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the strategies' randomness (and of the prediction)")
-	fs.Float64Var(&cfg.Speed, "speed", 4, "the sims run N times faster than a GPU; client times are multiplied by N")
+	fs.Float64Var(&cfg.Speed, "speed", 2, "the sims run N times faster than a GPU; client times are multiplied by N")
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "per-engine GPU KV cache in 16-token blocks (0: engine default)")
-	fs.DurationVar(&cfg.GossipDelay, "gossip-delay", 250*time.Millisecond, "engine-state age the prediction assumes, in engine time (rolter bench routing --gossip-delay)")
+	fs.DurationVar(&cfg.GossipDelay, "gossip-delay", 0, "engine-state age the prediction assumes, in engine time, as rolter bench routing --gossip-delay "+
+		"(0: the mesh's mean age at this speed, --speed × 225ms)")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", 90*time.Second, "give up on a fleet that is not ready by then")
 	fs.BoolVar(&spread, "spread-ties", true, "give requests that share a trace timestamp distinct times, in trace order (rolter bench routing --spread-ties)")
 	fs.StringVar(&jsonPath, "json", "", "write one row per (strategy, routers) with measured and predicted figures to this file")
@@ -72,12 +73,14 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("finding the rolter binary: %w", err)
 	}
 	cfg.Dir, cfg.Progress = dir, stderr
-	fmt.Fprintf(stdout, "bench fleet: trace %s, first %d requests (ties spread %v), %d engines (speed %g), load %.2f, seed %d, gossip delay %v (prediction)\n",
-		trace, len(cfg.Requests), spread, cfg.Engines, cfg.Speed, cfg.Load, cfg.Seed, cfg.GossipDelay)
+	fmt.Fprintf(stdout, "bench fleet: trace %s, first %d requests (ties spread %v), %d engines (speed %g), load %.2f, seed %d\n",
+		trace, len(cfg.Requests), spread, cfg.Engines, cfg.Speed, cfg.Load, cfg.Seed)
 	start := time.Now()
 	rows, err := benchfleet.Run(ctx, cfg)
 	if len(rows) > 0 {
-		fmt.Fprintln(stdout)
+		fmt.Fprintf(stdout, "predicted = rolter bench routing --trace %s --limit %d --engines %d --routers %s --strategies %s "+
+			"--load %g --seed %d --gossip-delay %v --arrival rr --spread-ties=%v --kv-blocks %d\n\n",
+			trace, limit, cfg.Engines, routers, strats, cfg.Load, cfg.Seed, rows[0].GossipDelay, spread, cfg.KVBlocks)
 		benchfleet.Print(stdout, rows)
 		fmt.Fprintf(stdout, "\nagreement: hit rate within %.0f%%, TTFT p50 and p90 within %.0f%% of the prediction; %d of %d rows agree; %v\n",
 			100*benchfleet.HitTolerance, 100*benchfleet.TTFTTolerance, agreeing(rows), len(rows), time.Since(start).Round(time.Second))

@@ -5,11 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	benchfleet "github.com/rolter/rolter/bench/fleet"
+	"github.com/rolter/rolter/sim/workload"
 )
 
 // TestBenchFleetPlumbing runs `rolter bench fleet` small: one router, two
@@ -83,5 +88,59 @@ func TestBenchFleetPlumbing(t *testing.T) {
 	// wherever they land on two engines: a hit rate near 0.75.
 	if m, p := num(r.Measured, "hit_rate"), num(r.Predicted, "hit_rate"); m <= 0.5 || p <= 0.5 {
 		t.Fatalf("hit rate measured %.3f, predicted %.3f; want the shared prefix to hit", m, p)
+	}
+}
+
+// The prediction beside each bench fleet row is what `rolter bench
+// routing` simulates for the command line bench fleet prints, figure for
+// figure: one code path, not a second model.
+func TestBenchFleetPredictsWhatBenchRoutingSimulates(t *testing.T) {
+	trace := writeTrace(t)
+	f, err := os.Open(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := workload.ReadTrace(f, 0)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := benchfleet.Config{Requests: workload.SpreadTies(workload.FromTrace(recs, false)), Engines: 2, Load: 0.8,
+		Seed: 3, GossipDelay: 450 * time.Millisecond}
+	plan, err := benchfleet.NewPlan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "routing.json")
+	err = runBenchRouting(context.Background(), []string{"--trace", trace, "--engines", "2", "--routers", "1,2",
+		"--strategies", "round_robin,precise_cache_aware", "--load", "0.8", "--seed", "3", "--gossip-delay", "450ms",
+		"--arrival", "rr", "--spread-ties", "--json", out}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []routingRow
+	if err := json.Unmarshal(raw, &rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, routers := range []int{1, 2} {
+		for _, s := range []string{"round_robin", "precise_cache_aware"} {
+			got, err := benchfleet.Predict(context.Background(), cfg, plan, s, routers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(rows, func(r routingRow) bool { return r.Strategy == s && r.Routers == routers })
+			if i < 0 {
+				t.Fatalf("bench routing has no %s row at %d routers", s, routers)
+			}
+			want := rows[i]
+			if got.HitRate != want.HitRate || got.TTFTP50 != want.TTFTP50 || got.TTFTP90 != want.TTFTP90 || got.E2EP50 != want.E2EP50 {
+				t.Errorf("%s at %d routers: bench fleet predicts hit %.4f ttft %.1f/%.1f e2e %.1f, bench routing %.4f %.1f/%.1f %.1f",
+					s, routers, got.HitRate, got.TTFTP50, got.TTFTP90, got.E2EP50, want.HitRate, want.TTFTP50, want.TTFTP90, want.E2EP50)
+			}
+		}
 	}
 }
