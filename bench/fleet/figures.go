@@ -77,8 +77,8 @@ func (r Row) Agrees() bool {
 // machine's scheduling) added in engine time.
 func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\trouters\t│ measured hit%\tttft p50\tp90 ms\te2e p50\tp90 ms\t"+
-		"│ predicted hit%\tttft p50\tp90 ms\te2e p50\tp90 ms\t│ Δhit\tΔp50\tΔp90\tagree\t│ http ms\tfailed\t")
+	fmt.Fprintln(tw, "strategy\trouters\t| measured hit%\tttft p50\tp90 ms\te2e p50\tp90 ms\t"+
+		"| predicted hit%\tttft p50\tp90 ms\te2e p50\tp90 ms\t| Δhit\tΔp50\tΔp90\tagree\t| http ms\tfailed\t")
 	for _, r := range rows {
 		hit, p50, p90 := r.Deviation()
 		agree := "no"
@@ -86,7 +86,7 @@ func Print(w io.Writer, rows []Row) {
 			agree = "yes"
 		}
 		m, p := r.Measured, r.Predicted
-		fmt.Fprintf(tw, "%s\t%d\t│ %.1f\t%.0f\t%.0f\t%.0f\t%.0f\t│ %.1f\t%.0f\t%.0f\t%.0f\t%.0f\t│ %s\t%s\t%s\t%s\t│ %.0f\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t| %.1f\t%.0f\t%.0f\t%.0f\t%.0f\t| %.1f\t%.0f\t%.0f\t%.0f\t%.0f\t| %s\t%s\t%s\t%s\t| %.0f\t%d\t\n",
 			r.Strategy, r.Routers, 100*m.HitRate, m.TTFTP50, m.TTFTP90, m.E2EP50, m.E2EP90,
 			100*p.HitRate, p.TTFTP50, p.TTFTP90, p.E2EP50, p.E2EP90,
 			pct(hit), pct(p50), pct(p90), agree, r.ClientTTFTMean-r.EngineTTFTMean, r.Failed)
