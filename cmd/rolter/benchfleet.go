@@ -9,6 +9,7 @@ import (
 	"time"
 
 	benchfleet "github.com/rolter/rolter/bench/fleet"
+	"github.com/rolter/rolter/data/mooncake"
 	"github.com/rolter/rolter/sim/workload"
 )
 
@@ -22,7 +23,7 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 		cfg                                   benchfleet.Config
 	)
 	fs := newFlagSet("bench fleet", stderr)
-	fs.StringVar(&trace, "trace", "", "Mooncake-format trace (JSON lines) to replay (required)")
+	fs.StringVar(&trace, "trace", "", "Mooncake-format trace (JSON lines) to replay (default: the Mooncake conversation trace embedded in the binary)")
 	fs.IntVar(&limit, "limit", 300, "replay the first N requests of the trace")
 	fs.IntVar(&cfg.Engines, "engines", 4, "rolter sim engines, each with its rolter sidecar")
 	fs.StringVar(&routers, "routers", "1,3", "comma-separated rolter router counts (a Raft cluster and gossip mesh each)")
@@ -40,9 +41,6 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if trace == "" {
-		return fmt.Errorf("%w: bench fleet needs --trace FILE", errUsage)
-	}
 	if limit <= 0 {
 		return fmt.Errorf("%w: --limit must be positive", errUsage)
 	}
@@ -56,12 +54,17 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if cfg.Routers, err = intList(routers); err != nil {
 		return fmt.Errorf("%w: --routers: %v", errUsage, err)
 	}
-	f, err := os.Open(trace)
-	if err != nil {
-		return fmt.Errorf("--trace: %w", err)
+	var in io.Reader = mooncake.Open()
+	name := mooncake.Name
+	if trace != "" {
+		f, err := os.Open(trace)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer f.Close()
+		in, name = f, trace
 	}
-	recs, err := workload.ReadTrace(f, limit)
-	f.Close()
+	recs, err := workload.ReadTrace(in, limit)
 	if err != nil {
 		return err
 	}
@@ -74,13 +77,17 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	cfg.Dir, cfg.Progress = dir, stderr
 	fmt.Fprintf(stdout, "bench fleet: trace %s, first %d requests (ties spread %v), %d engines (speed %g), load %.2f, seed %d\n",
-		trace, len(cfg.Requests), spread, cfg.Engines, cfg.Speed, cfg.Load, cfg.Seed)
+		name, len(cfg.Requests), spread, cfg.Engines, cfg.Speed, cfg.Load, cfg.Seed)
 	start := time.Now()
 	rows, err := benchfleet.Run(ctx, cfg)
 	if len(rows) > 0 {
-		fmt.Fprintf(stdout, "predicted = rolter bench routing --trace %s --limit %d --engines %d --routers %s --strategies %s "+
+		traceFlag := ""
+		if trace != "" {
+			traceFlag = "--trace " + trace + " "
+		}
+		fmt.Fprintf(stdout, "predicted = rolter bench routing %s--limit %d --engines %d --routers %s --strategies %s "+
 			"--load %g --seed %d --gossip-delay %v --arrival rr --spread-ties=%v --kv-blocks %d\n\n",
-			trace, limit, cfg.Engines, routers, strats, cfg.Load, cfg.Seed, rows[0].GossipDelay, spread, cfg.KVBlocks)
+			traceFlag, limit, cfg.Engines, routers, strats, cfg.Load, cfg.Seed, rows[0].GossipDelay, spread, cfg.KVBlocks)
 		benchfleet.Print(stdout, rows)
 		fmt.Fprintf(stdout, "\nagreement: hit rate within %.0f%%, TTFT p50 and p90 within %.0f%% of the prediction; %d of %d rows agree; %v\n",
 			100*benchfleet.HitTolerance, 100*benchfleet.TTFTTolerance, agreeing(rows), len(rows), time.Since(start).Round(time.Second))
