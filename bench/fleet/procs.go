@@ -313,11 +313,14 @@ func scrape(ctx context.Context, client *http.Client, url string) (map[string]fl
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		name := line
+		name, rest := line, ""
 		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name = line[:i]
+			name, rest = line[:i], line[i:]
 		}
-		f := strings.Fields(line[strings.LastIndexByte(line, '}')+1:])
+		if strings.HasPrefix(rest, "{") {
+			rest = rest[strings.LastIndexByte(rest, '}')+1:]
+		}
+		f := strings.Fields(rest)
 		if len(f) == 0 {
 			continue
 		}
