@@ -29,7 +29,7 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&routers, "routers", "1,3", "comma-separated rolter router counts (a Raft cluster and gossip mesh each)")
 	fs.StringVar(&strats, "strategies", "round_robin,precise_cache_aware", "comma-separated strategies")
 	fs.Float64Var(&cfg.Load, "load", 0.7, "arrival rate as a fraction of fleet capacity, as rolter bench routing --load")
-	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the strategies' randomness (and of the prediction)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the prediction (its strategies' randomness, as rolter bench routing --seed); the real routers draw their own")
 	fs.Float64Var(&cfg.Speed, "speed", 2, "the sims run N times faster than a GPU; client times are multiplied by N")
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "per-engine GPU KV cache in 16-token blocks (0: engine default)")
 	fs.DurationVar(&cfg.GossipDelay, "gossip-delay", 0, "engine-state age the prediction assumes, in engine time, as rolter bench routing --gossip-delay "+
