@@ -36,6 +36,8 @@ type Row struct {
 	EngineTTFTMean float64 `json:"engine_ttft_mean_ms"`
 	// GossipDelay is the engine-state age the prediction assumed.
 	GossipDelay time.Duration `json:"gossip_delay_ns"`
+	// PeerDelay is the router-to-router delay the prediction assumed.
+	PeerDelay time.Duration `json:"peer_delay_ns"`
 	// Wall is how long the measured run took, fleet start to stop.
 	Wall time.Duration `json:"wall_ns"`
 }

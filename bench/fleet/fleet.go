@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/sim/engine"
 	simfleet "github.com/rolter/rolter/sim/fleet"
 	"github.com/rolter/rolter/sim/workload"
@@ -38,6 +39,11 @@ type Config struct {
 	// engine time, as `rolter bench routing --gossip-delay`; 0 derives it
 	// from Speed (MeshStaleness × Speed).
 	GossipDelay time.Duration
+	// PeerDelay is how late, beyond meshstate's publish cadence, what one
+	// router publishes reaches the others in the prediction, in engine
+	// time, as `rolter bench routing --peer-delay`; 0 derives it from
+	// Speed (see PeerDelayAt).
+	PeerDelay time.Duration
 	// Dir holds each run's config, Raft data and logs ("": a temp dir,
 	// removed at the end).
 	Dir string
@@ -55,6 +61,19 @@ type Config struct {
 // keeps wall-clock intervals, so in engine time the routers' view is
 // Speed × MeshStaleness old; the prediction assumes the same.
 const MeshStaleness = 225 * time.Millisecond
+
+// PeerDelayAt is the prediction's PeerDelay for engines at speed: the
+// routers publish on change at most every meshstate.PublishGap of wall
+// time and a change takes sim/fleet.DefaultPeerDelay more to be seen, so
+// a peer's count is on average PublishGap/2 + DefaultPeerDelay old in wall
+// time, speed times that in engine time. The simulated routers run the
+// same cadence on the engines' clock (PublishGap/2 on average), so the
+// rest is PeerDelay: speed × (PublishGap/2 + DefaultPeerDelay) −
+// PublishGap/2 (DefaultPeerDelay itself at speed 1).
+func PeerDelayAt(speed float64) time.Duration {
+	half := meshstate.PublishGap / 2
+	return max(time.Duration(speed*float64(half+simfleet.DefaultPeerDelay))-half, 0)
+}
 
 // ErrConfig marks an unusable Config.
 var ErrConfig = errors.New("bench fleet: bad config")
@@ -87,6 +106,9 @@ func (c *Config) validate() error {
 	}
 	if c.GossipDelay <= 0 {
 		c.GossipDelay = time.Duration(c.Speed * float64(MeshStaleness))
+	}
+	if c.PeerDelay <= 0 {
+		c.PeerDelay = PeerDelayAt(c.Speed)
 	}
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = 90 * time.Second
@@ -130,11 +152,12 @@ func NewPlan(cfg Config) (Plan, error) {
 
 // Predict is sim/fleet's run of strategy over R routers: the
 // configuration `rolter bench routing --engines E --load L --seed S
-// --gossip-delay D --arrival rr --kv-blocks K` simulates (the replay
-// spreads requests over the routers round-robin, so the prediction does).
+// --gossip-delay D --peer-delay P --arrival rr --kv-blocks K` simulates
+// (the replay spreads requests over the routers round-robin, so the
+// prediction does).
 func Predict(ctx context.Context, cfg Config, plan Plan, strategy string, routers int) (Figures, error) {
 	res, err := simfleet.Run(ctx, simfleet.Config{Strategy: strategy, Engines: cfg.Engines, Routers: routers,
-		Engine: cfg.engineConfig(), GossipDelay: cfg.GossipDelay, Rate: plan.Rate,
+		Engine: cfg.engineConfig(), GossipDelay: cfg.GossipDelay, PeerDelay: cfg.PeerDelay, Rate: plan.Rate,
 		Arrival: simfleet.RoundRobinArrival, Seed: cfg.Seed}, plan.Workload)
 	if err != nil {
 		return Figures{}, err
@@ -160,12 +183,12 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 		defer os.RemoveAll(dir)
 	}
-	cfg.progress("bench fleet: %d requests, %d engines, capacity %.2f req/s, load %.2f → %.2f req/s (engine time), speed %g, prediction's gossip delay %v, work dir %s",
-		len(cfg.Requests), cfg.Engines, plan.Capacity, cfg.Load, plan.Rate, cfg.Speed, cfg.GossipDelay, dir)
+	cfg.progress("bench fleet: %d requests, %d engines, capacity %.2f req/s, load %.2f → %.2f req/s (engine time), speed %g, prediction's gossip delay %v and peer delay %v, work dir %s",
+		len(cfg.Requests), cfg.Engines, plan.Capacity, cfg.Load, plan.Rate, cfg.Speed, cfg.GossipDelay, cfg.PeerDelay, dir)
 	var rows []Row
 	for _, r := range cfg.Routers {
 		for _, s := range cfg.Strategies {
-			row := Row{Strategy: s, Routers: r, Requests: len(cfg.Requests), GossipDelay: cfg.GossipDelay}
+			row := Row{Strategy: s, Routers: r, Requests: len(cfg.Requests), GossipDelay: cfg.GossipDelay, PeerDelay: cfg.PeerDelay}
 			if row.Predicted, err = Predict(ctx, cfg, plan, s, r); err != nil {
 				return rows, fmt.Errorf("bench fleet: predicting %s with %d routers: %w", s, r, err)
 			}

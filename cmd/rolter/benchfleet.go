@@ -34,8 +34,10 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "per-engine GPU KV cache in 16-token blocks (0: engine default)")
 	fs.DurationVar(&cfg.GossipDelay, "gossip-delay", 0, "engine-state age the prediction assumes, in engine time, as rolter bench routing --gossip-delay "+
 		"(0: the mesh's mean age at this speed, --speed × 225ms)")
+	fs.DurationVar(&cfg.PeerDelay, "peer-delay", 0, "router-to-router delay beyond the publish cadence the prediction assumes, in engine time, as rolter bench routing --peer-delay "+
+		"(0: what the mesh's wall-clock cadence and delay amount to at this speed, 75ms at --speed 2)")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", 90*time.Second, "give up on a fleet that is not ready by then")
-	fs.BoolVar(&spread, "spread-ties", true, "give requests that share a trace timestamp distinct times, in trace order (rolter bench routing --spread-ties)")
+	fs.BoolVar(&spread, "spread-batches", true, "spread trace requests that share a timestamp over the interval to the next one, in order (rolter bench routing --spread-batches, same seed)")
 	fs.StringVar(&jsonPath, "json", "", "write one row per (strategy, routers) with measured and predicted figures to this file")
 	fs.StringVar(&dir, "dir", "", "keep each run's config, Raft data and logs here (default: a temp dir, removed)")
 	if err := parseFlags(fs, args); err != nil {
@@ -70,13 +72,13 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	cfg.Requests = workload.FromTrace(recs, false)
 	if spread {
-		cfg.Requests = workload.SpreadTies(cfg.Requests)
+		spreadBatches(cfg.Requests, cfg.Seed)
 	}
 	if cfg.Bin, err = os.Executable(); err != nil {
 		return fmt.Errorf("finding the rolter binary: %w", err)
 	}
 	cfg.Dir, cfg.Progress = dir, stderr
-	fmt.Fprintf(stdout, "bench fleet: trace %s, first %d requests (ties spread %v), %d engines (speed %g), load %.2f, seed %d\n",
+	fmt.Fprintf(stdout, "bench fleet: trace %s, first %d requests (batches spread %v), %d engines (speed %g), load %.2f, seed %d\n",
 		name, len(cfg.Requests), spread, cfg.Engines, cfg.Speed, cfg.Load, cfg.Seed)
 	start := time.Now()
 	rows, err := benchfleet.Run(ctx, cfg)
@@ -86,8 +88,8 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 			traceFlag = "--trace " + trace + " "
 		}
 		fmt.Fprintf(stdout, "predicted = rolter bench routing %s--limit %d --engines %d --routers %s --strategies %s "+
-			"--load %g --seed %d --gossip-delay %v --arrival rr --spread-ties=%v --kv-blocks %d\n\n",
-			traceFlag, limit, cfg.Engines, routers, strats, cfg.Load, cfg.Seed, rows[0].GossipDelay, spread, cfg.KVBlocks)
+			"--load %g --seed %d --gossip-delay %v --peer-delay %v --arrival rr --spread-batches=%v --kv-blocks %d\n\n",
+			traceFlag, limit, cfg.Engines, routers, strats, cfg.Load, cfg.Seed, rows[0].GossipDelay, rows[0].PeerDelay, spread, cfg.KVBlocks)
 		benchfleet.Print(stdout, rows)
 		fmt.Fprintf(stdout, "\nagreement: hit rate within %.0f%%, TTFT p50 and p90 within %.0f%% of the prediction; %d of %d rows agree; %v\n",
 			100*benchfleet.HitTolerance, 100*benchfleet.TTFTTolerance, agreeing(rows), len(rows), time.Since(start).Round(time.Second))

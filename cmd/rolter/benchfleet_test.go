@@ -105,8 +105,10 @@ func TestBenchFleetPredictsWhatBenchRoutingSimulates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := benchfleet.Config{Requests: workload.SpreadTies(workload.FromTrace(recs, false)), Engines: 2, Load: 0.8,
-		Seed: 3, GossipDelay: 450 * time.Millisecond}
+	reqs := workload.FromTrace(recs, false)
+	spreadBatches(reqs, 3)
+	cfg := benchfleet.Config{Requests: reqs, Engines: 2, Load: 0.8, Seed: 3, GossipDelay: 450 * time.Millisecond,
+		PeerDelay: 75 * time.Millisecond}
 	plan, err := benchfleet.NewPlan(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +116,7 @@ func TestBenchFleetPredictsWhatBenchRoutingSimulates(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "routing.json")
 	err = runBenchRouting(context.Background(), []string{"--trace", trace, "--engines", "2", "--routers", "1,2",
 		"--strategies", "round_robin,precise_cache_aware", "--load", "0.8", "--seed", "3", "--gossip-delay", "450ms",
-		"--arrival", "rr", "--spread-ties", "--json", out}, io.Discard, io.Discard)
+		"--peer-delay", "75ms", "--arrival", "rr", "--spread-batches", "--json", out}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,25 +127,3 @@ func TestReplayAgainstSim(t *testing.T) {
 		})
 	}
 }
-
-func TestSpreadTiesKeepsOrderAndGroups(t *testing.T) {
-	at := func(ms ...int) []Request {
-		out := make([]Request, len(ms))
-		for i, m := range ms {
-			out[i] = Request{At: time.Duration(m) * time.Millisecond, MaxTokens: i}
-		}
-		return out
-	}
-	got := SpreadTies(at(0, 0, 0, 3000, 3000, 6000, 9000, 9000))
-	ms := time.Millisecond
-	want := []time.Duration{0, 1000 * ms, 2000 * ms, 3000 * ms, 4500 * ms, 6000 * ms, 9000 * ms, 10500 * ms} // last group: mean gap 3 s
-	for i, r := range got {
-		if r.At != want[i] || r.MaxTokens != i {
-			t.Fatalf("request %d at %v (order %d), want %v", i, r.At, r.MaxTokens, want[i])
-		}
-	}
-	one := SpreadTies(at(5, 5))
-	if one[0].At != 5*time.Millisecond || one[1].At != 5*time.Millisecond {
-		t.Fatalf("a single group has no interval to spread over, got %v %v", one[0].At, one[1].At)
-	}
-}
