@@ -1,0 +1,446 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rolter/rolter/sim"
+	"github.com/rolter/rolter/sim/workload"
+	"github.com/rolter/rolter/supervise"
+)
+
+// model is the route the replay asks for; every target serves the sim's
+// default model behind it.
+const model = "bench"
+
+// routerPorts and enginePorts are one child's loopback ports.
+type routerPorts struct {
+	id                       string
+	api, admin, raft, gossip int
+}
+
+type enginePorts struct {
+	id                                    string
+	http, kv, replay, gossip, sideMetrics int
+}
+
+type layout struct {
+	routers []routerPorts
+	engines []enginePorts
+}
+
+// newLayout takes free loopback ports for every child. The listeners are
+// held until all ports are chosen so no two children get the same one;
+// gossip ports are free on UDP too (memberlist listens on both).
+func newLayout(engines, routers int) (layout, error) {
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	port := func(udp bool) (int, error) {
+		for range 20 {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return 0, err
+			}
+			closers = append(closers, ln)
+			p := ln.Addr().(*net.TCPAddr).Port
+			if !udp {
+				return p, nil
+			}
+			if pc, err := net.ListenPacket("udp", addr(p)); err == nil {
+				closers = append(closers, pc)
+				return p, nil
+			}
+		}
+		return 0, errors.New("no free UDP+TCP port")
+	}
+	var l layout
+	var err error
+	for i := range routers {
+		r := routerPorts{id: fmt.Sprintf("r%d", i+1)}
+		for _, p := range []struct {
+			dst *int
+			udp bool
+		}{{&r.api, false}, {&r.admin, false}, {&r.raft, false}, {&r.gossip, true}} {
+			if *p.dst, err = port(p.udp); err != nil {
+				return l, err
+			}
+		}
+		l.routers = append(l.routers, r)
+	}
+	for j := range engines {
+		e := enginePorts{id: fmt.Sprintf("engine-%d", j+1)}
+		for _, p := range []struct {
+			dst *int
+			udp bool
+		}{{&e.http, false}, {&e.kv, false}, {&e.replay, false}, {&e.gossip, true}, {&e.sideMetrics, false}} {
+			if *p.dst, err = port(p.udp); err != nil {
+				return l, err
+			}
+		}
+		l.engines = append(l.engines, e)
+	}
+	return l, nil
+}
+
+func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+func engineURL(e enginePorts) string { return "http://" + addr(e.http) }
+
+// configTOML is the routers' seed config: one provider per engine and
+// the bench route over all of them with strategy.
+func (l layout) configTOML(strategy string) string {
+	var b strings.Builder
+	for _, e := range l.engines {
+		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", e.id, engineURL(e))
+	}
+	fmt.Fprintf(&b, "[[routes]]\nmodel = %q\nstrategy = %q\ntargets = [\n", model, strategy)
+	for _, e := range l.engines {
+		fmt.Fprintf(&b, "  { provider = %q, model = %q },\n", e.id, sim.DefaultModelName)
+	}
+	b.WriteString("]\n")
+	return b.String()
+}
+
+func token() string {
+	var b [24]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// fleetRun is one started fleet.
+type fleetRun struct {
+	cfg    Config
+	l      layout
+	dir    string
+	admin  string // admin token
+	group  *supervise.Group
+	client *http.Client
+}
+
+// start writes the config and tokens into dir and starts every engine,
+// sidecar and router.
+func (f *fleetRun) start(strategy string) error {
+	files := map[string]string{"rolter.toml": f.l.configTOML(strategy), "admin-token": f.admin, "internal-token": token()}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(f.dir, name), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	var raftPeers, seeds []string
+	for _, r := range f.l.routers {
+		raftPeers = append(raftPeers, r.id+"="+addr(r.raft))
+		seeds = append(seeds, addr(r.gossip))
+	}
+	speed := strconv.FormatFloat(f.cfg.Speed, 'g', -1, 64)
+	for j, e := range f.l.engines {
+		args := []string{"sim", "--http", addr(e.http), "--speed", speed, "--seed", strconv.Itoa(j + 1),
+			"--kv-events", "tcp://" + addr(e.kv), "--kv-events-dial", "bind", "--kv-events-replay", "tcp://" + addr(e.replay)}
+		if f.cfg.KVBlocks > 0 {
+			args = append(args, "--kv-blocks", strconv.Itoa(f.cfg.KVBlocks))
+		}
+		if _, err := f.group.Start(e.id, args...); err != nil {
+			return err
+		}
+		sargs := []string{"sidecar", "--engine", engineURL(e), "--node-id", e.id,
+			"--models", sim.DefaultModelName, "--gossip", addr(e.gossip), "--join", strings.Join(seeds, ","), "--insecure-dev",
+			"--metrics-addr", addr(e.sideMetrics),
+			"--kv-events", "tcp://" + addr(e.kv), "--kv-events-replay", "tcp://" + addr(e.replay)}
+		_, err := f.group.Start(e.id+"-sidecar", sargs...)
+		if err != nil {
+			return err
+		}
+	}
+	for i, r := range f.l.routers {
+		join := append(append([]string{}, raftPeers...), append(seeds[:i:i], seeds[i+1:]...)...)
+		_, err := f.group.Start(r.id, "router", "--config", filepath.Join(f.dir, "rolter.toml"), "--node-id", r.id,
+			"--http", addr(r.api), "--admin", addr(r.admin), "--raft", addr(r.raft), "--gossip", addr(r.gossip),
+			"--join", strings.Join(join, ","), "--bootstrap-expect", strconv.Itoa(len(f.l.routers)),
+			"--data-dir", filepath.Join(f.dir, "data", r.id), "--insecure-dev",
+			// A loaded 2-core machine must not see the leader step down
+			// whenever the replay peaks.
+			"--raft-timeout", "1s",
+			"--admin-token-file", filepath.Join(f.dir, "admin-token"),
+			"--internal-token-file", filepath.Join(f.dir, "internal-token"))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clusterView is the part of GET /api/v1/cluster readiness reads.
+type clusterView struct {
+	Leader  string            `json:"leader"`
+	Routers []json.RawMessage `json:"routers"`
+	Engines []struct {
+		NodeID string `json:"node_id"`
+		State  string `json:"state"`
+	} `json:"engines"`
+}
+
+// ready waits until every engine, sidecar and router answers and every
+// router sees a leader, every router and every engine live in its mesh.
+func (f *fleetRun) ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.ReadyTimeout)
+	defer cancel()
+	for _, e := range f.l.engines {
+		if err := f.group.WaitReady(ctx, e.id+" answers /health", supervise.HTTPOK(f.client, engineURL(e)+"/health")); err != nil {
+			return err
+		}
+		if err := f.group.WaitReady(ctx, e.id+"'s sidecar answers /healthz",
+			supervise.HTTPOK(f.client, "http://"+addr(e.sideMetrics)+"/healthz")); err != nil {
+			return err
+		}
+	}
+	for _, r := range f.l.routers {
+		if err := f.group.WaitReady(ctx, r.id+" answers /readyz", supervise.HTTPOK(f.client, "http://"+addr(r.admin)+"/readyz")); err != nil {
+			return err
+		}
+		err := f.group.WaitReady(ctx, r.id+" sees the whole mesh", func(ctx context.Context) error {
+			var c clusterView
+			if err := f.getJSON(ctx, "http://"+addr(r.admin)+"/api/v1/cluster", &c); err != nil {
+				return err
+			}
+			live := 0
+			for _, e := range c.Engines {
+				if e.State != "STALE" {
+					live++
+				}
+			}
+			if c.Leader == "" || len(c.Routers) < len(f.l.routers) || live < len(f.l.engines) {
+				return fmt.Errorf("leader %q, %d routers, %d live engines", c.Leader, len(c.Routers), live)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fleetRun) getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+f.admin)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return json.Unmarshal(body, v)
+}
+
+// engineCounters are the counters bench fleet reads from one engine's
+// own /metrics.
+type engineCounters struct {
+	queries, hits      float64 // vllm:prefix_cache_queries / _hits (tokens)
+	requests           float64 // vllm:request_success_total
+	ttftSum, ttftCount float64 // vllm:time_to_first_token_seconds (engine time)
+}
+
+func (c engineCounters) minus(o engineCounters) engineCounters {
+	return engineCounters{c.queries - o.queries, c.hits - o.hits, c.requests - o.requests,
+		c.ttftSum - o.ttftSum, c.ttftCount - o.ttftCount}
+}
+
+// counters scrapes every engine's counters.
+func (f *fleetRun) counters(ctx context.Context) ([]engineCounters, error) {
+	out := make([]engineCounters, len(f.l.engines))
+	for i, e := range f.l.engines {
+		m, err := scrape(ctx, f.client, engineURL(e)+"/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.id, err)
+		}
+		q, okQ := m["vllm:prefix_cache_queries_total"]
+		h, okH := m["vllm:prefix_cache_hits_total"]
+		if !okQ || !okH {
+			return nil, fmt.Errorf("%s exports no vllm:prefix_cache_queries/hits", e.id)
+		}
+		out[i] = engineCounters{queries: q, hits: h, requests: m["vllm:request_success_total"],
+			ttftSum: m["vllm:time_to_first_token_seconds_sum"], ttftCount: m["vllm:time_to_first_token_seconds_count"]}
+	}
+	return out, nil
+}
+
+// scrape reads a Prometheus text exposition and sums every sample of each
+// metric name over its labels.
+func scrape(ctx context.Context, client *http.Client, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest := line, ""
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name, rest = line[:i], line[i:]
+		}
+		if strings.HasPrefix(rest, "{") {
+			rest = rest[strings.LastIndexByte(rest, '}')+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		out[name] += v
+	}
+	return out, sc.Err()
+}
+
+// measurement is one measured run.
+type measurement struct {
+	figures Figures
+	failed  int
+	// engineTTFTMean is the engines' own mean TTFT and clientTTFTMean the
+	// client's, in engine ms.
+	engineTTFTMean, clientTTFTMean float64
+}
+
+// measure starts a fresh fleet in dir, replays the plan through it and
+// stops it.
+func measure(ctx context.Context, cfg Config, plan Plan, strategy string, routers int, dir string) (measurement, error) {
+	var m measurement
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return m, err
+	}
+	l, err := newLayout(cfg.Engines, routers)
+	if err != nil {
+		return m, fmt.Errorf("ports: %w", err)
+	}
+	f := &fleetRun{cfg: cfg, l: l, dir: dir, admin: token(),
+		group:  &supervise.Group{Bin: cfg.Bin, LogDir: filepath.Join(dir, "logs")},
+		client: &http.Client{Timeout: 5 * time.Second}}
+	defer f.group.StopAll(supervise.DefaultGrace)
+	if err := f.start(strategy); err != nil {
+		return m, err
+	}
+	if err := f.ready(ctx); err != nil {
+		if errs := f.group.LastErrors(); errs != "" {
+			err = fmt.Errorf("%w\nlast errors in the logs (%s):\n%s", err, f.group.LogDir, errs)
+		}
+		return m, err
+	}
+	before, err := f.counters(ctx)
+	if err != nil {
+		return m, err
+	}
+	results := f.replay(ctx, plan)
+	if err := ctx.Err(); err != nil {
+		return m, err
+	}
+	after, err := f.counters(ctx)
+	if err != nil {
+		return m, err
+	}
+	var ttft, e2e []time.Duration
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * cfg.Speed) }
+	for _, r := range results {
+		if r.Err != "" {
+			m.failed++
+			continue
+		}
+		ttft = append(ttft, scale(r.TTFT))
+		e2e = append(e2e, scale(r.Latency))
+	}
+	if len(ttft) == 0 {
+		return m, fmt.Errorf("every request failed (first: %s); logs in %s", results[0].Err, f.group.LogDir)
+	}
+	var total engineCounters
+	for i := range after {
+		d := after[i].minus(before[i])
+		total = engineCounters{total.queries + d.queries, total.hits + d.hits, total.requests + d.requests,
+			total.ttftSum + d.ttftSum, total.ttftCount + d.ttftCount}
+		m.figures.PerEngine = append(m.figures.PerEngine, int(d.requests))
+	}
+	if total.queries > 0 {
+		m.figures.HitRate = total.hits / total.queries
+	}
+	if total.ttftCount > 0 {
+		m.engineTTFTMean = 1000 * total.ttftSum / total.ttftCount
+	}
+	m.clientTTFTMean = mean(ttft)
+	m.figures.TTFTP50, m.figures.TTFTP90 = percentile(ttft, 0.5), percentile(ttft, 0.9)
+	m.figures.E2EP50, m.figures.E2EP90 = percentile(e2e, 0.5), percentile(e2e, 0.9)
+	return m, nil
+}
+
+// replay sends request i to router i mod R at its time, stretched to the
+// plan's rate in engine time and divided by the engines' speed in wall
+// time; the R replayers start together.
+func (f *fleetRun) replay(ctx context.Context, plan Plan) []workload.Result {
+	n := len(f.l.routers)
+	parts := make([][]workload.Request, n)
+	index := make([][]int, n)
+	for i, r := range f.cfg.Requests {
+		parts[i%n] = append(parts[i%n], r)
+		index[i%n] = append(index[i%n], i)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 1024
+	client := &http.Client{Timeout: 10 * time.Minute, Transport: t}
+	defer t.CloseIdleConnections()
+	out := make([]workload.Result, len(f.cfg.Requests))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for k, r := range f.l.routers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res := workload.Replay(ctx, workload.ReplayConfig{Target: "http://" + addr(r.api), Mode: workload.ModeCompletions,
+				Model: model, Speed: f.cfg.Speed / plan.Stretch, Client: client}, parts[k])
+			for j, x := range res {
+				out[index[k][j]] = x
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
