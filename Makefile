@@ -48,6 +48,7 @@ demo: build
 BENCH_FULL ?=
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200ms ./strategies/ ./kvblock/ ./router/ ./cluster/mesh/
+	$(GO) test -run '^$$' -bench RealTime -benchtime 3x ./sim/
 ifeq ($(BENCH_FULL),)
 	$(BIN) bench routing --limit 800 --routers 1,8 --json docs/bench/routing-short.json
 	$(BIN) bench overhead --duration 1s --search-duration 1s --search-factor 2 --search-start 1000

@@ -32,7 +32,7 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, what stri
 }
 
 // startSim runs a server on an httptest listener (127.0.0.1).
-func startSim(t *testing.T, mutate func(*Config), pub *kvevents.Publisher) (*Server, string) {
+func startSim(t testing.TB, mutate func(*Config), pub *kvevents.Publisher) (*Server, string) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Engine.Instant = true
@@ -323,15 +323,13 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-// The real-time driver: with --speed 1 a lone request's TTFT and decode
-// rate follow the step model. Loose bounds (10% plus scheduling slack);
-// the exact check is the engine's virtual-time test.
-func TestRealTimeMatchesModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real-time test")
-	}
+// realTimeRun streams one 3000-token prompt with 150 output tokens
+// through a real-time (speed 1) sim and returns the measured TTFT and
+// time per output token beside the step model's.
+func realTimeRun(tb testing.TB) (ttft, tpot, wantTTFT, wantTPOT time.Duration) {
+	tb.Helper()
 	const prompt, output = 3000, 150
-	_, url := startSim(t, func(c *Config) { c.Engine.Instant = false }, nil)
+	_, url := startSim(tb, func(c *Config) { c.Engine.Instant = false }, nil)
 	ids := make([]int, prompt)
 	for i := range ids {
 		ids[i] = 5000 + i
@@ -340,7 +338,7 @@ func TestRealTimeMatchesModel(t *testing.T) {
 	start := time.Now()
 	resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -351,19 +349,47 @@ func TestRealTimeMatchesModel(t *testing.T) {
 		}
 	}
 	if len(stamps) != output {
-		t.Fatalf("%d tokens", len(stamps))
+		tb.Fatalf("%d tokens", len(stamps))
 	}
-	wantTTFT, wantTPOT := engine.DefaultModel.SingleRequest(prompt, output, engine.DefaultConfig.MaxNumBatchedTokens)
-	ttft := stamps[0].Sub(start)
-	tpot := stamps[len(stamps)-1].Sub(stamps[0]) / time.Duration(output-1)
-	slack := 40 * time.Millisecond
-	if ttft < wantTTFT*9/10 || ttft > wantTTFT*11/10+slack {
-		t.Fatalf("ttft %v, model %v", ttft, wantTTFT)
+	wantTTFT, wantTPOT = engine.DefaultModel.SingleRequest(prompt, output, engine.DefaultConfig.MaxNumBatchedTokens)
+	ttft = stamps[0].Sub(start)
+	tpot = stamps[len(stamps)-1].Sub(stamps[0]) / time.Duration(output-1)
+	return ttft, tpot, wantTTFT, wantTPOT
+}
+
+// At speed 1 the sim never runs ahead of its step model: a real-time
+// engine that answered faster than the model says would make every
+// wall-clock benchmark (rolter bench fleet) optimistic. How close it
+// stays above the model is a machine-load question, measured by
+// BenchmarkRealTimeAgainstModel rather than asserted here.
+func TestRealTimeNeverAheadOfModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-time test")
 	}
-	if tpot < wantTPOT*9/10 || tpot > wantTPOT*11/10+slack/time.Duration(output) {
-		t.Fatalf("tpot %v, model %v", tpot, wantTPOT)
+	ttft, tpot, wantTTFT, wantTPOT := realTimeRun(t)
+	if ttft < wantTTFT*9/10 {
+		t.Fatalf("ttft %v, ahead of the model's %v", ttft, wantTTFT)
+	}
+	if tpot < wantTPOT*9/10 {
+		t.Fatalf("tpot %v, ahead of the model's %v", tpot, wantTPOT)
 	}
 	t.Logf("ttft %v (model %v), tpot %v (model %v)", ttft, wantTTFT, tpot, wantTPOT)
+}
+
+// BenchmarkRealTimeAgainstModel reports how far a real-time sim's TTFT
+// and time per output token land from the step model (1.00 = exact):
+// go test -run '^$' -bench RealTime ./sim/
+func BenchmarkRealTimeAgainstModel(b *testing.B) {
+	var ttftRatio, tpotRatio float64
+	n := 0
+	for b.Loop() {
+		ttft, tpot, wantTTFT, wantTPOT := realTimeRun(b)
+		ttftRatio += float64(ttft) / float64(wantTTFT)
+		tpotRatio += float64(tpot) / float64(wantTPOT)
+		n++
+	}
+	b.ReportMetric(ttftRatio/float64(n), "ttft/model")
+	b.ReportMetric(tpotRatio/float64(n), "tpot/model")
 }
 
 func TestQueueGrowsInMetrics(t *testing.T) {
