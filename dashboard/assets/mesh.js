@@ -59,11 +59,12 @@ function render(root, view, status) {
   const hitSeries = series.map((x) => ({ ...x, points: x.points.filter((p) => p.hit !== null).map((p) => ({ t: p.t, v: p.hit })) }));
 
   const routers = h('table', { class: 'table', id: 'routers' },
-    h('thead', {}, h('tr', {}, ['Router', 'Address', 'Build', 'Raft role', 'Applied config', 'Converged'].map((c) => h('th', {}, c)))),
+    h('thead', {}, h('tr', {}, ['Router', 'Admin address', 'Raft address', 'Build', 'Raft role', 'Applied config', 'Converged'].map((c) => h('th', {}, c)))),
     h('tbody', {}, view.routers.map((r) => h('tr', { 'data-node': r.nodeId },
       h('td', { class: 'strong' }, r.nodeId),
-      h('td', { class: 'mono' }, r.address),
-      h('td', { class: 'mono muted' }, r.build || '—'),
+      h('td', { class: 'mono admin-addr' }, r.address || h('span', { class: 'muted', title: 'this router has not reported its admin address yet' }, '—')),
+      h('td', { class: 'mono muted small' }, r.raftAddr || '—'),
+      h('td', { class: 'mono muted build' }, r.build || '—'),
       h('td', {}, roleBadge(r.raftRole, r.nodeId === view.leader)),
       h('td', { class: 'num' }, r.appliedConfigVersion === null ? '—' : 'v' + r.appliedConfigVersion),
       h('td', { class: 'converged' }, convergence(r))))));
