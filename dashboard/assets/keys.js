@@ -41,7 +41,7 @@ export function mount(root, ctx) {
   let stopped = false;
   const slot = h('div');
   const secretSlot = h('div');
-  const page = messageLine('keys-error');
+  const page = messageLine('keys-msg');
   const body = h('div');
   const newBtn = actionButton('New API key', { class: 'btn primary', id: 'new-key' }, whyLocked(ctx, null));
 

@@ -49,7 +49,7 @@ function providerForm(existing, onSaved, onCancel) {
 export function mount(root, ctx) {
   let stopped = false;
   const slot = h('div', { id: 'provider-form-slot' });
-  const page = messageLine('providers-error');
+  const page = messageLine('providers-msg');
   const body = h('div');
   const newBtn = actionButton('New provider', { class: 'btn primary', id: 'new-provider' }, whyLocked(ctx, null));
 

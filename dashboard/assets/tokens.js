@@ -38,7 +38,7 @@ export function mount(root, ctx) {
   let stopped = false;
   const slot = h('div');
   const secretSlot = h('div');
-  const page = messageLine('tokens-error');
+  const page = messageLine('tokens-msg');
   const body = h('div');
   const locked = whyLocked(ctx, null, 'superadmin');
   const newBtn = actionButton('New admin token', { class: 'btn primary', id: 'new-token' }, locked);

@@ -1,0 +1,394 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/rolter/rolter/adminapi"
+	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/routestats"
+	"github.com/rolter/rolter/strategies"
+)
+
+// fleetRouter is one router of the in-process fleet: the real data plane
+// following one Raft node's state, the real admin API and dashboard on
+// its admin port, and the real telemetry pusher.
+type fleetRouter struct {
+	srv    *router.Server
+	api    *httptest.Server // the OpenAI API
+	admin  *httptest.Server // admin API + /ui/
+	pusher *adminapi.Pusher
+}
+
+// statsOf is the pusher's source: no adaptive routes, the ring's stats.
+type statsOf struct{ srv *router.Server }
+
+func (s statsOf) AdaptiveTelemetry() []adminapi.RouteSample { return nil }
+func (s statsOf) RouteStats() []routestats.Route            { return s.srv.RouteStats() }
+
+// engine is a fake OpenAI-compatible engine counting the chats it served.
+func engine(t *testing.T, name string) (*httptest.Server, *atomic.Int64) {
+	var n atomic.Int64
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, name)
+	}))
+	t.Cleanup(s.Close)
+	return s, &n
+}
+
+// startFleet runs a data plane, admin API and pusher on each of the given
+// Raft nodes. Each data plane applies its node's state on every change,
+// as `rolter router` does.
+func startFleet(t *testing.T, c *cluster.InmemCluster, nodes []int, base *config.Config, internal string) []*fleetRouter {
+	t.Helper()
+	var out []*fleetRouter
+	var peers urlList
+	for k, i := range nodes {
+		st := c.Node(i)
+		srv := router.New(router.Options{Base: base, Rand: strategies.NewRand(uint64(7 + k))})
+		api := adminapi.New(adminapi.Deps{Store: st, Cluster: st, InternalToken: internal, Limits: base.Limits})
+		mux := http.NewServeMux()
+		mux.Handle("/ui/", Handler())
+		mux.Handle("/", api)
+		fr := &fleetRouter{srv: srv, api: httptest.NewServer(srv.Handler()), admin: httptest.NewServer(mux)}
+		t.Cleanup(fr.api.Close)
+		t.Cleanup(fr.admin.Close)
+		fr.pusher = &adminapi.Pusher{NodeID: st.Info().NodeID, InternalToken: internal, Source: statsOf{srv}, Local: api.Telemetry(),
+			Build: "v0.9.0-test", AdminAddr: strings.TrimPrefix(fr.admin.URL, "http://")}
+		peers = append(peers, fr.admin.URL)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			watch := st.Watch()
+			applied := uint64(0)
+			for {
+				if s := st.State(); s.Seeded && s.ConfigVersion != applied {
+					if err := srv.ApplyVersion(s.Config(base), s.ConfigVersion); err == nil {
+						applied = s.ConfigVersion
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-watch:
+				}
+			}
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		out = append(out, fr)
+	}
+	for _, fr := range out {
+		fr.pusher.Peers = peers
+	}
+	return out
+}
+
+type urlList []string
+
+func (u urlList) TelemetryEndpoints() []string { return u }
+
+// pushAll has every router report to every router (the 15 s loop's work).
+func pushAll(fleet []*fleetRouter) {
+	for _, fr := range fleet {
+		fr.pusher.PushOnce(context.Background())
+	}
+}
+
+// chat sends one chat request with key through a router's API.
+func chat(t *testing.T, api *httptest.Server, key, model string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, api.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hello"}]}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := api.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// eventuallyStatus waits until a chat with key answers want.
+func eventuallyStatus(t *testing.T, api *httptest.Server, key, model string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var code int
+	var body string
+	for time.Now().Before(deadline) {
+		if code, body = chat(t, api, key, model); code == want {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("chat %s with the key: %d %s, want %d", model, code, body, want)
+}
+
+// signInWith opens the dashboard and signs in with token.
+func (p *page) signInWith(token, hash string) {
+	p.t.Helper()
+	p.open(hash)
+	p.run("sign in",
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS("#signin")),
+		chromedp.WaitVisible(chromedp.CSS("#main")))
+}
+
+func (p *page) click(sel string) {
+	p.t.Helper()
+	p.run("click "+sel, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+}
+
+// enabled reports whether the first element matching sel exists and is
+// not disabled.
+func (p *page) enabled(sel string) bool {
+	p.t.Helper()
+	return evalJS[bool](p, fmt.Sprintf(`(() => { const e = document.querySelector(%q); return !!e && !e.disabled; })()`, sel))
+}
+
+func (p *page) shot(name string) {
+	p.t.Helper()
+	if *screenshotDir == "" {
+		return
+	}
+	time.Sleep(300 * time.Millisecond) // let the last refresh paint
+	p.saveScreenshot(filepath.Join(*screenshotDir, name+".png"))
+}
+
+// TestManageFleetAgainstRealCluster is the operator's path through the
+// management screens, against a real three-node Raft cluster with two real
+// routers: create two providers, a route over them and a key in the UI;
+// the key works through the router and stops working once deleted in the
+// UI; a provider outside [limits] is refused with the server's message and
+// nothing is created; rolter.toml entries cannot be edited; the route page
+// counts what was sent through both routers; a viewer can change nothing.
+func TestManageFleetAgainstRealCluster(t *testing.T) {
+	const super, internal = "dashboard-super-token", "dashboard-internal-token"
+	const tomlKey = "sk-from-rolter-toml"
+	engA, servedA := engine(t, "gpu-a")
+	engB, servedB := engine(t, "gpu-b")
+	engToml, _ := engine(t, "toml-gpu")
+
+	seed := config.Default()
+	seed.Limits.AllowedHosts = []string{"127.0.0.1"}
+	seed.Health.Enabled = false
+	seed.Providers = []config.Provider{{Name: "toml-gpu", APIBase: engToml.URL + "/v1", ReadOnly: true}}
+	seed.Routes = []config.Route{{Model: "toml-route", Strategy: "round_robin", ReadOnly: true,
+		Targets: []config.Target{{Provider: "toml-gpu", Model: "toml-route", Weight: 1}}}}
+	seed.Keys = []config.Key{{Name: "toml-key", SHA256: cluster.HashToken(tomlKey), ReadOnly: true}}
+
+	p := newPage(t, newFakeAdmin(super)) // only the fake's token is used: the page signs in with it
+	c, node := realCluster(t, &seed, super, internal)
+	fleet := startFleet(t, c, []int{node, (node + 1) % c.Len()}, &seed, internal)
+	p.base = fleet[0].admin.URL
+	state := func() *cluster.State { return c.Node(node).State() }
+
+	p.signIn("#/serving")
+	p.waitText("#serving-empty", "No traffic")
+	p.shot("09-serving-empty")
+
+	// Providers: two created through the form.
+	p.run("providers", chromedp.Navigate(p.base+"/ui/#/providers"))
+	p.waitText(`#providers tr[data-name="toml-gpu"]`, "managed by rolter.toml")
+	for _, e := range []struct{ name, url string }{{"gpu-a", engA.URL}, {"gpu-b", engB.URL}} {
+		p.click("#new-provider")
+		p.run("type provider", chromedp.SendKeys(chromedp.CSS("#provider-name"), e.name),
+			chromedp.SendKeys(chromedp.CSS("#provider-api-base"), e.url+"/v1"),
+			chromedp.SendKeys(chromedp.CSS("#provider-price-in"), "0.2"))
+		p.click("#provider-save")
+		p.waitText(fmt.Sprintf(`#providers tr[data-name=%q]`, e.name), e.url)
+	}
+
+	// A validation error: the server's message inline, nothing created.
+	p.click("#new-provider")
+	p.run("type provider", chromedp.SendKeys(chromedp.CSS("#provider-name"), "metadata"),
+		chromedp.SendKeys(chromedp.CSS("#provider-api-base"), "http://169.254.169.254/v1"))
+	p.click("#provider-save")
+	msg := p.waitText("#provider-error", "not in [limits] allowed_hosts")
+	if !strings.Contains(msg, `api_base: host "169.254.169.254"`) {
+		t.Errorf("inline error %q is not the server's message", msg)
+	}
+	p.shot("11-provider-invalid")
+	if _, ok := state().Providers["metadata"]; ok {
+		t.Fatal("a provider the server refused was created")
+	}
+	p.click("#provider-cancel")
+	if got := p.text("#providers"); strings.Contains(got, "metadata") {
+		t.Errorf("the refused provider is listed:\n%s", got)
+	}
+	p.shot("10-providers")
+
+	// A rolter.toml entry cannot be edited: its controls are disabled.
+	for _, sel := range []string{`#providers tr[data-name="toml-gpu"] button.edit`, `#providers tr[data-name="toml-gpu"] button.delete`} {
+		if p.enabled(sel) {
+			t.Errorf("%s is enabled on a rolter.toml provider", sel)
+		}
+	}
+
+	// A route over both, weighted 3:1.
+	p.run("routes", chromedp.Navigate(p.base+"/ui/#/routes"))
+	p.click("#new-route")
+	p.run("type route", chromedp.SendKeys(chromedp.CSS("#route-name"), "chat"))
+	p.setValue("#route-strategy", "weighted")
+	p.setValue("#route-targets tr:nth-child(1) .target-provider", "p:gpu-a")
+	p.setValue("#route-targets tr:nth-child(1) .target-weight", "3")
+	p.click("#route-add-target")
+	p.setValue("#route-targets tr:nth-child(2) .target-provider", "p:gpu-b")
+	p.shot("12-route-form")
+	p.click("#route-save")
+	p.waitText(`section.editor[data-key="chat"]`, "gpu-b")
+	if r := state().Routes["chat"]; r.Strategy != "weighted" || len(r.Targets) != 2 || r.Targets[0].Weight != 3 || r.Targets[1].Weight != 1 {
+		t.Fatalf("stored route: %+v", r)
+	}
+	card := `section.editor[data-key="toml-route"]`
+	p.waitText(card, "managed by rolter.toml")
+	for _, sel := range []string{card + " select", card + " input.weight", card + " button.edit", card + " button.delete"} {
+		if p.enabled(sel) {
+			t.Errorf("%s is enabled on a rolter.toml route", sel)
+		}
+	}
+	if evalJS[bool](p, fmt.Sprintf(`!!document.querySelector(%q)`, card+" button.save")) {
+		t.Error("a rolter.toml route offers a Save button")
+	}
+
+	// A key allowed to call chat: its secret shown once.
+	p.run("keys", chromedp.Navigate(p.base+"/ui/#/keys"))
+	p.waitText(`#keys tr[data-name="toml-key"]`, "managed by rolter.toml")
+	if p.enabled(`#keys tr[data-name="toml-key"] button.delete`) {
+		t.Error("the rolter.toml key can be deleted from the UI")
+	}
+	p.click("#new-key")
+	p.run("type key", chromedp.SendKeys(chromedp.CSS("#key-name"), "team-search"), chromedp.SendKeys(chromedp.CSS("#key-models"), "chat"))
+	p.click("#key-save")
+	p.waitText("#secret-panel", "shown only this once")
+	secret := p.value("#secret-value")
+	if !strings.HasPrefix(secret, "sk-rolter-") {
+		t.Fatalf("secret panel shows %q", secret)
+	}
+	p.shot("13-key-secret")
+	p.click("#secret-done")
+	p.waitText(`#keys tr[data-name="team-search"]`, "chat")
+	p.shot("14-keys")
+
+	// Through the routers: 200 with the new key, 24 requests on one
+	// router and 12 on the other.
+	eventuallyStatus(t, fleet[0].api, secret, "chat", 200)
+	eventuallyStatus(t, fleet[1].api, secret, "chat", 200)
+	sent := 2
+	for i := range 34 {
+		if code, body := chat(t, fleet[i%3/2].api, secret, "chat"); code != 200 {
+			t.Fatalf("chat %d: %d %s", i, code, body)
+		}
+		sent++
+	}
+	if servedA.Load() == 0 || servedB.Load() == 0 {
+		t.Fatalf("weighted 3:1 sent %d to gpu-a and %d to gpu-b", servedA.Load(), servedB.Load())
+	}
+	pushAll(fleet)
+
+	// The route page: the requests sent through both routers, and each
+	// target's share beside its configured weight.
+	p.run("serving", chromedp.Navigate(p.base+"/ui/#/serving"))
+	pool := `section.serving[data-pool="chat"]`
+	got := p.waitText(pool+" .req-count", "")
+	p.eventually(func() string { return fmt.Sprintf("request count %q to be %d ± 1", got, sent) }, func() bool {
+		got = p.text(pool + " .req-count")
+		n, err := strconv.Atoi(strings.ReplaceAll(got, ",", ""))
+		return err == nil && n >= sent-1 && n <= sent+1
+	})
+	if nodes := p.text(pool); !strings.Contains(nodes, "reported by 2 routers") {
+		t.Errorf("the route page does not add both routers:\n%s", nodes)
+	}
+	for name, served := range map[string]int64{"gpu-a/chat": servedA.Load(), "gpu-b/chat": servedB.Load()} {
+		row := fmt.Sprintf(`%s tr[data-target=%q]`, pool, name)
+		want := fmt.Sprintf("%.1f%%", 100*float64(served)/float64(sent))
+		if share := p.waitText(row+" .observed-share", "%"); share != want {
+			t.Errorf("%s observed share %q, want %s (%d of %d)", name, share, want, served, sent)
+		}
+		if attempts := p.text(row + " .attempts"); attempts != strconv.FormatInt(served, 10) {
+			t.Errorf("%s attempts %q, engine served %d", name, attempts, served)
+		}
+	}
+	if cfg := p.text(pool + ` tr[data-target="gpu-a/chat"]`); !strings.Contains(cfg, "75.0% (weight 3)") {
+		t.Errorf("gpu-a row lacks its configured share:\n%s", cfg)
+	}
+	p.shot("15-serving")
+
+	// Deleting the key in the UI: the next request gets 401.
+	p.run("keys", chromedp.Navigate(p.base+"/ui/#/keys"))
+	p.click(`#keys tr[data-name="team-search"] button.delete`)
+	dialog := p.waitText("#confirm", "Delete API key team-search?")
+	if !strings.Contains(dialog, "401") {
+		t.Errorf("the confirmation does not say what deleting does:\n%s", dialog)
+	}
+	p.shot("16-confirm-delete-key")
+	p.click("#confirm-ok")
+	p.waitText("#keys-msg", "Deleted API key team-search")
+	if _, ok := state().Keys["team-search"]; ok {
+		t.Fatal("the key is still stored")
+	}
+	eventuallyStatus(t, fleet[0].api, secret, "chat", 401)
+	eventuallyStatus(t, fleet[1].api, secret, "chat", 401)
+
+	// A viewer token, created in the UI, sees every screen and no enabled
+	// button anywhere.
+	p.run("tokens", chromedp.Navigate(p.base+"/ui/#/tokens"))
+	p.click("#new-token")
+	p.run("type token", chromedp.SendKeys(chromedp.CSS("#token-name"), "ops-viewer"))
+	p.setValue("#token-role", "viewer")
+	p.click("#token-save")
+	p.waitText("#secret-panel", "ops-viewer")
+	viewer := p.value("#secret-value")
+	p.click("#secret-done")
+	p.waitText(`#tokens tr[data-name="ops-viewer"]`, "viewer")
+	p.shot("17-admin-tokens")
+	p.click("#signout")
+	pushAll(fleet) // keep the route stats fresh for the viewer's visit
+	p.signInWith(viewer, "#/mesh")
+	p.waitText("#whoami", "viewer")
+	for _, sc := range []struct{ hash, ready string }{
+		{"#/mesh", "#routers"}, {"#/serving", `section.serving[data-pool="chat"]`}, {"#/routes", `section.editor[data-key="chat"]`},
+		{"#/providers", "#providers"}, {"#/keys", "#keys"}, {"#/tokens", "#tokens-forbidden"}, {"#/audit", ".banner"},
+		{"#/adaptive/settings", ".banner"}, {"#/adaptive/telemetry", ".banner"},
+	} {
+		p.run("viewer "+sc.hash, chromedp.Navigate(p.base+"/ui/"+sc.hash))
+		p.waitText(sc.ready, "")
+		if n := evalJS[int](p, `document.querySelectorAll('#main button:not([disabled])').length`); n != 0 {
+			t.Errorf("viewer on %s sees %d enabled buttons: %s", sc.hash, n,
+				evalJS[string](p, `[...document.querySelectorAll('#main button:not([disabled])')].map((b) => b.textContent).join(', ')`))
+		}
+		if sc.hash == "#/routes" {
+			p.waitText("#viewer-banner", "change nothing")
+			p.shot("18-viewer-routes")
+		}
+	}
+	if strings.Contains(p.text(".nav"), "Admin tokens") {
+		t.Error("a viewer is offered the Admin tokens screen")
+	}
+
+	// The mesh page: every router with its admin address and build.
+	p.run("mesh", chromedp.Navigate(p.base+"/ui/#/mesh"))
+	for _, fr := range fleet {
+		row := fmt.Sprintf(`#routers tr[data-node=%q]`, fr.pusher.NodeID)
+		p.waitText(row+" .admin-addr", strings.TrimPrefix(fr.admin.URL, "http://"))
+		p.waitText(row+" .build", "v0.9.0-test")
+	}
+}
