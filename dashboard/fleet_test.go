@@ -38,12 +38,14 @@ type statsOf struct{ srv *router.Server }
 func (s statsOf) AdaptiveTelemetry() []adminapi.RouteSample { return nil }
 func (s statsOf) RouteStats() []routestats.Route            { return s.srv.RouteStats() }
 
-// engine is a fake OpenAI-compatible engine counting the chats it served.
-func engine(t *testing.T, name string) (*httptest.Server, *atomic.Int64) {
+// engine is a fake OpenAI-compatible engine counting the chats it served,
+// each after delay.
+func engine(t *testing.T, name string, delay time.Duration) (*httptest.Server, *atomic.Int64) {
 	var n atomic.Int64
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
 		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(delay)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, name)
 	}))
@@ -183,9 +185,10 @@ func (p *page) shot(name string) {
 func TestManageFleetAgainstRealCluster(t *testing.T) {
 	const super, internal = "dashboard-super-token", "dashboard-internal-token"
 	const tomlKey = "sk-from-rolter-toml"
-	engA, servedA := engine(t, "gpu-a")
-	engB, servedB := engine(t, "gpu-b")
-	engToml, _ := engine(t, "toml-gpu")
+	// Distinct latencies, so the route page has something to compare.
+	engA, servedA := engine(t, "gpu-a", 20*time.Millisecond)
+	engB, servedB := engine(t, "gpu-b", 60*time.Millisecond)
+	engToml, _ := engine(t, "toml-gpu", 0)
 
 	seed := config.Default()
 	seed.Limits.AllowedHosts = []string{"127.0.0.1"}
@@ -197,7 +200,7 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 
 	p := newPage(t, newFakeAdmin(super)) // only the fake's token is used: the page signs in with it
 	c, node := realCluster(t, &seed, super, internal)
-	fleet := startFleet(t, c, []int{node, (node + 1) % c.Len()}, &seed, internal)
+	fleet := startFleet(t, c, []int{node, (node + 1) % c.Len(), (node + 2) % c.Len()}, &seed, internal)
 	p.base = fleet[0].admin.URL
 	state := func() *cluster.State { return c.Node(node).State() }
 
@@ -289,7 +292,7 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 	p.shot("14-keys")
 
 	// Through the routers: 200 with the new key, 24 requests on one
-	// router and 12 on the other.
+	// router and 12 on another.
 	eventuallyStatus(t, fleet[0].api, secret, "chat", 200)
 	eventuallyStatus(t, fleet[1].api, secret, "chat", 200)
 	sent := 2
@@ -361,9 +364,9 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 	p.waitText(`#tokens tr[data-name="ops-viewer"]`, "viewer")
 	p.shot("17-admin-tokens")
 	p.click("#signout")
-	pushAll(fleet) // keep the route stats fresh for the viewer's visit
 	p.signInWith(viewer, "#/mesh")
 	p.waitText("#whoami", "viewer")
+	pushAll(fleet) // keep the route stats fresh for the viewer's visit
 	for _, sc := range []struct{ hash, ready string }{
 		{"#/mesh", "#routers"}, {"#/serving", `section.serving[data-pool="chat"]`}, {"#/routes", `section.editor[data-key="chat"]`},
 		{"#/providers", "#providers"}, {"#/keys", "#keys"}, {"#/tokens", "#tokens-forbidden"}, {"#/audit", ".banner"},
@@ -391,4 +394,5 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		p.waitText(row+" .admin-addr", strings.TrimPrefix(fr.admin.URL, "http://"))
 		p.waitText(row+" .build", "v0.9.0-test")
 	}
+	p.shot("19-mesh-routers")
 }

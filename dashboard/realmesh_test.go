@@ -108,6 +108,11 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	p.base = srv.URL
+	// The serving router describes itself over the telemetry channel; the
+	// other two Raft nodes run no router here, so they report nothing.
+	self := &adminapi.Pusher{NodeID: c.Node(node).Info().NodeID, Source: noAdaptive{}, Local: api.Telemetry(),
+		Build: "v0.9.0-test", AdminAddr: strings.TrimPrefix(srv.URL, "http://")}
+	self.PushOnce(t.Context())
 
 	p.signIn("#/mesh")
 	row := func(name string) string { return fmt.Sprintf(`#engines tr[data-node=%q]`, name) }
@@ -133,6 +138,9 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 			t.Errorf("routers table lacks %s:\n%s", id, routers)
 		}
 	}
+	selfRow := fmt.Sprintf(`#routers tr[data-node=%q]`, self.NodeID)
+	p.waitText(selfRow+" .admin-addr", self.AdminAddr)
+	p.waitText(selfRow+" .build", "v0.9.0-test")
 
 	// Live: what the sidecars publish next reaches the table without a
 	// reload (the marker set on this document survives).
@@ -180,6 +188,11 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 		meshScreenshot(t, p, h, engines[:2])
 	}
 }
+
+// noAdaptive is a telemetry source with no adaptive route.
+type noAdaptive struct{}
+
+func (noAdaptive) AdaptiveTelemetry() []adminapi.RouteSample { return nil }
 
 // meshScreenshot lets the live sidecars' queues move for a while, so the
 // charts draw from real polls, then saves the Mesh screen.

@@ -109,7 +109,7 @@ export function routeForm(kind, existing, env, onSaved, onCancel) {
     field('Strategy', strategy),
     h('div', { class: 'field-pair' },
       field('max_loras', maxLoras, 'lora_aware\'s adapter set per target; 0 = the default (1).'),
-      discover ? h('div', { class: 'field check' }, discover, h('label', { for: 'route-discover' }, 'Discover targets from the mesh'),
+      discover ? h('div', { class: 'field check' }, h('div', { class: 'check-row' }, discover, h('label', { for: 'route-discover' }, 'Discover targets from the mesh')),
         h('div', { class: 'field-help' }, 'Every engine whose sidecar announces this model becomes a target.')) : null)),
   h('h3', {}, isGroup ? 'Members' : 'Targets'),
   h('div', { class: 'table-wrap' }, h('table', { class: 'table compact targets-edit' },

@@ -207,7 +207,7 @@ function editor(item, isGroup, env, ctx) {
         h('td', { class: 'strong' }, t.provider), h('td', { class: 'mono small' }, t.model || (isGroup ? 'passthrough' : '—')),
         h('td', {}, inputs[i]), shareCells[i])))),
     notes,
-    locked ? h('div', { class: 'editor-foot' }, msg) : h('div', { class: 'editor-foot' }, msg, h('div', { class: 'actions' }, reset, save)));
+    locked ? null : h('div', { class: 'editor-foot' }, msg, h('div', { class: 'actions' }, reset, save)));
   update();
   return card;
 }

@@ -42,10 +42,13 @@ function card(route, win, env, i0) {
     points: t.points.map((p) => ({ t: p.t, v: p.attempts / step })) }));
   const lat = w.targets.map((t) => ({ name: t.target, color: colors.get(t.target),
     points: t.points.filter((p) => p.latencyP50 !== null).map((p) => ({ t: p.t, v: p.latencyP50 })) }));
+  // both charts span the whole window, even where no request came
+  const slots = w.targets.length ? w.targets[0].points : [];
+  const span = slots.length ? { from: slots[0].t, to: slots[slots.length - 1].t } : {};
   const hit = (t) => {
     const p = env.providers.get(t.provider);
     const e = p && env.engines.find((x) => normURL(x.engineUrl) === normURL(p.apiBase));
-    return e && e.hitRate !== null ? pct(e.hitRate) : '—';
+    return e && e.hitRate !== null ? pct(e.hitRate) : h('span', { class: 'muted small' }, 'not reported');
   };
   const stat = (label, value, cls) => h('div', { class: ['mini-stat', cls] }, h('div', { class: 'stat-label' }, label), h('div', { class: 'mini-value' }, value));
   return h('section', { class: 'card serving', 'data-pool': route.pool },
@@ -74,8 +77,8 @@ function card(route, win, env, i0) {
           h('td', { class: 'num', title: 'as the engine\'s sidecar reports it (vLLM prefix-cache hits ÷ queries)' }, hit(t)));
       })))),
     h('div', { class: 'grid2 charts' },
-      h('div', {}, h('h3', {}, 'Requests/s per target'), lineChart(rate, { label: 'requests per second', windowMs: w.seconds * 1000, format: (v) => fixed(v, v < 10 ? 1 : 0) }), legend(rate)),
-      h('div', {}, h('h3', {}, 'Latency p50 per target'), lineChart(lat, { label: 'latency p50', windowMs: w.seconds * 1000, format: (v) => msText(v), empty: 'No request in this window' }), legend(lat.filter((x) => x.points.length)))));
+      h('div', {}, h('h3', {}, 'Requests/s per target'), lineChart(rate, { ...span, label: 'requests per second', windowMs: w.seconds * 1000, format: (v) => fixed(v, v < 10 ? 1 : 0) }), legend(rate)),
+      h('div', {}, h('h3', {}, 'Latency p50 per target'), lineChart(lat, { ...span, label: 'latency p50', windowMs: w.seconds * 1000, format: (v) => msText(v), empty: 'No request in this window' }), legend(lat.filter((x) => x.points.length)))));
 }
 
 export function mount(root, ctx) {

@@ -3,7 +3,7 @@
 
 import * as api from './api.js';
 import { h, replace, badge } from './dom.js';
-import { field, textInput, messageLine, confirm, fileBadge, whyLocked, actionButton, secretPanel, showIn } from './forms.js';
+import { field, textInput, messageLine, confirm, whyLocked, actionButton, secretPanel, showIn } from './forms.js';
 
 const ROLES = [
   ['viewer', 'viewer — sees everything, changes nothing'],
@@ -58,11 +58,12 @@ export function mount(root, ctx) {
     replace(body, h('div', { class: 'table-wrap' }, h('table', { class: 'table', id: 'tokens' },
       h('thead', {}, h('tr', {}, ['Name', 'Role', '', ''].map((c) => h('th', {}, c)))),
       h('tbody', {}, list.map((t) => {
-        const why = whyLocked(ctx, t, 'superadmin');
+        // a read-only token is the bootstrap superadmin (ROLTER_ADMIN_TOKEN)
+        const why = t.readonly ? 'the bootstrap token is set by ROLTER_ADMIN_TOKEN or --admin-token-file, not here' : whyLocked(ctx, t, 'superadmin');
         return h('tr', { 'data-name': t.name },
           h('td', { class: 'strong' }, t.name || h('span', { class: 'muted' }, '(bootstrap)')),
           h('td', {}, badge(t.role, t.role === 'superadmin' ? 'primary' : t.role === 'admin' ? 'neutral' : 'muted')),
-          h('td', {}, t.readonly ? fileBadge() : null),
+          h('td', {}, t.readonly ? badge('bootstrap token', 'muted', 'set by ROLTER_ADMIN_TOKEN or --admin-token-file; it cannot be deleted here') : null),
           h('td', { class: 'row-actions' },
             actionButton('Delete', { class: 'btn small danger-ghost delete', 'aria-label': `Delete admin token ${t.name}`, onclick: async () => {
               if (!await confirm(`Delete admin token ${t.name}?`, `Whoever holds ${t.name} (${t.role}) loses access to the admin API and this dashboard at once.`, `Delete ${t.name}`)) return;
