@@ -13,7 +13,9 @@
 // POST /internal/adaptive-telemetry (itself included), so GET
 // /api/v1/adaptive-routing-telemetry on any router answers from local
 // memory with every node's rows; a router that restarts refills within
-// one push interval (15 s).
+// one push interval (15 s). The same report carries the router's route
+// stats ring (package routestats; GET /api/v1/route-stats folds every
+// router's) and its build and admin address (GET /api/v1/cluster).
 package adminapi
 
 import (
