@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/config"
@@ -166,6 +167,14 @@ func (p *page) enabled(sel string) bool {
 	return evalJS[bool](p, fmt.Sprintf(`(() => { const e = document.querySelector(%q); return !!e && !e.disabled; })()`, sel))
 }
 
+// unlabelled lists the form controls in #main no label names.
+func (p *page) unlabelled() string {
+	p.t.Helper()
+	return evalJS[string](p, `[...document.querySelectorAll('#main input, #main select, #main textarea')]
+		.filter((e) => !e.getAttribute('aria-label') && !(e.id && document.querySelector('label[for="' + e.id + '"]')) && !e.closest('label'))
+		.map((e) => e.outerHTML.slice(0, 80)).join('\n')`)
+}
+
 func (p *page) shot(name string) {
 	p.t.Helper()
 	if *screenshotDir == "" {
@@ -239,6 +248,21 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 	}
 	p.shot("10-providers")
 
+	// Editing a provider: the form comes back filled in, the name fixed.
+	p.click(`#providers tr[data-name="gpu-b"] button.edit`)
+	if got := p.value("#provider-api-base"); got != engB.URL+"/v1" || p.enabled("#provider-name") {
+		t.Fatalf("edit form: api_base %q, name enabled %v", got, p.enabled("#provider-name"))
+	}
+	if u := p.unlabelled(); u != "" {
+		t.Errorf("provider form controls without a label:\n%s", u)
+	}
+	p.setValue("#provider-price-out", "1.5")
+	p.click("#provider-save")
+	p.waitText(`#providers tr[data-name="gpu-b"]`, "0.20 / 1.50")
+	if pr := state().Providers["gpu-b"]; pr.PriceOutPerMtok != 1.5 || pr.APIBase != engB.URL+"/v1" {
+		t.Errorf("stored provider after edit: %+v", pr)
+	}
+
 	// A rolter.toml entry cannot be edited: its controls are disabled.
 	for _, sel := range []string{`#providers tr[data-name="toml-gpu"] button.edit`, `#providers tr[data-name="toml-gpu"] button.delete`} {
 		if p.enabled(sel) {
@@ -256,6 +280,9 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 	p.click("#route-add-target")
 	p.setValue("#route-targets tr:nth-child(2) .target-provider", "p:gpu-b")
 	p.shot("12-route-form")
+	if u := p.unlabelled(); u != "" {
+		t.Errorf("route form controls without a label:\n%s", u)
+	}
 	p.click("#route-save")
 	p.waitText(`section.editor[data-key="chat"]`, "gpu-b")
 	if r := state().Routes["chat"]; r.Strategy != "weighted" || len(r.Targets) != 2 || r.Targets[0].Weight != 3 || r.Targets[1].Weight != 1 {
@@ -272,16 +299,36 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		t.Error("a rolter.toml route offers a Save button")
 	}
 
-	// A key allowed to call chat: its secret shown once.
+	// A provider group over both, through the same form.
+	p.click("#new-group")
+	p.run("type group", chromedp.SendKeys(chromedp.CSS("#group-name"), "fleet"), chromedp.SendKeys(chromedp.CSS("#group-slug"), "fleet"))
+	p.setValue("#group-strategy", "power_of_two")
+	p.setValue("#group-targets tr:nth-child(1) .target-provider", "p:gpu-a")
+	p.click("#group-add-target")
+	p.setValue("#group-targets tr:nth-child(2) .target-provider", "p:gpu-b")
+	p.click("#group-save")
+	p.waitText(`section.editor[data-key="fleet"]`, "fleet/<model>")
+	if g := state().Groups["fleet"]; g.Strategy != "power_of_two" || len(g.Members) != 2 || g.Members[1].Provider != "gpu-b" {
+		t.Fatalf("stored group: %+v", g)
+	}
+
+	// A key allowed to call chat, made with the keyboard alone (Enter
+	// submits); its secret shown once.
 	p.run("keys", chromedp.Navigate(p.base+"/ui/#/keys"))
 	p.waitText(`#keys tr[data-name="toml-key"]`, "managed by rolter.toml")
 	if p.enabled(`#keys tr[data-name="toml-key"] button.delete`) {
 		t.Error("the rolter.toml key can be deleted from the UI")
 	}
 	p.click("#new-key")
-	p.run("type key", chromedp.SendKeys(chromedp.CSS("#key-name"), "team-search"), chromedp.SendKeys(chromedp.CSS("#key-models"), "chat"))
-	p.click("#key-save")
+	if u := p.unlabelled(); u != "" {
+		t.Errorf("key form controls without a label:\n%s", u)
+	}
+	p.run("type key", chromedp.SendKeys(chromedp.CSS("#key-name"), "team-search"), chromedp.SendKeys(chromedp.CSS("#key-models"), "chat"),
+		chromedp.KeyEvent(kb.Enter))
 	p.waitText("#secret-panel", "shown only this once")
+	if !evalJS[bool](p, `document.activeElement && document.activeElement.id === 'copy-secret'`) {
+		t.Error("focus is not on the secret's Copy button")
+	}
 	secret := p.value("#secret-value")
 	if !strings.HasPrefix(secret, "sk-rolter-") {
 		t.Fatalf("secret panel shows %q", secret)
@@ -343,6 +390,14 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		t.Errorf("the confirmation does not say what deleting does:\n%s", dialog)
 	}
 	p.shot("16-confirm-delete-key")
+	// Escape cancels and deletes nothing; then confirm for real.
+	p.run("escape", chromedp.KeyEvent(kb.Escape))
+	p.eventually(func() string { return "the dialog to close" }, func() bool { return !evalJS[bool](p, `!!document.querySelector('#confirm')`) })
+	if _, ok := state().Keys["team-search"]; !ok {
+		t.Fatal("Escape deleted the key")
+	}
+	p.click(`#keys tr[data-name="team-search"] button.delete`)
+	p.waitText("#confirm", "team-search")
 	p.click("#confirm-ok")
 	p.waitText("#keys-msg", "Deleted API key team-search")
 	if _, ok := state().Keys["team-search"]; ok {
