@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
@@ -99,6 +100,10 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 		n.Publisher().Apply(mesh.ResidencyDelta{Added: keys(1000*i, e.blocks), State: mesh.StateExact})
 		n.Publisher().SetStatus(e.status)
 	}
+	// An engine no provider points at yet: the route form offers it.
+	if _, err := h.AddSidecar(t.Context(), "gpu-d", "http://127.0.0.1:18003", "chat-d"); err != nil {
+		t.Fatal(err)
+	}
 	view := h.Routers[0].View()
 
 	api := adminapi.New(adminapi.Deps{Store: c.Node(node), Cluster: c.Node(node), InternalToken: internal, Engines: adminapi.MeshEngines{View: view}})
@@ -181,6 +186,23 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 			t.Errorf("precise_cache_aware hint lacks %q:\n%s", want, hint)
 		}
 	}
+
+	// A route over the engine the mesh discovered: saving creates its
+	// provider (named after the engine, api_base its URL + /v1) first.
+	p.waitText(`section.editor[data-key="chat"]`, "gpu-a")
+	p.run("new route", chromedp.Click(chromedp.CSS("#new-route")))
+	p.waitText("#route-targets", "gpu-d ·")
+	if opts := p.text("#route-targets .target-provider"); !strings.Contains(opts, "gpu-d · http://127.0.0.1:18003") || strings.Contains(opts, "gpu-a ·") {
+		t.Errorf("engine options: want gpu-d only (the others have providers):\n%s", opts)
+	}
+	p.run("type route", chromedp.SendKeys(chromedp.CSS("#route-name"), "chat-d"))
+	p.setValue("#route-targets tr:nth-child(1) .target-provider", "e:0")
+	p.run("save route", chromedp.Click(chromedp.CSS("#route-save")))
+	p.waitText(`section.editor[data-key="chat-d"]`, "gpu-d")
+	waitState(t, c, node, func(s *cluster.State) bool {
+		r, pr := s.Routes["chat-d"], s.Providers["gpu-d"]
+		return pr.APIBase == "http://127.0.0.1:18003/v1" && len(r.Targets) == 1 && r.Targets[0].Provider == "gpu-d"
+	})
 
 	if *screenshotDir != "" {
 		evalJS[string](p, `location.hash = '#/mesh'`)
