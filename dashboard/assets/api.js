@@ -172,6 +172,8 @@ export function fromRoute(r) {
     targets: arr(r.targets).map(fromTarget),
     discover: !!r.discover,
     maxLoras: num(r.max_loras),
+    // null: this admin API has no enabled flag
+    enabled: typeof r.enabled === 'boolean' ? r.enabled : null,
     readonly: fileOwned(r),
     managedBy: managedBy(r),
   };
@@ -188,6 +190,7 @@ export function fromGroup(g) {
     targets: arr(g.members).map(fromTarget),
     discover: false,
     maxLoras: num(g.max_loras),
+    enabled: typeof g.enabled === 'boolean' ? g.enabled : null,
     readonly: fileOwned(g),
     managedBy: managedBy(g),
   };
@@ -229,6 +232,7 @@ function toTargets(ts) {
 export function toRouteBody(r, raw) {
   const body = Object.assign(JSON.parse(JSON.stringify(raw || {})),
     { model: r.model, strategy: r.strategy, targets: toTargets(r.targets), discover: !!r.discover, max_loras: r.maxLoras || 0 });
+  if (typeof r.enabled === 'boolean') body.enabled = r.enabled; // only sent where the API has it
   delete body.readonly;
   return body;
 }
@@ -236,15 +240,21 @@ export function toRouteBody(r, raw) {
 export function toGroupBody(g, raw) {
   const body = Object.assign(JSON.parse(JSON.stringify(raw || {})),
     { name: g.name, slug: g.slug, strategy: g.strategy, members: toTargets(g.targets), max_loras: g.maxLoras || 0 });
+  if (typeof g.enabled === 'boolean') body.enabled = g.enabled;
   delete body.readonly;
   return body;
 }
 
-/** GET /api/v1/keys → {data:[{name, models, readonly, created_at}]}; POST answers the secret once. */
+/**
+ * GET /api/v1/keys → {data:[{name, models, providers?, readonly, created_at}]};
+ * POST answers the secret once. providers (the provider allowlist) is null
+ * where this admin API has none.
+ */
 export function fromKey(k) {
   return {
     name: k.name || '',
     models: arr(k.models),
+    providers: Array.isArray(k.providers) ? k.providers : null,
     createdAt: k.created_at || '',
     readonly: fileOwned(k),
     secret: k.secret || '',
@@ -474,8 +484,12 @@ export async function updateProvider(p) { return fromProvider(await request('PUT
 export async function deleteProvider(name) { await request('DELETE', PATHS.provider(name)); }
 
 export async function keys() { return list(await request('GET', PATHS.keys), 'keys').map(fromKey); }
-/** POST /api/v1/keys {name, models}: the answer carries the secret, this once. */
-export async function createKey(name, models) { return fromKey(await request('POST', PATHS.keys, { name, models })); }
+/** POST /api/v1/keys {name, models[, providers]}: the answer carries the secret, this once. */
+export async function createKey(name, models, providers) {
+  const body = { name, models };
+  if (providers) body.providers = providers; // only where the API has provider allowlists
+  return fromKey(await request('POST', PATHS.keys, body));
+}
 export async function deleteKey(name) { await request('DELETE', PATHS.key(name)); }
 
 export async function tokens() { return list(await request('GET', PATHS.tokens), 'tokens').map(fromToken); }

@@ -40,6 +40,9 @@ export function routeForm(kind, existing, env, onSaved, onCancel) {
   const slugIn = isGroup ? textInput({ id: 'group-slug', name: 'slug', value: item.slug, required: true, placeholder: 'fleet' }) : null;
   const strategy = strategySelect(`${pfx}-strategy`, item.strategy, env.catalog);
   const discover = isGroup ? null : h('input', { type: 'checkbox', id: 'route-discover', name: 'discover', checked: item.discover });
+  // enabled only where the admin API has it (env.hasEnabled: some listed
+  // route or group carries the flag)
+  const enabled = env.hasEnabled ? h('input', { type: 'checkbox', id: `${pfx}-enabled`, name: 'enabled', checked: item.enabled !== false }) : null;
   const maxLoras = h('input', { type: 'number', id: `${pfx}-max-loras`, name: 'max_loras', value: String(item.maxLoras || 0), min: 0, step: 1, class: 'num-input' });
   const rows = h('tbody', { id: `${pfx}-targets` });
   const msg = messageLine(`${pfx}-error`);
@@ -89,7 +92,8 @@ export function routeForm(kind, existing, env, onSaved, onCancel) {
     const maxL = Number(maxLoras.value || 0);
     if (!isFinite(maxL)) { msg.error('max_loras needs a number.'); return; }
     const obj = { model: nameIn.value.trim(), name: nameIn.value.trim(), slug: slugIn ? slugIn.value.trim() : '',
-      strategy: strategy.value, targets, discover: discover ? discover.checked : false, maxLoras: maxL };
+      strategy: strategy.value, targets, discover: discover ? discover.checked : false, maxLoras: maxL,
+      enabled: enabled ? enabled.checked : null };
     save.disabled = true;
     try {
       for (const p of create) await api.createProvider(p);
@@ -107,6 +111,8 @@ export function routeForm(kind, existing, env, onSaved, onCancel) {
     field(isGroup ? 'Name' : 'Public model name', nameIn, isGroup ? 'Addresses the group in the admin API.' : 'What clients send as "model".'),
     isGroup ? field('Slug', slugIn, 'Clients address the group as slug/model.') : null,
     field('Strategy', strategy),
+    enabled ? h('div', { class: 'field check' }, h('div', { class: 'check-row' }, enabled, h('label', { for: `${pfx}-enabled` }, 'Enabled')),
+      h('div', { class: 'field-help' }, isGroup ? 'A disabled group answers 404 to slug/… until enabled again.' : 'A disabled route answers 404 until enabled again; its settings are kept.')) : null,
     h('div', { class: 'field-pair' },
       field('max_loras', maxLoras, 'lora_aware\'s adapter set per target; 0 = the default (1).'),
       discover ? h('div', { class: 'field check' }, h('div', { class: 'check-row' }, discover, h('label', { for: 'route-discover' }, 'Discover targets from the mesh')),

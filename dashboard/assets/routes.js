@@ -199,6 +199,7 @@ function editor(item, isGroup, env, ctx) {
           isGroup ? h('span', { class: 'mono muted small' }, `${item.slug}/<model>`) : null,
           item.discover ? badge('discover', 'neutral') : null,
           item.maxLoras ? badge(`max_loras ${item.maxLoras}`, 'neutral') : null,
+          item.enabled === false ? badge('disabled', 'warn', 'clients get 404 until it is enabled again') : null,
           item.readonly ? fileBadge() : null)),
       h('div', { class: 'editor-tools' }, h('label', { class: 'picker-label' }, 'Strategy', sel), edit, del)),
     item.discover ? null : h('table', { class: 'table compact' },
@@ -227,6 +228,7 @@ export function mount(root, ctx) {
       catalog: new Catalog(st.status === 'fulfilled' ? st.value : null),
       providers: new Map((ps.status === 'fulfilled' ? ps.value : []).map((p) => [p.name, p])),
       engines: cl.status === 'fulfilled' ? cl.value.engines : [],
+      hasEnabled: [...rs.value, ...(gs.status === 'fulfilled' ? gs.value : [])].some((x) => x.enabled !== null),
     };
     const sub = Object.assign({}, ctx, {
       reload: (text) => load(text),
