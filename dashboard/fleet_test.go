@@ -381,6 +381,11 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		t.Errorf("gpu-a row lacks its configured share:\n%s", cfg)
 	}
 	p.shot("15-serving")
+	// The hour's window holds the same requests (all sent this minute).
+	p.setValue("#serving-window", "60m")
+	if got := p.waitText(pool+" .req-count", strconv.Itoa(sent)); got != strconv.Itoa(sent) {
+		t.Errorf("60-minute window counts %q, want %d", got, sent)
+	}
 
 	// Deleting the key in the UI: the next request gets 401.
 	p.run("keys", chromedp.Navigate(p.base+"/ui/#/keys"))

@@ -405,7 +405,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 			PromptTokens: a.rc.PromptTokens, At: now})
 		inflight.Dec()
 		s.metrics.targetOutcome(t, outcome).Inc()
-		a.recordStats(t, success, now.Sub(begin), begin)
+		a.recordStats(t, success, begin, now)
 	}
 
 	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)

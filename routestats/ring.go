@@ -40,6 +40,9 @@ type Attempt struct {
 	// response byte sent to the client, when FirstByte says one was.
 	Latency, TTFT time.Duration
 	FirstByte     bool
+	// At is when the attempt ended (zero: the Ring reads its clock). The
+	// request path passes the time it already read.
+	At time.Time
 }
 
 // bucket is one time slot of one series.
@@ -121,7 +124,11 @@ func (r *Ring) Record(pool, provider, target string, a Attempt) {
 			return
 		}
 	}
-	s.add(r.now(), a)
+	at := a.At
+	if at.IsZero() {
+		at = r.now()
+	}
+	s.add(at, a)
 }
 
 func (r *Ring) create(pool, provider, target string) *series {

@@ -140,10 +140,11 @@ func TestRingIsBounded(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	r := NewRing(nil)
 	r.Record("chat", "a", "a/chat", Attempt{OK: true})
+	at := time.Now() // the request path passes the time it already read
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			r.Record("chat", "a", "a/chat", Attempt{OK: true, Latency: 120 * time.Millisecond, TTFT: 30 * time.Millisecond})
+			r.Record("chat", "a", "a/chat", Attempt{OK: true, Latency: 120 * time.Millisecond, TTFT: 30 * time.Millisecond, FirstByte: true, At: at})
 		}
 	})
 }
