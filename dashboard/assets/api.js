@@ -93,9 +93,10 @@ async function request(method, path, body, tok) {
 /**
  * Whether an entry is owned by rolter.toml and so cannot be changed
  * through the admin API. The one place that reads the server's marker:
- * adminapi flags such entries "readonly" today.
+ * adminapi flags such entries "readonly" today (and "managed_by": "file"
+ * where it says who owns an entry).
  */
-export function fileOwned(j) { return !!(j && j.readonly); }
+export function fileOwned(j) { return !!(j && (j.readonly || j.managed_by === 'file')); }
 
 const num = (v, d = 0) => (typeof v === 'number' && isFinite(v) ? v : d);
 const numOrNull = (v) => (typeof v === 'number' && isFinite(v) ? v : null);
