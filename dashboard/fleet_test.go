@@ -45,7 +45,17 @@ func engine(t *testing.T, name string, delay time.Duration) (*httptest.Server, *
 	var n atomic.Int64
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
-		_, _ = io.Copy(io.Discard, r.Body)
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), `"stream":true`) {
+			// the first token after a third of the delay, the rest after it
+			w.Header().Set("Content-Type", "text/event-stream")
+			time.Sleep(delay / 3)
+			fmt.Fprintf(w, "data: {\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n", name)
+			w.(http.Flusher).Flush()
+			time.Sleep(delay - delay/3)
+			fmt.Fprint(w, "data: [DONE]\n\n")
+			return
+		}
 		time.Sleep(delay)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, name)
@@ -116,8 +126,12 @@ func pushAll(fleet []*fleetRouter) {
 // chat sends one chat request with key through a router's API.
 func chat(t *testing.T, api *httptest.Server, key, model string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, api.URL+"/v1/chat/completions",
-		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hello"}]}`))
+	return post(t, api, key, `{"model":"`+model+`","messages":[{"role":"user","content":"hello"}]}`)
+}
+
+func post(t *testing.T, api *httptest.Server, key, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, api.URL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := api.Client().Do(req)
@@ -455,4 +469,32 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		p.waitText(row+" .build", "v0.9.0-test")
 	}
 	p.shot("19-mesh-routers")
+
+	if *screenshotDir != "" {
+		servingScreenshot(t, p, fleet, tomlKey)
+	}
+}
+
+// servingScreenshot sends a minute of varying traffic, streamed and not,
+// through the routers (with the rolter.toml key), so the Serving page's
+// charts and TTFT draw from real 10-second slots, then saves it.
+func servingScreenshot(t *testing.T, p *page, fleet []*fleetRouter, key string) {
+	t.Helper()
+	for slot := range 6 {
+		end := time.Now().Add(10 * time.Second)
+		for i := 0; time.Now().Before(end); i++ {
+			body := `{"model":"chat","messages":[{"role":"user","content":"hello"}]}`
+			if i%2 == 0 {
+				body = `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hello"}]}`
+			}
+			if code, out := post(t, fleet[i%len(fleet)].api, key, body); code != 200 {
+				t.Fatalf("chat: %d %s", code, out)
+			}
+			time.Sleep(time.Duration(40+60*(slot%3)) * time.Millisecond)
+		}
+	}
+	pushAll(fleet)
+	p.run("serving", chromedp.Navigate(p.base+"/ui/#/serving"))
+	p.waitText(`section.serving[data-pool="chat"]`, "reported by 3 routers")
+	p.shot("15-serving")
 }

@@ -16,10 +16,10 @@ function niceMax(v) {
  * lineChart draws one line per series over a shared time axis.
  * series: [{name, color, points: [{t (ms), v}]}]; opts.max fixes the y
  * range (e.g. 1 for ratios); opts.format labels the y axis; opts.from and
- * opts.to (ms) fix the time axis.
+ * opts.to (ms) fix the time axis; opts.left widens the y-label margin.
  */
 export function lineChart(series, opts = {}) {
-  const W = 560, H = 160, L = 40, R = 8, T = 10, B = 22;
+  const W = 560, H = 160, L = opts.left || 40, R = 8, T = 10, B = 22;
   const pts = series.flatMap((x) => x.points);
   const root = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': opts.label || 'chart' });
   if (pts.length === 0) {

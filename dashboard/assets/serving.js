@@ -78,7 +78,7 @@ function card(route, win, env, i0) {
       })))),
     h('div', { class: 'grid2 charts' },
       h('div', {}, h('h3', {}, 'Requests/s per target'), lineChart(rate, { ...span, label: 'requests per second', windowMs: w.seconds * 1000, format: (v) => fixed(v, v < 10 ? 1 : 0) }), legend(rate)),
-      h('div', {}, h('h3', {}, 'Latency p50 per target'), lineChart(lat, { ...span, label: 'latency p50', windowMs: w.seconds * 1000, format: (v) => msText(v), empty: 'No request in this window' }), legend(lat.filter((x) => x.points.length)))));
+      h('div', {}, h('h3', {}, 'Latency p50 per target'), lineChart(lat, { ...span, left: 56, label: 'latency p50', windowMs: w.seconds * 1000, format: (v) => msText(v), empty: 'No request in this window' }), legend(lat.filter((x) => x.points.length)))));
 }
 
 export function mount(root, ctx) {
