@@ -125,6 +125,11 @@ func (t *Telemetry) Put(node string, rep Report) {
 	if len(stats) > MaxReportRoutes {
 		stats = stats[:MaxReportRoutes]
 	}
+	for i := range stats {
+		if len(stats[i].Targets) > MaxReportTargets {
+			stats[i].Targets = stats[i].Targets[:MaxReportTargets]
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(m) == 0 {

@@ -326,6 +326,24 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		t.Fatalf("stored group: %+v", g)
 	}
 
+	// Deleting the group after confirming; deleting a provider a route
+	// still targets is refused with the server's reason.
+	p.click(`section.editor[data-key="fleet"] button.delete`)
+	p.waitText("#confirm", "Delete provider group fleet?")
+	p.click("#confirm-ok")
+	p.waitText("#routes-msg", "Deleted provider group fleet")
+	if _, ok := state().Groups["fleet"]; ok {
+		t.Fatal("the group is still stored")
+	}
+	p.run("providers", chromedp.Navigate(p.base+"/ui/#/providers"))
+	p.click(`#providers tr[data-name="gpu-a"] button.delete`)
+	p.waitText("#confirm", "Delete provider gpu-a?")
+	p.click("#confirm-ok")
+	p.waitText("#providers-msg", `provider "gpu-a" is a target of route "chat"`)
+	if _, ok := state().Providers["gpu-a"]; !ok {
+		t.Fatal("a provider in use was deleted")
+	}
+
 	// A key allowed to call chat, made with the keyboard alone (Enter
 	// submits); its secret shown once.
 	p.run("keys", chromedp.Navigate(p.base+"/ui/#/keys"))

@@ -24,8 +24,10 @@ const (
 	fineLen   = int(FineWindow / FineStep)
 	coarseLen = int(CoarseWindow / CoarseStep)
 
-	// MaxSeries bounds the (pool, target) pairs a Ring tracks; attempts on
-	// further pairs are counted in Dropped only.
+	// MaxSeries bounds the (pool, target) pairs a Ring tracks (each holds
+	// 90 buckets of about 280 bytes, ≈25 KB; ≈25 MB at the bound); attempts
+	// on further pairs are counted in Dropped only. A pair idle for an hour
+	// is forgotten.
 	MaxSeries = 1024
 )
 
