@@ -40,8 +40,8 @@ func (s statsOf) AdaptiveTelemetry() []adminapi.RouteSample { return nil }
 func (s statsOf) RouteStats() []routestats.Route            { return s.srv.RouteStats() }
 
 // engine is a fake OpenAI-compatible engine counting the chats it served,
-// each after delay.
-func engine(t *testing.T, name string, delay time.Duration) (*httptest.Server, *atomic.Int64) {
+// each after delay; usage, when set, is the completion's usage object.
+func engine(t *testing.T, name string, delay time.Duration, usage string) (*httptest.Server, *atomic.Int64) {
 	var n atomic.Int64
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
@@ -53,12 +53,19 @@ func engine(t *testing.T, name string, delay time.Duration) (*httptest.Server, *
 			fmt.Fprintf(w, "data: {\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n", name)
 			w.(http.Flusher).Flush()
 			time.Sleep(delay - delay/3)
+			if usage != "" {
+				fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":%s}\n\n", usage)
+			}
 			fmt.Fprint(w, "data: [DONE]\n\n")
 			return
 		}
 		time.Sleep(delay)
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, name)
+		u := ""
+		if usage != "" {
+			u = `,"usage":` + usage
+		}
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]%s}`, name, u)
 	}))
 	t.Cleanup(s.Close)
 	return s, &n
@@ -209,9 +216,12 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 	const super, internal = "dashboard-super-token", "dashboard-internal-token"
 	const tomlKey = "sk-from-rolter-toml"
 	// Distinct latencies, so the route page has something to compare.
-	engA, servedA := engine(t, "gpu-a", 20*time.Millisecond)
-	engB, servedB := engine(t, "gpu-b", 60*time.Millisecond)
-	engToml, _ := engine(t, "toml-gpu", 0)
+	// gpu-a reports cached prompt tokens (vLLM with
+	// --enable-prompt-tokens-details), gpu-b does not.
+	engA, servedA := engine(t, "gpu-a", 20*time.Millisecond,
+		`{"prompt_tokens":40,"completion_tokens":1,"total_tokens":41,"prompt_tokens_details":{"cached_tokens":30}}`)
+	engB, servedB := engine(t, "gpu-b", 60*time.Millisecond, `{"prompt_tokens":40,"completion_tokens":1,"total_tokens":41}`)
+	engToml, _ := engine(t, "toml-gpu", 0, "")
 
 	seed := config.Default()
 	seed.Limits.AllowedHosts = []string{"127.0.0.1"}
@@ -411,6 +421,13 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 	}
 	if cfg := p.text(pool + ` tr[data-target="gpu-a/chat"]`); !strings.Contains(cfg, "75.0% (weight 3)") {
 		t.Errorf("gpu-a row lacks its configured share:\n%s", cfg)
+	}
+	// The prefix-cache hit rate is the engine's cached ÷ prompt tokens.
+	if hit := p.text(pool + ` tr[data-target="gpu-a/chat"] .hit-cell`); hit != "75.0%" {
+		t.Errorf("gpu-a hit rate %q, want 75.0%% (30 of 40 prompt tokens cached)", hit)
+	}
+	if hit := p.text(pool + ` tr[data-target="gpu-b/chat"] .hit-cell`); hit != "not reported" {
+		t.Errorf("gpu-b reports no cached tokens, hit rate cell %q", hit)
 	}
 	p.shot("15-serving")
 	// The hour's window holds the same requests (all sent this minute).

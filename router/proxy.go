@@ -156,9 +156,10 @@ type attempt struct {
 	prefill   uint64
 	prefillAt *strategies.TargetStats
 	ctl       *http.ResponseController // nil: relay makes one
-	// attempts and firstByte feed the route stats (routestats.go).
+	// attempts, firstByte and tail feed the route stats (routestats.go).
 	attempts  int
 	firstByte time.Time
+	tail      usageTail
 
 	// Storage behind req, rc, tried and loads for the usual request.
 	reqv      request
@@ -598,6 +599,7 @@ func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bo
 			if _, werr := a.w.Write(buf[:n]); werr != nil {
 				return statusClientClosed, false, "canceled"
 			}
+			a.tail.write(buf[:n])
 			if sse {
 				if ferr := rc.Flush(); ferr != nil {
 					return statusClientClosed, false, "canceled"

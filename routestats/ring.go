@@ -45,12 +45,17 @@ type Attempt struct {
 	// At is when the attempt ended (zero: the Ring reads its clock). The
 	// request path passes the time it already read.
 	At time.Time
+	// PromptTokens and CachedTokens are the response's usage.prompt_tokens
+	// and usage.prompt_tokens_details.cached_tokens; zero PromptTokens: the
+	// engine reported no cached tokens.
+	PromptTokens, CachedTokens uint64
 }
 
 // bucket is one time slot of one series.
 type bucket struct {
 	slot                      int64 // unix time / step; identifies the slot
 	attempts, errors, retries uint32
+	prompt, cached            uint64 // tokens, where the engine reported cached tokens
 	latency, ttft             hist
 }
 
@@ -63,6 +68,10 @@ func (b *bucket) add(a Attempt) {
 		b.errors++
 	}
 	b.latency.add(a.Latency)
+	if a.PromptTokens > 0 {
+		b.prompt += a.PromptTokens
+		b.cached += min(a.CachedTokens, a.PromptTokens)
+	}
 	if a.FirstByte {
 		b.ttft.add(a.TTFT)
 	}
@@ -204,7 +213,7 @@ func emit(ring []bucket, current int64) []Bucket {
 			continue
 		}
 		out = append(out, Bucket{Slot: b.slot, Attempts: b.attempts, Errors: b.errors, Retries: b.retries,
-			Latency: b.latency.sparse(), TTFT: b.ttft.sparse()})
+			PromptTokens: b.prompt, CachedTokens: b.cached, Latency: b.latency.sparse(), TTFT: b.ttft.sparse()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
 	return out

@@ -101,19 +101,27 @@ func TestSummarizeAddsRouters(t *testing.T) {
 		r1.Record("fleet/*", "a", "a/*", Attempt{OK: true, Latency: ms(10)})
 	}
 	for range 3 {
-		r2.Record("fleet/*", "a", "a/*", Attempt{OK: true, Latency: ms(1000)})
+		r2.Record("fleet/*", "a", "a/*", Attempt{OK: true, Latency: ms(1000), PromptTokens: 100, CachedTokens: 20})
 		r2.Record("fleet/*", "b", "b/*", Attempt{OK: true, Latency: ms(1000)})
 	}
+	r1.Record("fleet/*", "a", "a/*", Attempt{OK: true, Latency: ms(10), PromptTokens: 100, CachedTokens: 80})
 	v := Summarize(c.Now(), viaWire(t, map[string][]Route{"n1": r1.Report(), "n2": r2.Report()}))
 	rv := v.Routes[0]
 	if fmt.Sprint(rv.Nodes) != "[n1 n2]" {
 		t.Errorf("nodes = %v", rv.Nodes)
 	}
 	w := rv.Windows["5m"]
-	if w.Requests != 13 || w.Targets[0].Attempts != 10 || w.Targets[1].Attempts != 3 {
-		t.Errorf("merged: %d requests, a %d, b %d; want 13, 10, 3", w.Requests, w.Targets[0].Attempts, w.Targets[1].Attempts)
+	if w.Requests != 14 || w.Targets[0].Attempts != 11 || w.Targets[1].Attempts != 3 {
+		t.Errorf("merged: %d requests, a %d, b %d; want 14, 11, 3", w.Requests, w.Targets[0].Attempts, w.Targets[1].Attempts)
 	}
-	// a's latencies: 7 × 10 ms on n1, 3 × 1 s on n2 — the mesh's p50 is
+	// a's hit rate counts tokens across both routers: (80+60) / 400.
+	if hr := w.Targets[0].PrefixCacheHitRate; hr == nil || *hr != 140.0/400 {
+		t.Errorf("a hit rate %v, want 0.35", hr)
+	}
+	if w.Targets[1].PrefixCacheHitRate != nil {
+		t.Error("b's engine reported no cached tokens, yet it has a hit rate")
+	}
+	// a's latencies: 8 × 10 ms on n1, 3 × 1 s on n2 — the mesh's p50 is
 	// n1's, its p90 n2's, which no average of per-router percentiles gives.
 	if a := w.Targets[0]; !within(a.LatencyP50, 10, 0.23) || !within(a.LatencyP90, 1000, 0.23) {
 		t.Errorf("a p50 %v p90 %v, want ≈10 and ≈1000", *a.LatencyP50, *a.LatencyP90)

@@ -16,8 +16,12 @@ type Bucket struct {
 	Attempts uint32 `json:"attempts"`
 	Errors   uint32 `json:"errors"`
 	Retries  uint32 `json:"retries"`
-	Latency  Hist   `json:"latency,omitempty"`
-	TTFT     Hist   `json:"ttft,omitempty"`
+	// PromptTokens and CachedTokens sum the attempts whose engine reported
+	// cached prompt tokens.
+	PromptTokens uint64 `json:"prompt_tokens,omitempty"`
+	CachedTokens uint64 `json:"cached_tokens,omitempty"`
+	Latency      Hist   `json:"latency,omitempty"`
+	TTFT         Hist   `json:"ttft,omitempty"`
 }
 
 // Target is one target's buckets on one router.
@@ -78,7 +82,10 @@ type TargetView struct {
 	TTFTP90    *float64 `json:"ttft_p90_ms"`
 	LatencyP50 *float64 `json:"latency_p50_ms"`
 	LatencyP90 *float64 `json:"latency_p90_ms"`
-	Points     []Point  `json:"points"`
+	// PrefixCacheHitRate is cached ÷ prompt tokens over the attempts whose
+	// engine reported cached tokens; nil when none did.
+	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
+	Points             []Point  `json:"points"`
 }
 
 // Point is one slot of a target's chart; T is the slot start in unix ms.
@@ -91,6 +98,7 @@ type Point struct {
 
 type merged struct {
 	attempts, errors, retries uint32
+	prompt, cached            uint64
 	latency, ttft             hist
 }
 
@@ -139,6 +147,8 @@ func Summarize(now time.Time, reports map[string][]Route) View {
 						m.attempts += b.Attempts
 						m.errors += b.Errors
 						m.retries += b.Retries
+						m.prompt += b.PromptTokens
+						m.cached += b.CachedTokens
 						m.latency.merge(b.Latency)
 						m.ttft.merge(b.TTFT)
 					}
@@ -166,12 +176,15 @@ func Summarize(now time.Time, reports map[string][]Route) View {
 				a := targets[name]
 				tv := TargetView{Target: name, Provider: a.provider, Points: make([]Point, 0, w.length)}
 				var lat, ttft hist
+				var prompt, cached uint64
 				for slot := first; slot <= current; slot++ {
 					p := Point{T: slot * int64(w.step) / int64(time.Millisecond)}
 					if m := a.slots[wi][slot]; m != nil {
 						tv.Attempts += uint64(m.attempts)
 						tv.Errors += uint64(m.errors)
 						tv.Retries += uint64(m.retries)
+						prompt += m.prompt
+						cached += m.cached
 						for i := range lat {
 							lat[i] += m.latency[i]
 							ttft[i] += m.ttft[i]
@@ -184,6 +197,10 @@ func Summarize(now time.Time, reports map[string][]Route) View {
 				tv.LatencyP50, tv.LatencyP90 = lat.quantile(0.5), lat.quantile(0.9)
 				if tv.Attempts > 0 {
 					tv.ErrorRate = float64(tv.Errors) / float64(tv.Attempts)
+				}
+				if prompt > 0 {
+					hit := float64(cached) / float64(prompt)
+					tv.PrefixCacheHitRate = &hit
 				}
 				wv.Attempts += tv.Attempts
 				wv.Errors += tv.Errors

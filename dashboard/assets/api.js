@@ -296,6 +296,7 @@ function fromWindow(w) {
       ttftP90: numOrNull(t.ttft_p90_ms),
       latencyP50: numOrNull(t.latency_p50_ms),
       latencyP90: numOrNull(t.latency_p90_ms),
+      hitRate: numOrNull(t.prefix_cache_hit_rate),
       points: arr(t.points).map((p) => ({ t: num(p.t), attempts: num(p.attempts), errors: num(p.errors), latencyP50: numOrNull(p.latency_p50_ms) })),
     })),
   };
@@ -307,6 +308,7 @@ function fromWindow(w) {
  *   requests_per_sec, attempts, errors, retries, error_rate,
  *   targets:[{target, provider, attempts, errors, retries, share,
  *   error_rate, ttft_p50_ms, ttft_p90_ms, latency_p50_ms, latency_p90_ms,
+ *   prefix_cache_hit_rate (null: the engine reported no cached tokens),
  *   points:[{t, attempts, errors, latency_p50_ms}]}]}}}]}
  */
 export function fromRouteStats(j) {

@@ -45,10 +45,15 @@ function card(route, win, env, i0) {
   // both charts span the whole window, even where no request came
   const slots = w.targets.length ? w.targets[0].points : [];
   const span = slots.length ? { from: slots[0].t, to: slots[slots.length - 1].t } : {};
+  // the responses' own cached_tokens first; else what the engine's sidecar
+  // gossips for the whole engine
   const hit = (t) => {
+    if (t.hitRate !== null) return h('span', { class: 'hit', title: 'cached ÷ prompt tokens the engine reported in these responses (usage.prompt_tokens_details.cached_tokens)' }, pct(t.hitRate, 1));
     const p = env.providers.get(t.provider);
     const e = p && env.engines.find((x) => normURL(x.engineUrl) === normURL(p.apiBase));
-    return e && e.hitRate !== null ? pct(e.hitRate) : h('span', { class: 'muted small' }, 'not reported');
+    return e && e.hitRate !== null
+      ? h('span', { class: 'hit', title: 'the whole engine\'s rate, as its sidecar reports it (vLLM prefix-cache hits ÷ queries)' }, pct(e.hitRate), h('span', { class: 'muted small' }, ' engine'))
+      : h('span', { class: 'muted small', title: 'no cached_tokens in the responses and no sidecar reporting this engine' }, 'not reported');
   };
   const stat = (label, value, cls) => h('div', { class: ['mini-stat', cls] }, h('div', { class: 'stat-label' }, label), h('div', { class: 'mini-value' }, value));
   return h('section', { class: 'card serving', 'data-pool': route.pool },
@@ -74,7 +79,7 @@ function card(route, win, env, i0) {
           h('td', { class: 'num nowrap' }, `${msText(t.ttftP50)} / ${msText(t.ttftP90)}`),
           h('td', { class: 'num nowrap' }, `${msText(t.latencyP50)} / ${msText(t.latencyP90)}`),
           h('td', { class: ['num', t.errors > 0 && 'hot'] }, t.errors ? `${int(t.errors)} (${pct(t.errorRate, 1)})` : '0'),
-          h('td', { class: 'num', title: 'as the engine\'s sidecar reports it (vLLM prefix-cache hits ÷ queries)' }, hit(t)));
+          h('td', { class: 'num hit-cell' }, hit(t)));
       })))),
     h('div', { class: 'grid2 charts' },
       h('div', {}, h('h3', {}, 'Requests/s per target'), lineChart(rate, { ...span, label: 'requests per second', windowMs: w.seconds * 1000, format: (v) => fixed(v, v < 10 ? 1 : 0) }), legend(rate)),
