@@ -1,7 +1,8 @@
 // Package routestats owns the per-route, per-target serving figures the
 // dashboard's route page shows: each router keeps a bounded in-memory Ring
 // of time buckets (10 s over the last 5 minutes, 1 min over the last hour)
-// counting attempts, errors and retries with latency and TTFT histograms;
+// counting attempts, errors, retries and the prompt and cached tokens
+// engines report, with latency and TTFT histograms;
 // the Ring's Report is the mergeable form routers exchange over the
 // admin API's telemetry channel, and Summarize folds the reports of every
 // router into the windows and chart points the page draws. Nothing here
