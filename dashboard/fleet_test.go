@@ -336,6 +336,26 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		t.Fatalf("stored group: %+v", g)
 	}
 
+	// Editing a route through the full form: the form comes back filled
+	// in; a target removed and the strategy changed are stored.
+	p.click(`section.editor[data-key="fleet"] button.edit`)
+	if got := p.value("#group-slug"); got != "fleet" || p.enabled("#group-name") {
+		t.Fatalf("group edit form: slug %q, name enabled %v", got, p.enabled("#group-name"))
+	}
+	if n := evalJS[int](p, `document.querySelectorAll('#group-targets tr').length`); n != 2 {
+		t.Fatalf("group edit form has %d member rows, want 2", n)
+	}
+	p.click("#group-targets tr:nth-child(2) .remove-target")
+	p.setValue("#group-strategy", "random")
+	p.click("#group-save")
+	waitState(t, c, node, func(s *cluster.State) bool {
+		g := s.Groups["fleet"]
+		return g.Strategy == "random" && len(g.Members) == 1 && g.Members[0].Provider == "gpu-a"
+	})
+	p.eventually(func() string { return "the group card to show random" }, func() bool {
+		return p.value(`section.editor[data-key="fleet"] select`) == "random"
+	})
+
 	// Deleting the group after confirming; deleting a provider a route
 	// still targets is refused with the server's reason.
 	p.click(`section.editor[data-key="fleet"] button.delete`)
