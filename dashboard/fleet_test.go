@@ -336,7 +336,7 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		t.Fatalf("stored group: %+v", g)
 	}
 
-	// Editing a route through the full form: the form comes back filled
+	// Editing the group through the full form: the form comes back filled
 	// in; a target removed and the strategy changed are stored.
 	p.click(`section.editor[data-key="fleet"] button.edit`)
 	if got := p.value("#group-slug"); got != "fleet" || p.enabled("#group-name") {
