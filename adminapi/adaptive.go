@@ -195,7 +195,7 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 	}
 	// What each router says about itself over the telemetry channel
 	// fills what Raft and gossip do not know, so every row has an admin
-	// address and a build, gossip or not.
+	// address, a build and an applied config version, gossip or not.
 	for id, m := range a.d.Telemetry.Nodes() {
 		rv, ok := byID[id]
 		if !ok {
@@ -206,6 +206,10 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 		}
 		if rv.Build == "" {
 			rv.Build = m.Build
+		}
+		if rv.ConfigVersion == nil && m.ConfigVersion > 0 {
+			cv := m.ConfigVersion
+			rv.ConfigVersion = &cv
 		}
 	}
 	routers := make([]routerView, 0, len(byID))

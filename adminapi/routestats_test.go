@@ -16,6 +16,7 @@ type statsSource struct{ ring *routestats.Ring }
 
 func (s statsSource) AdaptiveTelemetry() []RouteSample { return nil }
 func (s statsSource) RouteStats() []routestats.Route   { return s.ring.Report() }
+func (s statsSource) ConfigVersion() uint64            { return 41 }
 
 // Two routers' pushes add up in GET /api/v1/route-stats on either of
 // them, and each router's build and admin address reach GET
@@ -63,6 +64,9 @@ func TestRouteStatsAcrossRouters(t *testing.T) {
 			case ids[0], ids[1]:
 				if row["build"] != "v1.2.3" || row["admin_addr"] == nil {
 					t.Errorf("router %d's cluster row %v lacks the reported build or admin address", i, row)
+				}
+				if row["node_id"] != ids[i] && row["config_version"] != 41.0 {
+					t.Errorf("router %d's row for another router %v lacks the config version it reported", i, row)
 				}
 			}
 		}

@@ -70,9 +70,11 @@ type Report struct {
 	Routes []RouteSample `json:"routes"`
 	// Stats is the router's routestats ring (omitted: no traffic).
 	Stats []routestats.Route `json:"route_stats,omitempty"`
-	// Build and AdminAddr describe the reporting router.
-	Build     string `json:"build,omitempty"`
-	AdminAddr string `json:"admin_addr,omitempty"`
+	// Build and AdminAddr describe the reporting router; ConfigVersion is
+	// the config_version its data plane runs (0: not known).
+	Build         string `json:"build,omitempty"`
+	AdminAddr     string `json:"admin_addr,omitempty"`
+	ConfigVersion uint64 `json:"config_version,omitempty"`
 }
 
 // Telemetry is the in-memory table of the newest report per (node,
@@ -90,6 +92,7 @@ type Telemetry struct {
 type nodeReport struct {
 	stats            []routestats.Route
 	build, adminAddr string
+	configVersion    uint64
 	reportedAt       time.Time
 }
 
@@ -138,7 +141,7 @@ func (t *Telemetry) Put(node string, rep Report) {
 		t.rows[node] = m
 	}
 	if len(stats) > 0 || rep.Build != "" || rep.AdminAddr != "" {
-		t.nodes[node] = nodeReport{stats: stats, build: rep.Build, adminAddr: rep.AdminAddr, reportedAt: now}
+		t.nodes[node] = nodeReport{stats: stats, build: rep.Build, adminAddr: rep.AdminAddr, configVersion: rep.ConfigVersion, reportedAt: now}
 	} else {
 		delete(t.nodes, node)
 	}
@@ -161,7 +164,10 @@ func (t *Telemetry) RouteStats() routestats.View {
 }
 
 // NodeMeta is what a router said about itself in its newest fresh report.
-type NodeMeta struct{ Build, AdminAddr string }
+type NodeMeta struct {
+	Build, AdminAddr string
+	ConfigVersion    uint64 // 0: not reported
+}
 
 // Nodes returns the self-description of every router that reported
 // within FreshWindow.
@@ -172,7 +178,7 @@ func (t *Telemetry) Nodes() map[string]NodeMeta {
 	defer t.mu.Unlock()
 	for node, r := range t.nodes {
 		if now.Sub(r.reportedAt) <= FreshWindow {
-			out[node] = NodeMeta{Build: r.build, AdminAddr: r.adminAddr}
+			out[node] = NodeMeta{Build: r.build, AdminAddr: r.adminAddr, ConfigVersion: r.configVersion}
 		}
 	}
 	return out
@@ -296,6 +302,13 @@ type StatsSource interface {
 	RouteStats() []routestats.Route
 }
 
+// VersionSource is a TelemetrySource that also reports the config_version
+// its data plane runs (checked by type assertion, like router.Server's
+// ConfigVersion).
+type VersionSource interface {
+	ConfigVersion() uint64
+}
+
 // Endpoints lists the admin base URLs ("http://host:port") of the routers
 // to report to (from the gossip inventory).
 type Endpoints interface {
@@ -347,6 +360,9 @@ func (p *Pusher) PushOnce(ctx context.Context) {
 	rep := Report{Routes: p.Source.AdaptiveTelemetry(), Build: p.Build, AdminAddr: p.AdminAddr}
 	if ss, ok := p.Source.(StatsSource); ok {
 		rep.Stats = ss.RouteStats()
+	}
+	if vs, ok := p.Source.(VersionSource); ok {
+		rep.ConfigVersion = vs.ConfigVersion()
 	}
 	has := len(rep.Routes) > 0 || len(rep.Stats) > 0 || rep.Build != "" || rep.AdminAddr != ""
 	if !has && !p.hadContent {

@@ -38,6 +38,7 @@ type statsOf struct{ srv *router.Server }
 
 func (s statsOf) AdaptiveTelemetry() []adminapi.RouteSample { return nil }
 func (s statsOf) RouteStats() []routestats.Route            { return s.srv.RouteStats() }
+func (s statsOf) ConfigVersion() uint64                     { return s.srv.ConfigVersion() }
 
 // engine is a fake OpenAI-compatible engine counting the chats it served,
 // each after delay; usage, when set, is the completion's usage object.
@@ -353,7 +354,8 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		return g.Strategy == "random" && len(g.Members) == 1 && g.Members[0].Provider == "gpu-a"
 	})
 	p.eventually(func() string { return "the group card to show random" }, func() bool {
-		return p.value(`section.editor[data-key="fleet"] select`) == "random"
+		// read in the page: the card is redrawn when the list reloads
+		return evalJS[string](p, `(document.querySelector('section.editor[data-key="fleet"] select') || {}).value || ''`) == "random"
 	})
 
 	// Deleting the group after confirming; deleting a provider a route
@@ -516,12 +518,23 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 		t.Error("a viewer is offered the Admin tokens screen")
 	}
 
-	// The mesh page: every router with its admin address and build.
+	// The mesh page: every router with its admin address, build and
+	// applied config version, all reported over the telemetry channel.
+	waitState(t, c, node, func(s *cluster.State) bool {
+		for _, fr := range fleet {
+			if fr.srv.ConfigVersion() != s.ConfigVersion {
+				return false
+			}
+		}
+		return true
+	})
+	pushAll(fleet)
 	p.run("mesh", chromedp.Navigate(p.base+"/ui/#/mesh"))
 	for _, fr := range fleet {
 		row := fmt.Sprintf(`#routers tr[data-node=%q]`, fr.pusher.NodeID)
 		p.waitText(row+" .admin-addr", strings.TrimPrefix(fr.admin.URL, "http://"))
 		p.waitText(row+" .build", "v0.9.0-test")
+		p.waitText(row+" .converged", "converged")
 	}
 	p.shot("19-mesh-routers")
 

@@ -444,6 +444,10 @@ func (cp *controlPlane) AdaptiveTelemetry() []adminapi.RouteSample {
 // stats ring.
 func (cp *controlPlane) RouteStats() []routestats.Route { return cp.srv.RouteStats() }
 
+// ConfigVersion implements adminapi.VersionSource: the config_version the
+// data plane runs.
+func (cp *controlPlane) ConfigVersion() uint64 { return cp.srv.ConfigVersion() }
+
 // staticEndpoints is adminapi.Endpoints over --peer-admin.
 type staticEndpoints []string
 
