@@ -15,7 +15,8 @@
 // memory with every node's rows; a router that restarts refills within
 // one push interval (15 s). The same report carries the router's route
 // stats ring (package routestats; GET /api/v1/route-stats folds every
-// router's) and its build and admin address (GET /api/v1/cluster).
+// router's) and its build, admin address and applied config version (GET
+// /api/v1/cluster).
 package adminapi
 
 import (
