@@ -566,3 +566,27 @@ func servingScreenshot(t *testing.T, p *page, fleet []*fleetRouter, key string) 
 	p.waitText(`section.serving[data-pool="chat"]`, "reported by 3 routers")
 	p.shot("15-serving")
 }
+
+// TestEmptyStatesAgainstRealCluster: a fresh cluster with nothing seeded
+// says so on every management screen, and says what to do first.
+func TestEmptyStatesAgainstRealCluster(t *testing.T) {
+	const super, internal = "dashboard-super-token", "dashboard-internal-token"
+	seed := config.Default()
+	p := newPage(t, newFakeAdmin(super))
+	c, node := realCluster(t, &seed, super, internal)
+	fleet := startFleet(t, c, []int{node}, &seed, internal)
+	p.base = fleet[0].admin.URL
+	p.signIn("#/providers")
+	for _, sc := range []struct{ hash, sel, want, shot string }{
+		{"#/providers", "#providers-empty", "Create one, then a route over it", "20-providers-empty"},
+		{"#/routes", "#routes-empty", "Create a provider first", "21-routes-empty"},
+		{"#/keys", "#keys-empty", "the router accepts every client", "22-keys-empty"},
+		{"#/serving", "#serving-empty", "No traffic in the last hour", ""},
+	} {
+		p.run(sc.hash, chromedp.Navigate(p.base+"/ui/"+sc.hash))
+		p.waitText(sc.sel, sc.want)
+		if sc.shot != "" {
+			p.shot(sc.shot)
+		}
+	}
+}
