@@ -263,6 +263,9 @@ func TestManageFleetAgainstRealCluster(t *testing.T) {
 	if !strings.Contains(msg, `api_base: host "169.254.169.254"`) {
 		t.Errorf("inline error %q is not the server's message", msg)
 	}
+	if !evalJS[bool](p, `document.activeElement.id === 'provider-api-base' && document.activeElement.getAttribute('aria-invalid') === 'true'`) {
+		t.Error("the field the server named is not marked invalid and focused")
+	}
 	p.shot("11-provider-invalid")
 	if _, ok := state().Providers["metadata"]; ok {
 		t.Fatal("a provider the server refused was created")

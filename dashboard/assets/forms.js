@@ -19,14 +19,35 @@ export function field(text, input, help) {
 
 export function textInput(attrs) { return h('input', Object.assign({ type: 'text', autocomplete: 'off', spellcheck: 'false' }, attrs)); }
 
-/** The inline error/status line of a form; show(e) takes an ApiError or text. */
+/**
+ * The inline error/status line of a form. error(e, fields) shows an
+ * ApiError's message (or a text) as the server wrote it; when it starts
+ * with a field's name ("api_base: …", adminapi's habit) and fields maps
+ * that name to an input, the input is marked invalid and focused.
+ */
 export function messageLine(id) {
   const el = h('div', { class: 'form-error', role: 'alert', id });
+  let marked = [];
+  const unmark = () => { for (const i of marked) { i.classList.remove('invalid'); i.removeAttribute('aria-invalid'); } marked = []; };
   return {
     el,
-    error(e) { el.className = 'form-error'; el.textContent = typeof e === 'string' ? e : e.message; },
-    ok(text) { el.className = 'form-ok'; el.textContent = text; },
-    clear() { el.textContent = ''; },
+    error(e, fields) {
+      unmark();
+      const text = typeof e === 'string' ? e : e.message;
+      el.className = 'form-error';
+      el.textContent = text;
+      const m = /^([a-z_]+)(\[\d+\])?[: ]/.exec(text);
+      const input = m && fields && fields[m[1]];
+      if (input) {
+        input.classList.add('invalid');
+        input.setAttribute('aria-invalid', 'true');
+        input.setAttribute('aria-errormessage', id);
+        marked.push(input);
+        input.focus();
+      }
+    },
+    ok(text) { unmark(); el.className = 'form-ok'; el.textContent = text; },
+    clear() { unmark(); el.textContent = ''; },
   };
 }
 

@@ -26,7 +26,7 @@ function keyForm(addresses, providerNames, onCreated, onCancel) {
     try {
       onCreated(await api.createKey(name.value.trim(), parseList(models.value), provs ? parseList(provs.value) : null));
     } catch (e) {
-      if (!e.unauthorized) msg.error(e);
+      if (!e.unauthorized) msg.error(e, { name, models });
     } finally {
       save.disabled = false;
     }

@@ -29,7 +29,7 @@ function providerForm(existing, onSaved, onCancel) {
       await (editing ? api.updateProvider(body) : api.createProvider(body));
       onSaved(body.name);
     } catch (e) {
-      if (!e.unauthorized) msg.error(e);
+      if (!e.unauthorized) msg.error(e, { name, api_base: base, api_key_env: keyEnv, price_in_per_mtok: priceIn, price_out_per_mtok: priceOut });
     } finally {
       save.disabled = false;
     }

@@ -101,7 +101,10 @@ export function routeForm(kind, existing, env, onSaved, onCancel) {
       else await (editing ? api.updateRoute(obj, item.raw) : api.createRoute(obj));
       onSaved(obj.name);
     } catch (e) {
-      if (!e.unauthorized) msg.error(e);
+      if (!e.unauthorized) {
+        msg.error(e, { model: nameIn, name: nameIn, slug: slugIn, strategy, max_loras: maxLoras,
+          targets: rows.querySelector('select'), members: rows.querySelector('select') });
+      }
     } finally {
       save.disabled = false;
     }
