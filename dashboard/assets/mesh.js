@@ -70,7 +70,7 @@ function render(root, view, status) {
       h('td', { class: 'converged' }, convergence(r))))));
 
   const engines = h('table', { class: 'table', id: 'engines' },
-    h('thead', {}, h('tr', {}, ['Engine', 'Running / waiting', 'KV usage', 'Resident blocks', 'KV events', 'LMCache', 'Adapters', 'Queue']
+    h('thead', {}, h('tr', {}, ['Engine', 'Running / waiting', 'Queued prefill', 'KV usage', 'Resident blocks', 'KV events', 'LMCache', 'Adapters', 'Queue']
       .map((c) => h('th', {}, c)))),
     h('tbody', {}, view.engines.map((e, i) => h('tr', { 'data-node': e.nodeId },
       h('td', {}, h('div', { class: 'strong' }, h('span', { class: 'dot', style: { background: colorOf(i) } }), e.nodeId),
@@ -78,6 +78,8 @@ function render(root, view, status) {
         h('div', { class: 'mono muted small' }, e.engineUrl)),
       h('td', { class: 'rw' }, h('span', { class: 'running' }, int(e.running)), h('span', { class: 'muted' }, ' / '),
         h('span', { class: ['waiting', e.waiting > 0 && 'hot'] }, int(e.waiting))),
+      h('td', { class: 'num nowrap prefill', title: 'prompt tokens this router estimates are waiting for prefill on the engine (its own requests without a first token plus the other routers\' gossiped sums)' },
+        e.queuedPrefill ? int(e.queuedPrefill) + ' tok' : h('span', { class: 'muted' }, '0')),
       h('td', {}, h('div', { class: 'meter-row' }, meter(e.kvUsage, e.kvUsage > 0.9 ? 'hot' : ''), h('span', { class: 'small' }, pct(e.kvUsage)))),
       h('td', { class: 'num blocks' }, int(e.residentBlocks)),
       h('td', { class: 'kvstate' }, stateBadge(e)),
