@@ -99,7 +99,8 @@ export function secretPanel(what, name, secret, onDone) {
 
 /** The badge on entries rolter.toml owns. */
 export function fileBadge() {
-  return badge('managed by rolter.toml', 'muted', 'This entry comes from rolter.toml; change it there and reload, not here.');
+  return badge('managed by rolter.toml', 'muted managed-file',
+    'Declared in rolter.toml: edit the file and raise its generation. The admin API refuses changes to it.');
 }
 
 /**
