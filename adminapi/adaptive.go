@@ -151,6 +151,7 @@ type routerView struct {
 	NodeID        string  `json:"node_id"`
 	RaftAddr      string  `json:"raft_addr,omitempty"`
 	AdminAddr     string  `json:"admin_addr,omitempty"`
+	Build         string  `json:"build,omitempty"`
 	RaftRole      string  `json:"raft_role"`
 	Voter         bool    `json:"voter"`
 	Alive         *bool   `json:"alive,omitempty"`
@@ -185,11 +186,30 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 				byID[ri.NodeID] = rv
 			}
 			alive := ri.Alive
-			rv.Alive, rv.AdminAddr = &alive, ri.AdminAddr
+			rv.Alive, rv.AdminAddr, rv.Build = &alive, ri.AdminAddr, ri.Build
 			if ri.NodeID != in.NodeID && ri.ConfigVersion > 0 { // 0: not known here
 				cv := ri.ConfigVersion
 				rv.ConfigVersion = &cv
 			}
+		}
+	}
+	// What each router says about itself over the telemetry channel
+	// fills what Raft and gossip do not know, so every row has an admin
+	// address, a build and an applied config version, gossip or not.
+	for id, m := range a.d.Telemetry.Nodes() {
+		rv, ok := byID[id]
+		if !ok {
+			continue
+		}
+		if rv.AdminAddr == "" {
+			rv.AdminAddr = m.AdminAddr
+		}
+		if rv.Build == "" {
+			rv.Build = m.Build
+		}
+		if rv.ConfigVersion == nil && m.ConfigVersion > 0 {
+			cv := m.ConfigVersion
+			rv.ConfigVersion = &cv
 		}
 	}
 	routers := make([]routerView, 0, len(byID))
@@ -209,6 +229,16 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 		"leader": in.Leader, "node_id": in.NodeID, "config_version": in.ConfigVersion, "routers": routers,
 		"engines": engines, "parked_targets": parked,
 	})
+}
+
+func (a *API) getRouteStats(w http.ResponseWriter, _ *http.Request, _ principal) {
+	writeJSON(w, http.StatusOK, a.d.Telemetry.RouteStats())
+}
+
+// whoami tells the caller its token's name and role, so the dashboard can
+// say what it may change before the server refuses.
+func (a *API) whoami(w http.ResponseWriter, _ *http.Request, p principal) {
+	writeJSON(w, http.StatusOK, map[string]string{"name": p.name, "role": p.role.String()})
 }
 
 func sortBy[T any](s []T, key func(T) string) {

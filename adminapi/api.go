@@ -13,7 +13,10 @@
 // POST /internal/adaptive-telemetry (itself included), so GET
 // /api/v1/adaptive-routing-telemetry on any router answers from local
 // memory with every node's rows; a router that restarts refills within
-// one push interval (15 s).
+// one push interval (15 s). The same report carries the router's route
+// stats ring (package routestats; GET /api/v1/route-stats folds every
+// router's) and its build, admin address and applied config version (GET
+// /api/v1/cluster).
 package adminapi
 
 import (
@@ -52,6 +55,7 @@ type ClusterInfo interface {
 type RouterInfo struct {
 	NodeID        string `json:"node_id"`
 	AdminAddr     string `json:"admin_addr,omitempty"`
+	Build         string `json:"build,omitempty"`
 	Alive         bool   `json:"alive"`
 	ConfigVersion uint64 `json:"config_version"` // 0: not known
 }
@@ -192,6 +196,8 @@ func (a *API) routes() {
 	v.Handle("/cluster", a.auth(cluster.RoleViewer, a.getCluster)).Methods(http.MethodGet)
 	v.Handle("/config/diff", a.auth(cluster.RoleAdmin, a.configDiff)).Methods(http.MethodPost)
 	v.Handle("/config/apply", a.auth(cluster.RoleAdmin, a.configApply)).Methods(http.MethodPost)
+	v.Handle("/route-stats", a.auth(cluster.RoleViewer, a.getRouteStats)).Methods(http.MethodGet)
+	v.Handle("/whoami", a.auth(cluster.RoleViewer, a.whoami)).Methods(http.MethodGet)
 
 	v.Handle("/providers", a.auth(cluster.RoleViewer, a.listProviders)).Methods(http.MethodGet)
 	v.Handle("/providers", a.auth(cluster.RoleAdmin, a.createProvider)).Methods(http.MethodPost)

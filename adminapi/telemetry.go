@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rolter/rolter/routestats"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -63,18 +64,36 @@ type RouteSample struct {
 
 // Report is the body of POST /internal/adaptive-telemetry: the current
 // state of every adaptive route on the reporting router (empty: it has
-// none any more).
+// none any more), its route stats (GET /api/v1/route-stats) and who it
+// is (GET /api/v1/cluster shows the build and admin address).
 type Report struct {
 	Routes []RouteSample `json:"routes"`
+	// Stats is the router's routestats ring (omitted: no traffic).
+	Stats []routestats.Route `json:"route_stats,omitempty"`
+	// Build and AdminAddr describe the reporting router; ConfigVersion is
+	// the config_version its data plane runs (0: not known).
+	Build         string `json:"build,omitempty"`
+	AdminAddr     string `json:"admin_addr,omitempty"`
+	ConfigVersion uint64 `json:"config_version,omitempty"`
 }
 
 // Telemetry is the in-memory table of the newest report per (node,
-// route). Safe for concurrent use.
+// route), plus each node's newest route stats and self-description. Safe
+// for concurrent use.
 type Telemetry struct {
 	now func() time.Time
 	mu  sync.Mutex
 	// rows[node][model]
 	rows map[string]map[string]row
+	// nodes[node]: the rest of the node's newest report.
+	nodes map[string]nodeReport
+}
+
+type nodeReport struct {
+	stats            []routestats.Route
+	build, adminAddr string
+	configVersion    uint64
+	reportedAt       time.Time
 }
 
 type row struct {
@@ -87,7 +106,7 @@ func NewTelemetry(now func() time.Time) *Telemetry {
 	if now == nil {
 		now = time.Now
 	}
-	return &Telemetry{now: now, rows: map[string]map[string]row{}}
+	return &Telemetry{now: now, rows: map[string]map[string]row{}, nodes: map[string]nodeReport{}}
 }
 
 // Put replaces node's rows with rep (an empty report clears them),
@@ -105,6 +124,15 @@ func (t *Telemetry) Put(node string, rep Report) {
 		}
 		m[r.Model] = row{sample: r, reportedAt: now}
 	}
+	stats := rep.Stats
+	if len(stats) > MaxReportRoutes {
+		stats = stats[:MaxReportRoutes]
+	}
+	for i := range stats {
+		if len(stats[i].Targets) > MaxReportTargets {
+			stats[i].Targets = stats[i].Targets[:MaxReportTargets]
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(m) == 0 {
@@ -112,7 +140,48 @@ func (t *Telemetry) Put(node string, rep Report) {
 	} else {
 		t.rows[node] = m
 	}
+	if len(stats) > 0 || rep.Build != "" || rep.AdminAddr != "" {
+		t.nodes[node] = nodeReport{stats: stats, build: rep.Build, adminAddr: rep.AdminAddr, configVersion: rep.ConfigVersion, reportedAt: now}
+	} else {
+		delete(t.nodes, node)
+	}
 	t.pruneLocked(now)
+}
+
+// RouteStats folds the route stats every router reported in the last
+// FreshWindow into the mesh's view.
+func (t *Telemetry) RouteStats() routestats.View {
+	now := t.now()
+	reports := map[string][]routestats.Route{}
+	t.mu.Lock()
+	for node, r := range t.nodes {
+		if now.Sub(r.reportedAt) <= FreshWindow && len(r.stats) > 0 {
+			reports[node] = r.stats
+		}
+	}
+	t.mu.Unlock()
+	return routestats.Summarize(now, reports)
+}
+
+// NodeMeta is what a router said about itself in its newest fresh report.
+type NodeMeta struct {
+	Build, AdminAddr string
+	ConfigVersion    uint64 // 0: not reported
+}
+
+// Nodes returns the self-description of every router that reported
+// within FreshWindow.
+func (t *Telemetry) Nodes() map[string]NodeMeta {
+	now := t.now()
+	out := map[string]NodeMeta{}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for node, r := range t.nodes {
+		if now.Sub(r.reportedAt) <= FreshWindow {
+			out[node] = NodeMeta{Build: r.build, AdminAddr: r.adminAddr, ConfigVersion: r.configVersion}
+		}
+	}
+	return out
 }
 
 func (t *Telemetry) pruneLocked(now time.Time) {
@@ -124,6 +193,11 @@ func (t *Telemetry) pruneLocked(now time.Time) {
 		}
 		if len(m) == 0 {
 			delete(t.rows, node)
+		}
+	}
+	for node, r := range t.nodes {
+		if now.Sub(r.reportedAt) > PruneAfter {
+			delete(t.nodes, node)
 		}
 	}
 }
@@ -222,18 +296,34 @@ type TelemetrySource interface {
 	AdaptiveTelemetry() []RouteSample
 }
 
+// StatsSource is a TelemetrySource that also reports route stats (checked
+// by type assertion; router.Server's RouteStats has this shape).
+type StatsSource interface {
+	RouteStats() []routestats.Route
+}
+
+// VersionSource is a TelemetrySource that also reports the config_version
+// its data plane runs (checked by type assertion, like router.Server's
+// ConfigVersion).
+type VersionSource interface {
+	ConfigVersion() uint64
+}
+
 // Endpoints lists the admin base URLs ("http://host:port") of the routers
 // to report to (from the gossip inventory).
 type Endpoints interface {
 	TelemetryEndpoints() []string
 }
 
-// Pusher reports this router's adaptive telemetry every PushInterval to
-// its own table and to every other router.
+// Pusher reports this router's adaptive telemetry and route stats every
+// PushInterval to its own table and to every other router.
 type Pusher struct {
 	NodeID        string
 	InternalToken string
 	Source        TelemetrySource
+	// Build and AdminAddr describe this router in every report; a Pusher
+	// with either set reports even when it has nothing else to say.
+	Build, AdminAddr string
 	// Local is this router's table (written directly); Peers the other
 	// routers (may be nil).
 	Local  *Telemetry
@@ -241,7 +331,7 @@ type Pusher struct {
 	Client *http.Client
 	Logger *slog.Logger
 
-	hadRoutes bool
+	hadContent bool
 }
 
 // Run pushes until ctx ends.
@@ -258,20 +348,27 @@ func (p *Pusher) Run(ctx context.Context) {
 	}
 }
 
-// PushOnce takes one sample and reports it. A router with no adaptive
-// route sends nothing, except one empty report right after its last
-// adaptive route went away (clearing its rows everywhere).
+// PushOnce takes one sample and reports it. A router with nothing to say
+// (no adaptive route, no route stats, no Build or AdminAddr) sends
+// nothing, except one empty report right after its last adaptive route or
+// stats went away (clearing its rows everywhere).
 func (p *Pusher) PushOnce(ctx context.Context) {
 	log := p.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	routes := p.Source.AdaptiveTelemetry()
-	if len(routes) == 0 && !p.hadRoutes {
+	rep := Report{Routes: p.Source.AdaptiveTelemetry(), Build: p.Build, AdminAddr: p.AdminAddr}
+	if ss, ok := p.Source.(StatsSource); ok {
+		rep.Stats = ss.RouteStats()
+	}
+	if vs, ok := p.Source.(VersionSource); ok {
+		rep.ConfigVersion = vs.ConfigVersion()
+	}
+	has := len(rep.Routes) > 0 || len(rep.Stats) > 0 || rep.Build != "" || rep.AdminAddr != ""
+	if !has && !p.hadContent {
 		return
 	}
-	p.hadRoutes = len(routes) > 0
-	rep := Report{Routes: routes}
+	p.hadContent = has
 	if p.Local != nil && p.NodeID != "" {
 		p.Local.Put(p.NodeID, rep)
 	}

@@ -46,6 +46,7 @@ type fakeEngine struct {
 	KVEvents         bool     `json:"kv_events"`
 	LMCache          bool     `json:"lmcache"`
 	HitRate          *float64 `json:"prefix_cache_hit_rate"`
+	QueuedPrefill    int      `json:"queued_prefill_tokens"`
 }
 
 type fakeTarget struct {
@@ -167,7 +168,7 @@ func newFakeAdmin(token string) *fakeAdmin {
 	}
 	f.engines = []fakeEngine{
 		{NodeID: "gpu-a1", EngineURL: "http://10.0.1.21:8000", Models: []string{llama}, State: "EXACT", AgeMS: 420, KVEvents: true,
-			Adapters: []string{"sql-lora", "support-v3"}, ResidentBlocks: 18432},
+			Adapters: []string{"sql-lora", "support-v3"}, ResidentBlocks: 18432, QueuedPrefill: 12800},
 		{NodeID: "gpu-a2", EngineURL: "http://10.0.1.22:8000", Models: []string{llama}, State: "EXACT", AgeMS: 810, KVEvents: true,
 			Adapters: []string{"support-v3"}, ResidentBlocks: 16120},
 		{NodeID: "gpu-a3", EngineURL: "http://10.0.1.23:8000", Models: []string{llama}, State: "STALE", AgeMS: 94000, KVEvents: false,

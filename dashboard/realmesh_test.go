@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
@@ -99,6 +100,10 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 		n.Publisher().Apply(mesh.ResidencyDelta{Added: keys(1000*i, e.blocks), State: mesh.StateExact})
 		n.Publisher().SetStatus(e.status)
 	}
+	// An engine no provider points at yet: the route form offers it.
+	if _, err := h.AddSidecar(t.Context(), "gpu-d", "http://127.0.0.1:18003", "chat-d"); err != nil {
+		t.Fatal(err)
+	}
 	view := h.Routers[0].View()
 
 	api := adminapi.New(adminapi.Deps{Store: c.Node(node), Cluster: c.Node(node), InternalToken: internal, Engines: adminapi.MeshEngines{View: view}})
@@ -108,6 +113,11 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	p.base = srv.URL
+	// The serving router describes itself over the telemetry channel; the
+	// other two Raft nodes run no router here, so they report nothing.
+	self := &adminapi.Pusher{NodeID: c.Node(node).Info().NodeID, Source: noAdaptive{}, Local: api.Telemetry(),
+		Build: "v0.9.0-test", AdminAddr: strings.TrimPrefix(srv.URL, "http://")}
+	self.PushOnce(t.Context())
 
 	p.signIn("#/mesh")
 	row := func(name string) string { return fmt.Sprintf(`#engines tr[data-node=%q]`, name) }
@@ -133,6 +143,9 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 			t.Errorf("routers table lacks %s:\n%s", id, routers)
 		}
 	}
+	selfRow := fmt.Sprintf(`#routers tr[data-node=%q]`, self.NodeID)
+	p.waitText(selfRow+" .admin-addr", self.AdminAddr)
+	p.waitText(selfRow+" .build", "v0.9.0-test")
 
 	// Live: what the sidecars publish next reaches the table without a
 	// reload (the marker set on this document survives).
@@ -174,12 +187,34 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 		}
 	}
 
+	// A route over the engine the mesh discovered: saving creates its
+	// provider (named after the engine, api_base its URL + /v1) first.
+	p.waitText(`section.editor[data-key="chat"]`, "gpu-a")
+	p.run("new route", chromedp.Click(chromedp.CSS("#new-route")))
+	p.waitText("#route-targets", "gpu-d ·")
+	if opts := p.text("#route-targets .target-provider"); !strings.Contains(opts, "gpu-d · http://127.0.0.1:18003") || strings.Contains(opts, "gpu-a ·") {
+		t.Errorf("engine options: want gpu-d only (the others have providers):\n%s", opts)
+	}
+	p.run("type route", chromedp.SendKeys(chromedp.CSS("#route-name"), "chat-d"))
+	p.setValue("#route-targets tr:nth-child(1) .target-provider", "e:0")
+	p.run("save route", chromedp.Click(chromedp.CSS("#route-save")))
+	p.waitText(`section.editor[data-key="chat-d"]`, "gpu-d")
+	waitState(t, c, node, func(s *cluster.State) bool {
+		r, pr := s.Routes["chat-d"], s.Providers["gpu-d"]
+		return pr.APIBase == "http://127.0.0.1:18003/v1" && len(r.Targets) == 1 && r.Targets[0].Provider == "gpu-d"
+	})
+
 	if *screenshotDir != "" {
 		evalJS[string](p, `location.hash = '#/mesh'`)
 		p.waitText(row("gpu-c")+" td.kvstate", "STALE")
 		meshScreenshot(t, p, h, engines[:2])
 	}
 }
+
+// noAdaptive is a telemetry source with no adaptive route.
+type noAdaptive struct{}
+
+func (noAdaptive) AdaptiveTelemetry() []adminapi.RouteSample { return nil }
 
 // meshScreenshot lets the live sidecars' queues move for a while, so the
 // charts draw from real polls, then saves the Mesh screen.

@@ -71,6 +71,9 @@ func TestMeshShowsLiveEngines(t *testing.T) {
 	if got := p.text(`#engines tr[data-node="gpu-a1"] td.blocks`); got != "18,432" {
 		t.Errorf("gpu-a1 resident blocks = %q, want 18,432", got)
 	}
+	if got := p.text(`#engines tr[data-node="gpu-a1"] td.prefill`); got != "12,800 tok" {
+		t.Errorf("gpu-a1 queued prefill = %q, want 12,800 tok", got)
+	}
 
 	// Routers: role, applied version, convergence.
 	if got := p.text(`#routers tr[data-node="router-1"]`); !strings.Contains(got, "leader") || !strings.Contains(got, "converged") {

@@ -100,6 +100,83 @@ func TestRaftClusterAcceptance(t *testing.T) {
 	}
 	t.Logf("adaptive telemetry of all %d routers readable on each", len(c.Routers))
 
+	// The route page's figures ride the same push: chats sent through
+	// every router add up on each, and each router's row in the cluster
+	// view carries its admin address and build.
+	const chats = 30
+	for i := range chats {
+		r := c.Routers[i%len(c.Routers)]
+		code, b, err := Do(ctx, http.MethodPost, r.API+"/v1/chat/completions", "",
+			`{"model":"chat","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("chat via %s: %d %v %.200s", r.ID, code, err, b)
+		}
+	}
+	start := time.Now()
+	err = Eventually(40*time.Second, 500*time.Millisecond, func() error {
+		for _, r := range c.Routers {
+			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/route-stats", c.Token, "")
+			if err != nil || code != http.StatusOK {
+				return fmt.Errorf("%s route-stats: %d %v", r.ID, code, err)
+			}
+			var v struct {
+				Routes []struct {
+					Pool    string   `json:"pool"`
+					Nodes   []string `json:"nodes"`
+					Windows map[string]struct {
+						Requests int `json:"requests"`
+					} `json:"windows"`
+				} `json:"routes"`
+			}
+			if err := json.Unmarshal(b, &v); err != nil {
+				return err
+			}
+			found := false
+			for _, rv := range v.Routes {
+				if rv.Pool == "chat" {
+					found = true
+					if len(rv.Nodes) != len(c.Routers) || rv.Windows["5m"].Requests < chats {
+						return fmt.Errorf("%s route-stats for chat: %d routers, %d requests", r.ID, len(rv.Nodes), rv.Windows["5m"].Requests)
+					}
+				}
+			}
+			if !found {
+				return fmt.Errorf("%s route-stats lacks chat: %s", r.ID, b)
+			}
+			code, b, err = Do(ctx, http.MethodGet, r.Admin+"/api/v1/cluster", c.Token, "")
+			if err != nil || code != http.StatusOK {
+				return fmt.Errorf("%s cluster: %d %v", r.ID, code, err)
+			}
+			var cv struct {
+				Routers []struct {
+					NodeID    string `json:"node_id"`
+					AdminAddr string `json:"admin_addr"`
+					Build     string `json:"build"`
+				} `json:"routers"`
+			}
+			if err := json.Unmarshal(b, &cv); err != nil {
+				return err
+			}
+			for _, row := range cv.Routers {
+				var want string
+				for _, o := range c.Routers {
+					if o.ID == row.NodeID {
+						want = strings.TrimPrefix(o.Admin, "http://")
+					}
+				}
+				if row.AdminAddr != want || row.Build == "" {
+					return fmt.Errorf("%s cluster row %s: admin_addr %q (want %q), build %q", r.ID, row.NodeID, row.AdminAddr, want, row.Build)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("route stats of %d chats through %d routers summed on each after %v; every cluster row has its admin address and build",
+		chats, len(c.Routers), time.Since(start).Round(100*time.Millisecond))
+
 	res, err := LeaderKill(ctx, c, 200, 100, "chat")
 	t.Logf("killed leader %s; new leader %s after %v; writes acked %d, lost %d, duplicated %d, unacked %d, retries %d; "+
 		"chat requests to survivors during the run %d, failed %d %v",

@@ -29,6 +29,8 @@ var AdminEndpoints = []Endpoint{
 	{"GET", "/api/v1/cluster", "viewer"},
 	{"POST", "/api/v1/config/diff", "admin"},
 	{"POST", "/api/v1/config/apply", "admin"},
+	{"GET", "/api/v1/route-stats", "viewer"},
+	{"GET", "/api/v1/whoami", "viewer"},
 	{"GET", "/api/v1/providers", "viewer"},
 	{"POST", "/api/v1/providers", "admin"},
 	{"GET", "/api/v1/providers/{name}", "viewer"},

@@ -156,6 +156,10 @@ type attempt struct {
 	prefill   uint64
 	prefillAt *strategies.TargetStats
 	ctl       *http.ResponseController // nil: relay makes one
+	// attempts, firstByte and tail feed the route stats (routestats.go).
+	attempts  int
+	firstByte time.Time
+	tail      usageTail
 
 	// Storage behind req, rc, tried and loads for the usual request.
 	reqv      request
@@ -402,6 +406,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 			PromptTokens: a.rc.PromptTokens, At: now})
 		inflight.Dec()
 		s.metrics.targetOutcome(t, outcome).Inc()
+		a.recordStats(t, success, begin, now)
 	}
 
 	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)
@@ -588,11 +593,13 @@ func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bo
 			if first {
 				first = false
 				a.releasePrefill() // the engine has prefilled the prompt
-				s.metrics.requestTTFT(a.res.pool).Observe(ms(s.clock.Now().Sub(a.start)))
+				a.firstByte = s.clock.Now()
+				s.metrics.requestTTFT(a.res.pool).Observe(ms(a.firstByte.Sub(a.start)))
 			}
 			if _, werr := a.w.Write(buf[:n]); werr != nil {
 				return statusClientClosed, false, "canceled"
 			}
+			a.tail.write(buf[:n])
 			if sse {
 				if ferr := rc.Flush(); ferr != nil {
 					return statusClientClosed, false, "canceled"

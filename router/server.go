@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/routestats"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -83,6 +84,8 @@ type Server struct {
 	policy  *strategies.PolicyHolder
 	metrics *metrics
 	health  *healthManager
+	// routeStats is the route page's in-memory ring (routestats.go).
+	routeStats *routestats.Ring
 
 	snap     atomic.Pointer[snapshot]
 	budget   atomic.Pointer[retryBudget]
@@ -143,6 +146,7 @@ func New(o Options) *Server {
 	}
 	s.metrics = newMetrics(s.reg)
 	s.reg.MustRegister(prefillCollector{s})
+	s.routeStats = routestats.NewRing(s.clock.Now)
 	s.reg.MustRegister(newAdaptiveCollector(s))
 	s.health = newHealthManager(s, o.NewTicker)
 	s.budget.Store(newRetryBudget(0.2, minRetryBurst))

@@ -24,6 +24,7 @@ import (
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/dashboard"
 	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/routestats"
 	"github.com/rolter/rolter/scrape"
 )
 
@@ -438,6 +439,14 @@ func (cp *controlPlane) AdaptiveTelemetry() []adminapi.RouteSample {
 	}
 	return out
 }
+
+// RouteStats implements adminapi.StatsSource: the data plane's route
+// stats ring.
+func (cp *controlPlane) RouteStats() []routestats.Route { return cp.srv.RouteStats() }
+
+// ConfigVersion implements adminapi.VersionSource: the config_version the
+// data plane runs.
+func (cp *controlPlane) ConfigVersion() uint64 { return cp.srv.ConfigVersion() }
 
 // staticEndpoints is adminapi.Endpoints over --peer-admin.
 type staticEndpoints []string

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/routestats"
 )
 
 // eventually polls check every 20 ms until it returns nil or timeout
@@ -297,6 +299,16 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 		if len(view.Routes) != 1 || view.Routes[0].Model != "adapt" || len(view.Routes[0].Nodes) != 1 ||
 			view.Routes[0].Nodes[0].NodeID != "r1" || len(view.Routes[0].Nodes[0].Targets) != 2 {
 			t.Fatalf("telemetry: %s", out)
+		}
+		// The same push carried the data plane's route stats.
+		stats := expectStatus(t, http.StatusOK, http.MethodGet, r.admin+"/api/v1/route-stats", r.token, "")
+		var sv routestats.View
+		if err := json.Unmarshal([]byte(stats), &sv); err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(sv.Routes, func(rv routestats.RouteView) bool { return rv.Pool == "adapt" }); i < 0 ||
+			sv.Routes[i].Windows["5m"].Requests == 0 || len(sv.Routes[i].Windows["5m"].Targets) == 0 {
+			t.Fatalf("route stats lack the adaptive route's traffic: %s", stats)
 		}
 	})
 

@@ -479,7 +479,7 @@ func (m *meshInventory) TelemetryEndpoints() []string {
 func (m *meshInventory) Routers() []adminapi.RouterInfo {
 	out := []adminapi.RouterInfo{{NodeID: m.self, Alive: true}}
 	for _, r := range m.routers() {
-		ri := adminapi.RouterInfo{NodeID: r.info.NodeID, Alive: r.present, ConfigVersion: r.info.ConfigVersion}
+		ri := adminapi.RouterInfo{NodeID: r.info.NodeID, Alive: r.present, ConfigVersion: r.info.ConfigVersion, Build: r.info.Build}
 		if r.info.AdminAddr != "" {
 			ri.AdminAddr = hostFrom(r.info.AdminAddr, r.info.Address)
 		}

@@ -111,6 +111,13 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if peerClient != nil {
 		cp.pusher.Client = peerClient
 	}
+	// Every router reports its build and a dialable admin address over the
+	// telemetry channel, so the Mesh page has both for each row.
+	advertise := sc.Advertise
+	if advertise == "" {
+		advertise = sc.RaftAddr
+	}
+	cp.pusher.Build, cp.pusher.AdminAddr = version, hostFrom(admin.Addr().String(), advertise)
 	hup, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
 	go reloadOnHUP(hup, *cfgPath, log, cp.setBase)

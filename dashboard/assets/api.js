@@ -23,6 +23,13 @@ export const PATHS = {
   telemetry: '/api/v1/adaptive-routing-telemetry',
   audit: '/api/v1/audit',
   strategies: '/api/v1/strategies',
+  whoami: '/api/v1/whoami',
+  provider: (name) => '/api/v1/providers/' + encodeURIComponent(name),
+  keys: '/api/v1/keys',
+  key: (name) => '/api/v1/keys/' + encodeURIComponent(name),
+  tokens: '/api/v1/admin-tokens',
+  token: (name) => '/api/v1/admin-tokens/' + encodeURIComponent(name),
+  routeStats: '/api/v1/route-stats',
 };
 
 /** An admin API failure: HTTP status plus the server's error object. */
@@ -83,6 +90,14 @@ async function request(method, path, body, tok) {
 
 // ---- shapes: server JSON -> UI objects ---------------------------------
 
+/**
+ * Whether an entry is owned by rolter.toml and so cannot be changed
+ * through the admin API. The one place that reads the server's marker:
+ * adminapi flags such entries "readonly" today (and "managed_by": "file"
+ * where it says who owns an entry).
+ */
+export function fileOwned(j) { return !!(j && (j.readonly || j.managed_by === 'file')); }
+
 const num = (v, d = 0) => (typeof v === 'number' && isFinite(v) ? v : d);
 const numOrNull = (v) => (typeof v === 'number' && isFinite(v) ? v : null);
 const arr = (v) => (Array.isArray(v) ? v : []);
@@ -91,7 +106,7 @@ const list = (j, name) => arr(j && (Array.isArray(j.data) ? j.data : j[name]));
 
 /**
  * GET /api/v1/cluster → {leader, config_version,
- *   routers:[{node_id, address | admin_addr | raft_addr, build, raft_role,
+ *   routers:[{node_id, address | admin_addr, raft_addr, build, raft_role,
  *     applied_config_version | config_version (null: unknown), alive}],
  *   engines:[{node_id, engine_url, models, state, age_ms, resident_blocks,
  *     running, waiting, kv_usage, lmcache_occupancy, adapters, kv_events,
@@ -106,7 +121,10 @@ export function fromCluster(j) {
     configVersion: num(j.config_version),
     routers: arr(j.routers).map((r) => ({
       nodeId: r.node_id || '',
-      address: r.address || r.admin_addr || r.raft_addr || '',
+      // the admin address for every row (what an operator opens); Raft's
+      // beside it
+      address: r.address || r.admin_addr || '',
+      raftAddr: r.raft_addr || '',
       build: r.build || '',
       raftRole: (r.raft_role || 'unknown').toLowerCase(),
       appliedConfigVersion: numOrNull(r.applied_config_version !== undefined ? r.applied_config_version : r.config_version),
@@ -154,7 +172,10 @@ export function fromRoute(r) {
     strategy: r.strategy || '',
     targets: arr(r.targets).map(fromTarget),
     discover: !!r.discover,
-    readonly: !!r.readonly || r.managed_by === 'file',
+    maxLoras: num(r.max_loras),
+    // null: this admin API has no enabled flag
+    enabled: typeof r.enabled === 'boolean' ? r.enabled : null,
+    readonly: fileOwned(r),
     managedBy: managedBy(r),
   };
 }
@@ -169,7 +190,9 @@ export function fromGroup(g) {
     strategy: g.strategy || '',
     targets: arr(g.members).map(fromTarget),
     discover: false,
-    readonly: !!g.readonly || g.managed_by === 'file',
+    maxLoras: num(g.max_loras),
+    enabled: typeof g.enabled === 'boolean' ? g.enabled : null,
+    readonly: fileOwned(g),
     managedBy: managedBy(g),
   };
 }
@@ -177,12 +200,126 @@ export function fromGroup(g) {
 /** GET /api/v1/providers → {providers:[{name, api_base, price_in_per_mtok, price_out_per_mtok, readonly}]}. */
 export function fromProvider(p) {
   return {
+    raw: p,
     name: p.name || '',
     apiBase: p.api_base || '',
+    apiKeyEnv: p.api_key_env || '',
     priceIn: num(p.price_in_per_mtok),
     priceOut: num(p.price_out_per_mtok),
-    readonly: !!p.readonly || p.managed_by === 'file',
+    readonly: fileOwned(p),
     managedBy: managedBy(p),
+  };
+}
+
+/** The POST/PUT body of a provider (prices as typed: the server validates). */
+export function toProviderBody(p) {
+  const body = { name: p.name, api_base: p.apiBase, price_in_per_mtok: p.priceIn, price_out_per_mtok: p.priceOut };
+  if (p.apiKeyEnv) body.api_key_env = p.apiKeyEnv;
+  return body;
+}
+
+function toTargets(ts) {
+  return ts.map((t) => {
+    const o = { provider: t.provider, weight: t.weight };
+    if (t.model) o.model = t.model;
+    return o;
+  });
+}
+
+/**
+ * The POST/PUT body of a route or group from the full editor. Fields this
+ * UI does not edit are sent back as the server sent them (raw).
+ */
+export function toRouteBody(r, raw) {
+  const body = Object.assign(JSON.parse(JSON.stringify(raw || {})),
+    { model: r.model, strategy: r.strategy, targets: toTargets(r.targets), discover: !!r.discover, max_loras: r.maxLoras || 0 });
+  if (typeof r.enabled === 'boolean') body.enabled = r.enabled; // only sent where the API has it
+  delete body.readonly;
+  return body;
+}
+
+export function toGroupBody(g, raw) {
+  const body = Object.assign(JSON.parse(JSON.stringify(raw || {})),
+    { name: g.name, slug: g.slug, strategy: g.strategy, members: toTargets(g.targets), max_loras: g.maxLoras || 0 });
+  if (typeof g.enabled === 'boolean') body.enabled = g.enabled;
+  delete body.readonly;
+  return body;
+}
+
+/**
+ * GET /api/v1/keys → {data:[{name, models, providers?, readonly, created_at}]};
+ * POST answers the secret once. providers (the provider allowlist) is null
+ * where this admin API has none.
+ */
+export function fromKey(k) {
+  return {
+    name: k.name || '',
+    models: arr(k.models),
+    providers: Array.isArray(k.providers) ? k.providers : null,
+    createdAt: k.created_at || '',
+    readonly: fileOwned(k),
+    secret: k.secret || '',
+  };
+}
+
+/** GET /api/v1/admin-tokens → {data:[{name, role, readonly}]}; POST answers the secret once. */
+export function fromToken(t) {
+  return { name: t.name || '', role: t.role || '', readonly: fileOwned(t), secret: t.secret || '' };
+}
+
+/** GET /api/v1/whoami → {name, role}. */
+export function fromWhoami(j) {
+  j = j || {};
+  return { name: j.name || '', role: j.role || '' };
+}
+
+function fromWindow(w) {
+  w = w || {};
+  return {
+    seconds: num(w.seconds),
+    stepSeconds: num(w.step_seconds, 10),
+    requests: num(w.requests),
+    rps: num(w.requests_per_sec),
+    attempts: num(w.attempts),
+    errors: num(w.errors),
+    retries: num(w.retries),
+    errorRate: num(w.error_rate),
+    targets: arr(w.targets).map((t) => ({
+      target: t.target || '',
+      provider: t.provider || '',
+      attempts: num(t.attempts),
+      errors: num(t.errors),
+      retries: num(t.retries),
+      share: num(t.share),
+      errorRate: num(t.error_rate),
+      ttftP50: numOrNull(t.ttft_p50_ms),
+      ttftP90: numOrNull(t.ttft_p90_ms),
+      latencyP50: numOrNull(t.latency_p50_ms),
+      latencyP90: numOrNull(t.latency_p90_ms),
+      hitRate: numOrNull(t.prefix_cache_hit_rate),
+      points: arr(t.points).map((p) => ({ t: num(p.t), attempts: num(p.attempts), errors: num(p.errors), latencyP50: numOrNull(p.latency_p50_ms) })),
+    })),
+  };
+}
+
+/**
+ * GET /api/v1/route-stats → {generated_at, routes:[{pool, nodes,
+ *   windows:{"5m"|"60m": {seconds, step_seconds, requests,
+ *   requests_per_sec, attempts, errors, retries, error_rate,
+ *   targets:[{target, provider, attempts, errors, retries, share,
+ *   error_rate, ttft_p50_ms, ttft_p90_ms, latency_p50_ms, latency_p90_ms,
+ *   prefix_cache_hit_rate (null: the engine reported no cached tokens),
+ *   points:[{t, attempts, errors, latency_p50_ms}]}]}}}]}
+ */
+export function fromRouteStats(j) {
+  j = j || {};
+  return {
+    generatedAt: j.generated_at || '',
+    routes: arr(j.routes).map((r) => ({
+      pool: r.pool || '',
+      nodes: arr(r.nodes),
+      windows: { '5m': fromWindow((r.windows || {})['5m']), '60m': fromWindow((r.windows || {})['60m']) },
+    })),
   };
 }
 
@@ -336,6 +473,43 @@ export async function saveRoute(route, edits) {
 export async function saveGroup(group, edits) {
   return fromGroup(await request('PUT', PATHS.group(group.name), withEdits(group.raw, 'members', edits)));
 }
+
+/** POST /api/v1/routes (create) or PUT /api/v1/routes/{model} (update). */
+export async function createRoute(r) { return fromRoute(await request('POST', PATHS.routes, toRouteBody(r))); }
+export async function updateRoute(r, raw) { return fromRoute(await request('PUT', PATHS.route(r.model), toRouteBody(r, raw))); }
+export async function deleteRoute(model) { await request('DELETE', PATHS.route(model)); }
+export async function createGroup(g) { return fromGroup(await request('POST', PATHS.groups, toGroupBody(g))); }
+export async function updateGroup(g, raw) { return fromGroup(await request('PUT', PATHS.group(g.name), toGroupBody(g, raw))); }
+export async function deleteGroup(name) { await request('DELETE', PATHS.group(name)); }
+
+export async function createProvider(p) { return fromProvider(await request('POST', PATHS.providers, toProviderBody(p))); }
+export async function updateProvider(p) { return fromProvider(await request('PUT', PATHS.provider(p.name), toProviderBody(p))); }
+export async function deleteProvider(name) { await request('DELETE', PATHS.provider(name)); }
+
+export async function keys() { return list(await request('GET', PATHS.keys), 'keys').map(fromKey); }
+/** POST /api/v1/keys {name, models[, providers]}: the answer carries the secret, this once. */
+export async function createKey(name, models, providers) {
+  const body = { name, models };
+  if (providers) body.providers = providers; // only where the API has provider allowlists
+  return fromKey(await request('POST', PATHS.keys, body));
+}
+export async function deleteKey(name) { await request('DELETE', PATHS.key(name)); }
+
+export async function tokens() { return list(await request('GET', PATHS.tokens), 'tokens').map(fromToken); }
+export async function createToken(name, role) { return fromToken(await request('POST', PATHS.tokens, { name, role })); }
+export async function deleteToken(name) { await request('DELETE', PATHS.token(name)); }
+
+/** Who the stored token is; null when the server has no whoami endpoint. */
+export async function whoami() {
+  try {
+    return fromWhoami(await request('GET', PATHS.whoami));
+  } catch (e) {
+    if (e instanceof ApiError && (e.status === 404 || e.status === 405)) return null;
+    throw e;
+  }
+}
+
+export async function routeStats() { return fromRouteStats(await request('GET', PATHS.routeStats)); }
 
 export async function policy() { return fromPolicy(await request('GET', PATHS.policy)); }
 export async function savePolicy(p) { return fromPolicy(await request('PUT', PATHS.policy, toPolicyBody(p))); }

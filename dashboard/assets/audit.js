@@ -11,7 +11,7 @@ function detailText(d) {
   try { return JSON.stringify(d); } catch { return String(d); }
 }
 
-export function mount(root) {
+export function mount(root, ctx) {
   let stopped = false;
   let entries = [];
   const filter = h('input', { type: 'search', id: 'audit-filter', placeholder: 'Filter by actor, action or resource', class: 'search' });
@@ -51,7 +51,8 @@ export function mount(root) {
   replace(root,
     h('header', { class: 'screen-head' },
       h('div', {}, h('h1', {}, 'Audit log'), h('p', { class: 'muted' }, 'Every change made through the admin API, newest first.')),
-      h('button', { class: 'btn ghost', id: 'audit-refresh', onclick: load }, 'Refresh')),
+      h('button', Object.assign({ class: 'btn ghost', id: 'audit-refresh', onclick: load },
+        ctx && ctx.role === 'viewer' ? { disabled: true, title: 'the audit log needs the admin role' } : {}), 'Refresh')),
     h('section', { class: 'card' }, filter, body));
   load();
   return () => { stopped = true; };

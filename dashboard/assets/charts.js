@@ -15,19 +15,21 @@ function niceMax(v) {
 /**
  * lineChart draws one line per series over a shared time axis.
  * series: [{name, color, points: [{t (ms), v}]}]; opts.max fixes the y
- * range (e.g. 1 for ratios); opts.format labels the y axis.
+ * range (e.g. 1 for ratios); opts.format labels the y axis; opts.from and
+ * opts.to (ms) fix the time axis; opts.left widens the y-label margin.
  */
 export function lineChart(series, opts = {}) {
-  const W = 560, H = 160, L = 40, R = 8, T = 10, B = 22;
+  const W = 560, H = 160, L = opts.left || 40, R = 8, T = 10, B = 22;
   const pts = series.flatMap((x) => x.points);
   const root = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': opts.label || 'chart' });
   if (pts.length === 0) {
     root.appendChild(s('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'chart-empty' }, opts.empty || 'No data yet'));
     return root;
   }
-  const tMax = Math.max(...pts.map((p) => p.t));
-  // the axis spans the history actually held, up to the window
-  const tMin = Math.max(tMax - (opts.windowMs || 300000), Math.min(...pts.map((p) => p.t)));
+  // the axis spans opts.from..opts.to when given, else the history
+  // actually held, up to the window
+  const tMax = opts.to !== undefined ? opts.to : Math.max(...pts.map((p) => p.t));
+  const tMin = opts.from !== undefined ? opts.from : Math.max(tMax - (opts.windowMs || 300000), Math.min(...pts.map((p) => p.t)));
   const yMax = opts.max || niceMax(Math.max(...pts.map((p) => p.v)));
   const x = (t) => L + ((t - tMin) / Math.max(1, tMax - tMin)) * (W - L - R);
   const y = (v) => T + (1 - v / yMax) * (H - T - B);

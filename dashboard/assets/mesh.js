@@ -59,17 +59,18 @@ function render(root, view, status) {
   const hitSeries = series.map((x) => ({ ...x, points: x.points.filter((p) => p.hit !== null).map((p) => ({ t: p.t, v: p.hit })) }));
 
   const routers = h('table', { class: 'table', id: 'routers' },
-    h('thead', {}, h('tr', {}, ['Router', 'Address', 'Build', 'Raft role', 'Applied config', 'Converged'].map((c) => h('th', {}, c)))),
+    h('thead', {}, h('tr', {}, ['Router', 'Admin address', 'Raft address', 'Build', 'Raft role', 'Applied config', 'Converged'].map((c) => h('th', {}, c)))),
     h('tbody', {}, view.routers.map((r) => h('tr', { 'data-node': r.nodeId },
       h('td', { class: 'strong' }, r.nodeId),
-      h('td', { class: 'mono' }, r.address),
-      h('td', { class: 'mono muted' }, r.build || '—'),
+      h('td', { class: 'mono admin-addr' }, r.address || h('span', { class: 'muted', title: 'this router has not reported its admin address yet' }, '—')),
+      h('td', { class: 'mono muted small' }, r.raftAddr || '—'),
+      h('td', { class: 'mono muted build' }, r.build || '—'),
       h('td', {}, roleBadge(r.raftRole, r.nodeId === view.leader)),
       h('td', { class: 'num' }, r.appliedConfigVersion === null ? '—' : 'v' + r.appliedConfigVersion),
       h('td', { class: 'converged' }, convergence(r))))));
 
   const engines = h('table', { class: 'table', id: 'engines' },
-    h('thead', {}, h('tr', {}, ['Engine', 'Running / waiting', 'KV usage', 'Resident blocks', 'KV events', 'LMCache', 'Adapters', 'Queue']
+    h('thead', {}, h('tr', {}, ['Engine', 'Running / waiting', 'Queued prefill', 'KV usage', 'Resident blocks', 'KV events', 'LMCache', 'Adapters', 'Queue']
       .map((c) => h('th', {}, c)))),
     h('tbody', {}, view.engines.map((e, i) => h('tr', { 'data-node': e.nodeId },
       h('td', {}, h('div', { class: 'strong' }, h('span', { class: 'dot', style: { background: colorOf(i) } }), e.nodeId),
@@ -77,6 +78,8 @@ function render(root, view, status) {
         h('div', { class: 'mono muted small' }, e.engineUrl)),
       h('td', { class: 'rw' }, h('span', { class: 'running' }, int(e.running)), h('span', { class: 'muted' }, ' / '),
         h('span', { class: ['waiting', e.waiting > 0 && 'hot'] }, int(e.waiting))),
+      h('td', { class: 'num nowrap prefill', title: 'prompt tokens this router estimates are waiting for prefill on the engine (its own requests without a first token plus the other routers\' gossiped sums)' },
+        e.queuedPrefill ? int(e.queuedPrefill) + ' tok' : h('span', { class: 'muted' }, '0')),
       h('td', {}, h('div', { class: 'meter-row' }, meter(e.kvUsage, e.kvUsage > 0.9 ? 'hot' : ''), h('span', { class: 'small' }, pct(e.kvUsage)))),
       h('td', { class: 'num blocks' }, int(e.residentBlocks)),
       h('td', { class: 'kvstate' }, stateBadge(e)),

@@ -12,6 +12,8 @@
 import * as api from './api.js';
 import { h, replace, age, pct, badge } from './dom.js';
 import { Catalog } from './strategies.js';
+import { confirm, fileBadge, whyLocked, actionButton, roleBanner, messageLine, showIn } from './forms.js';
+import { routeForm } from './routeform.js';
 
 const SOURCE = {
   kv_events: {
@@ -92,9 +94,11 @@ function picker(held, catalog, disabled) {
 function editor(item, isGroup, env, ctx) {
   let current = item;
   let touched = false;
-  const sel = picker(item.strategy, env.catalog, item.readonly);
+  const locked = whyLocked(ctx, item);
+  const sel = picker(item.strategy, env.catalog, !!locked);
+  if (locked) sel.title = locked;
   const inputs = item.targets.map((t) => h('input', { type: 'number', class: 'weight', min: 1, step: 1, value: String(t.weight),
-    disabled: item.readonly, 'aria-label': `Weight of ${t.provider}` }));
+    disabled: !!locked, 'aria-label': `Weight of ${t.provider}` }));
   const shareCells = item.targets.map(() => h('td', { class: 'share' }));
   const notes = h('div', { class: 'notes' });
   const msg = h('p', { class: 'card-msg', role: 'status' });
@@ -174,30 +178,46 @@ function editor(item, isGroup, env, ctx) {
   });
 
   const title = isGroup ? item.name : item.model;
+  const what = isGroup ? 'provider group' : 'route';
+  const edit = actionButton('Edit', { class: 'btn small edit', 'aria-label': `Edit ${what} ${title}`,
+    onclick: () => ctx.openForm(isGroup ? 'group' : 'route', current) }, locked);
+  const del = actionButton('Delete', { class: 'btn small danger-ghost delete', 'aria-label': `Delete ${what} ${title}`, onclick: async () => {
+    const detail = isGroup ? `Clients addressing ${item.slug}/… get 404 from every router once the change applies.`
+      : `Clients asking for ${title} get 404 from every router once the change applies; API keys that list it keep the name.`;
+    if (!await confirm(`Delete ${what} ${title}?`, detail, `Delete ${title}`)) return;
+    try {
+      await (isGroup ? api.deleteGroup(item.name) : api.deleteRoute(item.model));
+      ctx.reload(`Deleted ${what} ${title}.`);
+    } catch (e) {
+      if (!e.unauthorized) { msg.className = 'card-msg error'; msg.textContent = e.message; }
+    }
+  } }, locked);
   const card = h('section', { class: 'card editor', 'data-kind': isGroup ? 'group' : 'route', 'data-key': item.key },
     h('div', { class: 'editor-head' },
       h('div', {}, h('h2', {}, title),
         h('div', { class: 'editor-meta' },
           isGroup ? h('span', { class: 'mono muted small' }, `${item.slug}/<model>`) : null,
           item.discover ? badge('discover', 'neutral') : null,
-          item.readonly ? badge('managed by rolter.toml', 'muted managed-file',
-            'Declared in rolter.toml: edit the file and raise its generation. The admin API refuses changes to it.') : null)),
-      h('label', { class: 'picker-label' }, 'Strategy', sel)),
+          item.maxLoras ? badge(`max_loras ${item.maxLoras}`, 'neutral') : null,
+          item.enabled === false ? badge('disabled', 'warn', 'clients get 404 until it is enabled again') : null,
+          item.readonly ? fileBadge() : null)),
+      h('div', { class: 'editor-tools' }, h('label', { class: 'picker-label' }, 'Strategy', sel), edit, del)),
     item.discover ? null : h('table', { class: 'table compact' },
       h('thead', {}, h('tr', {}, [isGroup ? 'Member' : 'Provider', 'Upstream model', 'Weight', 'Traffic share'].map((c) => h('th', {}, c)))),
       h('tbody', {}, item.targets.map((t, i) => h('tr', {},
         h('td', { class: 'strong' }, t.provider), h('td', { class: 'mono small' }, t.model || (isGroup ? 'passthrough' : '—')),
         h('td', {}, inputs[i]), shareCells[i])))),
     notes,
-    item.readonly ? null : h('div', { class: 'editor-foot' }, msg, h('div', { class: 'actions' }, reset, save)));
+    locked ? null : h('div', { class: 'editor-foot' }, msg, h('div', { class: 'actions' }, reset, save)));
   update();
   return card;
 }
 
 export function mount(root, ctx) {
   let stopped = false;
-  replace(root, h('p', { class: 'muted' }, 'Loading routes…'));
-  (async () => {
+  const slot = h('div', { id: 'route-form-slot' });
+  const page = messageLine('routes-msg');
+  async function load(flash) {
     const [rs, gs, ps, cl, st] = await Promise.allSettled([api.routes(), api.groups(), api.providers(), api.cluster(), api.strategies()]);
     if (stopped) return;
     if (rs.status === 'rejected') {
@@ -208,19 +228,36 @@ export function mount(root, ctx) {
       catalog: new Catalog(st.status === 'fulfilled' ? st.value : null),
       providers: new Map((ps.status === 'fulfilled' ? ps.value : []).map((p) => [p.name, p])),
       engines: cl.status === 'fulfilled' ? cl.value.engines : [],
+      hasEnabled: [...rs.value, ...(gs.status === 'fulfilled' ? gs.value : [])].some((x) => x.enabled !== null),
     };
+    const sub = Object.assign({}, ctx, {
+      reload: (text) => load(text),
+      openForm: (kind, item) => showIn(slot, routeForm(kind, item, env, (name) => {
+        showIn(slot, null);
+        load(`Saved ${kind === 'group' ? 'provider group' : 'route'} ${name}. Every router applies it with the next config version.`);
+      }, () => showIn(slot, null))),
+    });
     const warnings = [];
     if (cl.status === 'rejected') warnings.push('The cluster view did not load, so telemetry sources show as not live: ' + cl.reason.message);
     if (ps.status === 'rejected') warnings.push('Providers did not load: ' + ps.reason.message);
+    const locked = whyLocked(ctx, null);
+    const newRoute = actionButton('New route', { class: 'btn primary', id: 'new-route', onclick: () => sub.openForm('route', null) }, locked);
+    const newGroup = actionButton('New provider group', { class: 'btn', id: 'new-group', onclick: () => sub.openForm('group', null) }, locked);
+    if (flash) page.ok(flash); else page.clear();
     replace(root,
       h('header', { class: 'screen-head' }, h('div', {}, h('h1', {}, 'Routes & provider groups'),
-        h('p', { class: 'muted' }, 'Targets, weights and strategy per public model name and per provider group.'))),
+        h('p', { class: 'muted' }, 'Targets, weights and strategy per public model name and per provider group.')),
+      h('div', { class: 'actions' }, newGroup, newRoute)),
+      roleBanner(ctx),
       warnings.map((w) => h('div', { class: 'banner warn' }, w)),
+      slot, page.el,
       h('h2', { class: 'section-title' }, 'Routes'),
-      rs.value.length ? rs.value.map((r) => editor(r, false, env, ctx)) : h('p', { class: 'empty' }, 'No routes are configured.'),
+      rs.value.length ? rs.value.map((r) => editor(r, false, env, sub)) : h('p', { class: 'empty', id: 'routes-empty' }, 'No routes are configured. Create a provider first, then a route over it.'),
       h('h2', { class: 'section-title' }, 'Provider groups'),
       gs.status === 'rejected' ? h('div', { class: 'banner warn' }, 'Provider groups did not load: ' + gs.reason.message)
-        : gs.value.length ? gs.value.map((g) => editor(g, true, env, ctx)) : h('p', { class: 'empty' }, 'No provider groups are configured.'));
-  })();
+        : gs.value.length ? gs.value.map((g) => editor(g, true, env, sub)) : h('p', { class: 'empty' }, 'No provider groups are configured.'));
+  }
+  replace(root, h('p', { class: 'muted' }, 'Loading routes…'));
+  load();
   return () => { stopped = true; };
 }
