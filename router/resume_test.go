@@ -1,0 +1,272 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// die is the script step where the engine's connection breaks.
+const die = "DIE"
+
+// play writes events as SSE, flushing each; die aborts the connection.
+func play(w http.ResponseWriter, events ...string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, e := range events {
+		if e == die {
+			panic(http.ErrAbortHandler)
+		}
+		fmt.Fprintf(w, "data: %s\n\n", e)
+		w.(http.Flusher).Flush()
+	}
+}
+
+// scripted is a set of engines answering streams in call order: the n-th
+// upstream request, whichever engine gets it, plays scripts[n].
+type scripted struct {
+	calls   atomic.Int64
+	scripts [][]string
+	engines []*fakeEngine
+}
+
+func newScripted(t *testing.T, n int, scripts ...[]string) *scripted {
+	s := &scripted{scripts: scripts}
+	for range n {
+		s.engines = append(s.engines, newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+			i := int(s.calls.Add(1)) - 1
+			if i >= len(s.scripts) {
+				http.Error(w, `{"error":{"message":"unscripted call"}}`, http.StatusTeapot)
+				return
+			}
+			play(w, s.scripts[i]...)
+		}))
+	}
+	return s
+}
+
+// bodies returns every upstream request body in arrival order.
+func (s *scripted) bodies() []map[string]any {
+	var out []map[string]any
+	for _, e := range s.engines {
+		e.mu.Lock()
+		out = append(out, e.bodies...)
+		e.mu.Unlock()
+	}
+	return out
+}
+
+// toml is a route "m" over the engines with resume_streams on.
+func (s *scripted) toml(extra string) string {
+	var kv, targets []string
+	for i, e := range s.engines {
+		name := fmt.Sprintf("e%d", i)
+		kv = append(kv, name, e.URL)
+		targets = append(targets, fmt.Sprintf("{provider = %q}", name))
+	}
+	return providers(kv...) + "[[routes]]\nmodel = \"m\"\nresume_streams = true\ntargets = [" +
+		strings.Join(targets, ", ") + "]\n" + extra
+}
+
+func (h *harness) resumes(outcome string) float64 {
+	h.t.Helper()
+	var m dto.Metric
+	if err := h.srv.metrics.resumes.WithLabelValues("m", outcome).Write(&m); err != nil {
+		h.t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+const (
+	roleA  = `{"id":"chatcmpl-A","object":"chat.completion.chunk","created":100,"model":"up-a","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`
+	helloA = `{"id":"chatcmpl-A","object":"chat.completion.chunk","created":100,"model":"up-a","choices":[{"index":0,"delta":{"content":" Hello"},"logprobs":null,"finish_reason":null}]}`
+	worA   = `{"id":"chatcmpl-A","object":"chat.completion.chunk","created":100,"model":"up-a","choices":[{"index":0,"delta":{"content":" wor"},"logprobs":null,"finish_reason":null}]}`
+)
+
+// chunkB is a continuation chunk as a second engine sends it.
+func chunkB(delta, finish string) string {
+	return `{"id":"chatcmpl-B","object":"chat.completion.chunk","created":200,"model":"up-b","choices":[{"index":0,"delta":` +
+		delta + `,"logprobs":null,"finish_reason":` + finish + `}]}`
+}
+
+func TestResumedChatStreamIsOneStreamToTheClient(t *testing.T) {
+	s := newScripted(t, 2,
+		[]string{roleA, helloA, worA, die},
+		[]string{
+			chunkB(`{"role":"assistant","content":""}`, "null"),
+			chunkB(`{"content":"ld"}`, "null"),
+			chunkB(`{"content":" again"}`, `"length"`),
+			`{"id":"chatcmpl-B","object":"chat.completion.chunk","created":200,"model":"up-b","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`,
+			"[DONE]",
+		})
+	h := newHarness(t, s.toml(""), nil)
+	code, _, body := h.post("/v1/chat/completions",
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"say hello"}]}`)
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	want := "data: " + roleA + "\n\n" +
+		"data: " + helloA + "\n\n" +
+		"data: " + worA + "\n\n" +
+		`data: {"id":"chatcmpl-A","object":"chat.completion.chunk","created":100,"model":"up-a","choices":[{"index":0,"delta":{"content":"ld"},"logprobs":null,"finish_reason":null}]}` + "\n\n" +
+		`data: {"id":"chatcmpl-A","object":"chat.completion.chunk","created":100,"model":"up-a","choices":[{"index":0,"delta":{"content":" again"},"logprobs":null,"finish_reason":"length"}]}` + "\n\n" +
+		`data: {"id":"chatcmpl-A","object":"chat.completion.chunk","created":100,"model":"up-a","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":4,"total_tokens":11}}` + "\n\n" +
+		"data: [DONE]\n\n"
+	if body != want {
+		t.Errorf("spliced stream:\n%s\nwant:\n%s", body, want)
+	}
+
+	bodies := s.bodies()
+	if len(bodies) != 2 {
+		t.Fatalf("%d upstream requests, want 2", len(bodies))
+	}
+	cont := bodies[1]
+	msgs, _ := cont["messages"].([]any)
+	wantMsgs := `[{"content":"be brief","role":"system"},{"content":"say hello","role":"user"},{"content":" Hello wor","role":"assistant"}]`
+	if got, _ := json.Marshal(msgs); string(got) != wantMsgs {
+		t.Errorf("continuation messages %s, want %s", got, wantMsgs)
+	}
+	if cont["continue_final_message"] != true || cont["add_generation_prompt"] != false {
+		t.Errorf("continuation flags: continue_final_message %v, add_generation_prompt %v", cont["continue_final_message"], cont["add_generation_prompt"])
+	}
+	if cont["max_tokens"] != float64(8) || cont["stream"] != true {
+		t.Errorf("continuation max_tokens %v (want 10 - 2 relayed = 8), stream %v", cont["max_tokens"], cont["stream"])
+	}
+	if got := h.resumes("resumed"); got != 1 {
+		t.Errorf("resumed counted %v times", got)
+	}
+	if s.engines[0].hits.Load() != 1 || s.engines[1].hits.Load() != 1 {
+		t.Errorf("hits %d and %d: the continuation must go to the other engine", s.engines[0].hits.Load(), s.engines[1].hits.Load())
+	}
+}
+
+func TestEngineErrorEventIsResumedNotRelayed(t *testing.T) {
+	s := newScripted(t, 2,
+		[]string{roleA, helloA, `{"error":{"message":"engine fell over","type":"InternalServerError","code":500}}`},
+		[]string{chunkB(`{"role":"assistant","content":" there"}`, `"stop"`), "[DONE]"})
+	h := newHarness(t, s.toml(""), nil)
+	_, _, body := h.post("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	if strings.Contains(body, "engine fell over") || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Fatalf("stream: %s", body)
+	}
+	events := sseEvents(strings.NewReader(body))
+	if len(events) != 4 || strings.Count(body, `"role"`) != 1 || !strings.Contains(events[2], `"delta":{"content":" there"}`) {
+		t.Errorf("events %q: want role, Hello, there (role dropped), [DONE]", events)
+	}
+	if got := s.bodies()[1]["messages"].([]any); len(got) != 2 {
+		t.Errorf("continuation messages %v", got)
+	}
+}
+
+func TestResumedTextCompletionCarriesTheTextOrTokenIDs(t *testing.T) {
+	text := func(s string, ids string) string {
+		tok := ""
+		if ids != "" {
+			tok = `,"token_ids":` + ids
+		}
+		return `{"id":"cmpl-A","object":"text_completion","created":1,"model":"up","choices":[{"index":0,"text":"` + s + `"` + tok + `,"logprobs":null,"finish_reason":null}]}`
+	}
+	for _, tc := range []struct {
+		name, prompt, ids, wantPrompt string
+		resumed                       bool
+	}{
+		{"string prompt", `"Once"`, "", `"Once upon a"`, true},
+		{"one-string list", `["Once"]`, "", `["Once upon a"]`, true},
+		{"token ids with generated ids", `[5,6]`, "[7]", `[5,6,7,7]`, true},
+		{"token ids without generated ids", `[5,6]`, "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScripted(t, 2,
+				[]string{text(" upon", tc.ids), text(" a", tc.ids), die},
+				[]string{`{"id":"cmpl-B","object":"text_completion","created":2,"model":"up","choices":[{"index":0,"text":" time","logprobs":null,"finish_reason":"length"}]}`, "[DONE]"})
+			h := newHarness(t, s.toml(""), nil)
+			_, _, body := h.post("/v1/completions", `{"model":"m","stream":true,"max_tokens":3,"prompt":`+tc.prompt+`}`)
+			bodies := s.bodies()
+			if !tc.resumed {
+				if len(bodies) != 1 || strings.Contains(body, "[DONE]") || !strings.Contains(body, "upstream_stream_error") {
+					t.Fatalf("%d upstream requests, stream %s: want the terminal error", len(bodies), body)
+				}
+				if h.resumes("not_resumable") != 1 {
+					t.Error("not_resumable not counted")
+				}
+				return
+			}
+			if len(bodies) != 2 {
+				t.Fatalf("%d upstream requests", len(bodies))
+			}
+			if got, _ := json.Marshal(bodies[1]["prompt"]); string(got) != tc.wantPrompt {
+				t.Errorf("continuation prompt %s, want %s", got, tc.wantPrompt)
+			}
+			if bodies[1]["max_tokens"] != float64(1) {
+				t.Errorf("continuation max_tokens %v, want 1", bodies[1]["max_tokens"])
+			}
+			if _, ok := bodies[1]["continue_final_message"]; ok {
+				t.Error("continue_final_message is a chat parameter")
+			}
+			if !strings.Contains(body, `{"id":"cmpl-A","object":"text_completion","created":1,"model":"up","choices":[{"index":0,"text":" time"`) ||
+				!strings.HasSuffix(body, "data: [DONE]\n\n") {
+				t.Errorf("stream %s", body)
+			}
+		})
+	}
+}
+
+func TestStreamsThatCannotBeContinuedEndWithTheTerminalError(t *testing.T) {
+	toolDelta := `{"id":"chatcmpl-A","object":"chat.completion.chunk","created":100,"model":"up-a","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get","arguments":"{\"ci"}}]},"finish_reason":null}]}`
+	for _, tc := range []struct {
+		name, req string
+		first     []string
+		outcome   string
+		extra     string
+	}{
+		{"n > 1", `"n":2,`, []string{roleA, helloA, die}, "not_resumable", ""},
+		{"logprobs", `"logprobs":true,"top_logprobs":2,`, []string{roleA, helloA, die}, "not_resumable", ""},
+		{"json_schema", `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}},`, []string{roleA, helloA, die}, "not_resumable", ""},
+		{"tool call in progress", `"tools":[{"type":"function","function":{"name":"get"}}],`, []string{roleA, toolDelta, die}, "not_resumable", ""},
+		{"max_resumes reached", ``, []string{roleA, helloA, die}, "failed", ""},
+		{"retry budget exhausted", ``, []string{roleA, helloA, die}, "failed", "[retry]\nbudget = 0\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The continuation, when one is sent, breaks as well: only
+			// one resume is allowed, so the third engine is never asked.
+			s := newScripted(t, 3, tc.first, []string{chunkB(`{"content":" there"}`, "null"), die},
+				[]string{chunkB(`{"content":"!"}`, `"stop"`), "[DONE]"})
+			h := newHarness(t, s.toml(tc.extra), nil)
+			if tc.extra != "" {
+				for h.srv.budget.Load().spend() {
+				} // drain the starting burst
+			}
+			code, _, body := h.post("/v1/chat/completions", `{"model":"m","stream":true,`+tc.req+`"messages":[{"role":"user","content":"x"}]}`)
+			if code != 200 {
+				t.Fatalf("status %d", code)
+			}
+			events := sseEvents(strings.NewReader(body))
+			if strings.Contains(body, "[DONE]") || len(events) == 0 || errorCode(t, events[len(events)-1]) != "upstream_stream_error" {
+				t.Fatalf("stream %s: want the terminal error event and no [DONE]", body)
+			}
+			wantCalls := 1
+			if tc.name == "max_resumes reached" {
+				wantCalls = 2
+			}
+			if got := len(s.bodies()); got != wantCalls {
+				t.Errorf("%d upstream requests, want %d", got, wantCalls)
+			}
+			if got := h.resumes(tc.outcome); got != 1 {
+				t.Errorf("outcome %s counted %v times", tc.outcome, got)
+			}
+		})
+	}
+}
+
+func TestResumeIsOffByDefault(t *testing.T) {
+	s := newScripted(t, 2, []string{roleA, helloA, die}, []string{chunkB(`{"content":" there"}`, `"stop"`), "[DONE]"})
+	h := newHarness(t, strings.Replace(s.toml(""), "resume_streams = true\n", "", 1), nil)
+	_, _, body := h.post("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	if strings.Contains(body, "[DONE]") || !strings.Contains(body, "upstream_stream_error") || len(s.bodies()) != 1 {
+		t.Errorf("stream %s with %d upstream requests: want today's terminal error", body, len(s.bodies()))
+	}
+}
