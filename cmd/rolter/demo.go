@@ -383,8 +383,8 @@ func (d *demo) prepare() error {
 }
 
 // configTOML is the seed config: one route per strategy worth seeing,
-// the "lora" provider group, a discover route when sidecars run, and the
-// adaptive policy on.
+// the "lora" provider group, a discover route when sidecars run, the
+// adaptive policy on and broken streams resumed.
 func (d *demo) configTOML() string {
 	var b strings.Builder
 	b.WriteString("# rolter demo: every router syncs the entries below into the replicated state (raise generation to change them).\ngeneration = 1\n\n")
@@ -410,6 +410,8 @@ func (d *demo) configTOML() string {
 		strings.Join(members, "\n"))
 	b.WriteString("[adaptive_routing]\nenabled = true\nlatency_weight = 1.0\ncost_weight = 0.5\nload_weight = 0.25\n" +
 		"exploration_ratio = 0.05\nmin_samples = 20\n\n")
+	b.WriteString("# A stream whose engine dies after the first byte goes on from another engine.\n" +
+		"[retry]\nresume_streams = true\n\n")
 	b.WriteString("[health]\ninterval = \"2s\"\n\n[timeouts]\ndrain = \"1s\"\n")
 	return b.String()
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 
+	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/e2e"
 )
 
@@ -304,4 +305,17 @@ func TestDemo(t *testing.T) {
 		t.Errorf("no 'removed %s' in the output:\n%s", dir, out.text())
 	}
 	t.Logf("shutdown: %s", out.text()[strings.LastIndex(out.text(), "rolter demo: stopped"):])
+}
+
+func TestDemoConfigResumesBrokenStreams(t *testing.T) {
+	d := &demo{layout: newDemoLayout(20000)}
+	cfg, err := config.Parse("rolter.toml", []byte(d.configTOML()), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cfg.Routes {
+		if !cfg.Retry.Resumes(r.ResumeStreams) {
+			t.Errorf("demo route %s does not resume broken streams", r.Model)
+		}
+	}
 }
