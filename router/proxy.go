@@ -474,7 +474,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	if c, isC := a.res.pool.lb.(strategies.Completer); isC && served {
 		c.Served(idx)
 	}
-	if outcome == "stream_error" && a.sp != nil {
+	if a.sp != nil && a.sp.broke != "" {
 		return nil, a.resume(deadline, t, status), true
 	}
 	if outcome == "abort" {

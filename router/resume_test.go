@@ -1,12 +1,16 @@
 package router
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -268,5 +272,121 @@ func TestResumeIsOffByDefault(t *testing.T) {
 	_, _, body := h.post("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)
 	if strings.Contains(body, "[DONE]") || !strings.Contains(body, "upstream_stream_error") || len(s.bodies()) != 1 {
 		t.Errorf("stream %s with %d upstream requests: want today's terminal error", body, len(s.bodies()))
+	}
+}
+
+func TestRefusedContinuationEndsTheStreamWithoutBlamingTheEngine(t *testing.T) {
+	var calls atomic.Int64
+	h := func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+		if calls.Add(1) == 1 {
+			play(w, roleA, helloA, die)
+			return
+		}
+		http.Error(w, `{"error":{"message":"continue_final_message is not supported"}}`, http.StatusBadRequest)
+	}
+	a, b := newEngine(t, h), newEngine(t, h)
+	hs := newHarness(t, providers("a", a.URL, "b", b.URL)+"[[routes]]\nmodel = \"m\"\nresume_streams = true\ntargets = [{provider = \"a\"}, {provider = \"b\"}]\n", nil)
+	_, _, body := hs.post("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	events := sseEvents(strings.NewReader(body))
+	if strings.Contains(body, "[DONE]") || errorCode(t, events[len(events)-1]) != "upstream_stream_error" ||
+		!strings.Contains(events[len(events)-1], "HTTP 400") {
+		t.Fatalf("stream %s: want the terminal error naming the refusal", body)
+	}
+	refused := "a"
+	if a.hits.Load() == 1 {
+		refused = "b"
+	}
+	if got := hs.counter("targets", refused, refused+"/m", "http_400"); got != 1 {
+		t.Errorf("the refusing target's attempt counted %v times as http_400", got)
+	}
+	if got := hs.counter("targets", refused, refused+"/m", "stream_error"); got != 0 {
+		t.Errorf("a refused continuation is not a stream error of its engine (counted %v)", got)
+	}
+}
+
+func TestReadEventKeepsEventsWhole(t *testing.T) {
+	long := strings.Repeat("x", 40<<10) // longer than the reader's buffer
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+		end      error
+	}{
+		{"LF", "data: a\n\ndata: b\n\n", []string{"data: a\n\n", "data: b\n\n"}, io.EOF},
+		{"CRLF and comments", ": ping\r\n\r\ndata: a\r\n\r\n", []string{": ping\r\n\r\n", "data: a\r\n\r\n"}, io.EOF},
+		{"long line", "data: " + long + "\n\n", []string{"data: " + long + "\n\n"}, io.EOF},
+		{"stray blank lines", "\n\ndata: a\n\n\n", []string{"data: a\n\n"}, io.EOF},
+		{"last event without its blank line", "data: [DONE]\n", []string{"data: [DONE]\n"}, io.EOF},
+		{"cut mid-line", "data: a\n\ndata: {\"par", []string{"data: a\n\n"}, io.ErrUnexpectedEOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			br := bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(tc.in)), 16)
+			var ev []byte
+			var got []string
+			var err error
+			for {
+				if err = readEvent(br, &ev); err != nil {
+					break
+				}
+				got = append(got, string(ev))
+			}
+			if !slices.Equal(got, tc.want) || err != tc.end {
+				t.Errorf("events %q, end %v; want %q, %v", got, err, tc.want, tc.end)
+			}
+		})
+	}
+}
+
+func TestABrokenContinuationIsResumedAgainWithinMaxResumes(t *testing.T) {
+	s := newScripted(t, 3,
+		[]string{roleA, helloA, worA, die},
+		[]string{chunkB(`{"role":"assistant","content":""}`, "null"), chunkB(`{"content":"ld"}`, "null"), die},
+		[]string{
+			chunkB(`{"role":"assistant","content":" again"}`, `"length"`),
+			`{"id":"chatcmpl-C","object":"chat.completion.chunk","created":300,"model":"up-c","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`,
+			"[DONE]",
+		})
+	h := newHarness(t, s.toml("[retry]\nmax_resumes = 2\n"), nil)
+	_, _, body := h.post("/v1/chat/completions",
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+	var text strings.Builder
+	ids := map[string]bool{}
+	var usage string
+	for _, e := range sseEvents(strings.NewReader(body)) {
+		if e == "[DONE]" {
+			continue
+		}
+		var c struct {
+			ID      string
+			Choices []struct{ Delta struct{ Content string } }
+			Usage   json.RawMessage
+		}
+		if err := json.Unmarshal([]byte(e), &c); err != nil {
+			t.Fatalf("event %q: %v", e, err)
+		}
+		ids[c.ID] = true
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+		if len(c.Usage) > 0 {
+			usage = string(c.Usage)
+		}
+	}
+	if text.String() != " Hello world again" || len(ids) != 1 || !ids["chatcmpl-A"] || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Errorf("text %q, ids %v, stream %s", text.String(), ids, body)
+	}
+	if usage != `{"prompt_tokens":7,"completion_tokens":4,"total_tokens":11}` {
+		t.Errorf("usage %s, want the original 7 prompt tokens and 3 + 1 completion tokens", usage)
+	}
+	bodies := s.bodies()
+	if len(bodies) != 3 {
+		t.Fatalf("%d upstream requests", len(bodies))
+	}
+	msgs := bodies[2]["messages"].([]any)
+	last, _ := json.Marshal(msgs[len(msgs)-1])
+	if len(msgs) != 2 || string(last) != `{"content":" Hello world","role":"assistant"}` || bodies[2]["max_tokens"] != float64(7) {
+		t.Errorf("second continuation: messages %v, max_tokens %v", msgs, bodies[2]["max_tokens"])
+	}
+	if h.resumes("resumed") != 2 {
+		t.Errorf("resumed %v times, want 2", h.resumes("resumed"))
 	}
 }

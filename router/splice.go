@@ -46,7 +46,9 @@ type splice struct {
 
 	resumes  int    // continuations started
 	from, to string // providers of the last resume, for its log line
-	broke    string // why the current segment ended early
+	// broke says why the segment just relayed ended before [DONE] ("":
+	// it did not, or the client left); try hands such a stream to resume.
+	broke string
 }
 
 func newSplice(chat bool, body []byte) *splice {
@@ -80,11 +82,13 @@ type usageCounts struct {
 // relaySpliced is relay for a request with a splice: the upstream event
 // stream is read event by event, so a break never leaves half an event
 // with the client, and a continuation's events are rewritten to extend
-// the stream the client already holds. On a break it writes nothing
-// final: the caller resumes or ends the stream (resume.go).
+// the stream the client already holds. On a break it sets sp.broke and
+// writes nothing final: try hands the stream to resume (resume.go), which
+// continues or ends it.
 func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int, ok bool, outcome string) {
 	sp := a.sp
 	s := a.s
+	sp.broke = ""
 	sse := isEventStream(resp.Header.Get("Content-Type"))
 	if !sp.begun && !sse {
 		a.sp = nil // not a stream after all: relay it as it is
@@ -104,8 +108,10 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 		sp.begun = true
 	} else {
 		if !sse || resp.StatusCode != http.StatusOK {
-			sp.broke = "continuation is not an event stream (HTTP " + strconv.Itoa(resp.StatusCode) + ")"
-			return http.StatusOK, false, "stream_error"
+			// The engine refused the continuation (say, a 400 for
+			// continue_final_message): no fault of its health.
+			sp.broke = "continuation refused (HTTP " + strconv.Itoa(resp.StatusCode) + ")"
+			return http.StatusOK, false, "http_" + strconv.Itoa(resp.StatusCode)
 		}
 		s.metrics.resumes.WithLabelValues(a.res.pool.key, "resumed").Inc()
 		s.log.Info("stream resumed on another engine", "model", a.req.model, "from", sp.from, "to", sp.to,
@@ -113,7 +119,6 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 	}
 	sp.rewrite = sp.id != nil
 	sp.base = sp.tokens
-	sp.broke = ""
 
 	br := bufio.NewReaderSize(resp.Body, 16<<10)
 	var ev []byte
