@@ -390,3 +390,79 @@ func TestABrokenContinuationIsResumedAgainWithinMaxResumes(t *testing.T) {
 		t.Errorf("resumed %v times, want 2", h.resumes("resumed"))
 	}
 }
+
+func TestReadChunkAgreesWithTheDecoder(t *testing.T) {
+	for _, raw := range []string{
+		roleA, helloA,
+		`{"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"a \"quoted\"\nline \u00e9\ud83d\ude00"},"finish_reason":null}],"usage":null}`,
+		`{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}`,
+		`{"id":"x","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":0}}`,
+		`{"id":"x","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}`,
+		`{"id":"x","choices":[{"index":0,"delta":{"tool_calls":[]}}]}`,
+		`{"id":"x","choices":[{"index":0,"delta":{"reasoning_content":"hmm"}}]}`,
+		`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":" the","token_ids":[791],"logprobs":null,"finish_reason":null}]}`,
+		`{"id":"x","choices":[{"index":0,"delta":{"content":"first"}},{"index":1,"delta":{"content":"second"},"finish_reason":"length"}]}`,
+		`{"error":{"message":"engine \"died\"","type":"InternalServerError","code":500}}`,
+		`{"object":"error","message":"old shape","type":"BadRequestError","param":null,"code":400}`,
+		`  { "id" : "spaced" , "choices" : [ { "delta" : { "content" : " x" } } ] }  `,
+	} {
+		var want struct {
+			Object  string          `json:"object"`
+			Error   json.RawMessage `json:"error"`
+			Message string          `json:"message"`
+			Choices []struct {
+				Text  *string `json:"text"`
+				Delta *struct {
+					Content          *string         `json:"content"`
+					ToolCalls        json.RawMessage `json:"tool_calls"`
+					ReasoningContent *string         `json:"reasoning_content"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+				TokenIDs     []int64 `json:"token_ids"`
+			} `json:"choices"`
+			Usage *usageCounts `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(raw), &want); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		var c chunkView
+		readChunk([]byte(raw), &c)
+		wantText, wantFinish, wantTool, wantReason := "", false, false, false
+		var wantIDs []int64
+		for i, ch := range want.Choices {
+			wantFinish = wantFinish || ch.FinishReason != nil
+			if ch.Delta != nil {
+				wantTool = wantTool || (len(ch.Delta.ToolCalls) > 0 && string(ch.Delta.ToolCalls) != "[]")
+				wantReason = wantReason || (ch.Delta.ReasoningContent != nil && *ch.Delta.ReasoningContent != "")
+			}
+			if i == 0 {
+				if ch.Delta != nil && ch.Delta.Content != nil {
+					wantText = *ch.Delta.Content
+				} else if ch.Text != nil {
+					wantText = *ch.Text
+				}
+				wantIDs = ch.TokenIDs
+			}
+		}
+		gotIDs, _ := appendIDs(nil, c.ids)
+		wantErr := len(want.Error) > 0 || want.Object == "error"
+		if string(c.text) != wantText || c.finish != wantFinish || c.toolCall != wantTool || c.reasoning != wantReason ||
+			c.isErr != wantErr || (c.usage != (want.Usage != nil)) || !slices.Equal(gotIDs, wantIDs) {
+			t.Errorf("%s:\nscanner: %+v (text %q)\ndecoder: text %q finish %v tool %v reasoning %v error %v usage %v ids %v",
+				raw, c, c.text, wantText, wantFinish, wantTool, wantReason, wantErr, want.Usage != nil, wantIDs)
+		}
+		if want.Usage != nil && (c.prompt != want.Usage.PromptTokens || c.completion != want.Usage.CompletionTokens) {
+			t.Errorf("%s: usage %d/%d, want %+v", raw, c.prompt, c.completion, *want.Usage)
+		}
+		if wantErr {
+			msg := want.Message
+			var e struct{ Message string }
+			if json.Unmarshal(want.Error, &e) == nil && e.Message != "" {
+				msg = e.Message
+			}
+			if string(c.errMsg) != msg {
+				t.Errorf("%s: error message %q, want %q", raw, c.errMsg, msg)
+			}
+		}
+	}
+}

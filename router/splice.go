@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -55,23 +56,141 @@ func newSplice(chat bool, body []byte) *splice {
 	return &splice{chat: chat, orig: body, idsOK: true, prompt: -1}
 }
 
-// chunk is the part of a streamed chunk the splice reads.
-type chunk struct {
-	Object  string          `json:"object"`
-	Error   json.RawMessage `json:"error"`
-	Message string          `json:"message"`
-	Choices []struct {
-		Text  *string `json:"text"`
-		Delta *struct {
-			Content          *string         `json:"content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			Reasoning        *string         `json:"reasoning"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-		TokenIDs     []int64 `json:"token_ids"`
-	} `json:"choices"`
-	Usage *usageCounts `json:"usage"`
+// chunkView is what the splice reads of one streamed chunk; its byte
+// slices alias the chunk.
+type chunkView struct {
+	isErr  bool
+	errMsg []byte
+	text   []byte // choice 0's delta.content (chat) or text (completions)
+	ids    []byte // choice 0's raw token_ids array; nil when absent
+	finish bool   // some choice has a finish_reason
+	// toolCall and reasoning: some choice's delta carries tool_calls or
+	// reasoning text.
+	toolCall, reasoning bool
+	usage               bool // a usage object is present
+	prompt, completion  int
+}
+
+// readChunk fills c from data, a valid JSON chunk, without decoding it
+// into Go values (this runs for every token of a resumable stream).
+func readChunk(data []byte, c *chunkView) {
+	eachMember(data, func(key, val []byte) {
+		switch string(unquoted(key)) {
+		case "error":
+			if !isNullRaw(val) {
+				c.isErr = true
+				switch val[0] {
+				case '{':
+					eachMember(val, func(k, v []byte) {
+						if string(unquoted(k)) == "message" && v[0] == '"' {
+							c.errMsg = unquoted(v)
+						}
+					})
+				case '"':
+					c.errMsg = unquoted(val)
+				}
+			}
+		case "object":
+			if string(val) == `"error"` {
+				c.isErr = true
+			}
+		case "message": // vLLM's older error shape: {"object":"error","message":…}
+			if c.errMsg == nil && val[0] == '"' {
+				c.errMsg = unquoted(val)
+			}
+		case "choices":
+			if val[0] == '[' {
+				n := 0
+				eachElem(val, func(ch []byte) {
+					readChoice(ch, c, n == 0)
+					n++
+				})
+			}
+		case "usage":
+			if val[0] == '{' {
+				c.usage = true
+				eachMember(val, func(k, v []byte) {
+					switch string(unquoted(k)) {
+					case "prompt_tokens":
+						c.prompt, _ = atoi(v)
+					case "completion_tokens":
+						c.completion, _ = atoi(v)
+					}
+				})
+			}
+		}
+	})
+}
+
+func readChoice(ch []byte, c *chunkView, first bool) {
+	if len(ch) == 0 || ch[0] != '{' {
+		return
+	}
+	eachMember(ch, func(k, v []byte) {
+		switch string(unquoted(k)) {
+		case "finish_reason":
+			if !isNullRaw(v) {
+				c.finish = true
+			}
+		case "text":
+			if first && v[0] == '"' {
+				c.text = unquoted(v)
+			}
+		case "token_ids":
+			if first && v[0] == '[' {
+				c.ids = v
+			}
+		case "delta":
+			if v[0] != '{' {
+				return
+			}
+			eachMember(v, func(dk, dv []byte) {
+				switch string(unquoted(dk)) {
+				case "content":
+					if first && dv[0] == '"' {
+						c.text = unquoted(dv)
+					}
+				case "tool_calls":
+					if !isNullRaw(dv) && string(dv) != "[]" {
+						c.toolCall = true
+					}
+				case "reasoning_content", "reasoning":
+					if dv[0] == '"' && len(dv) > 2 {
+						c.reasoning = true
+					}
+				}
+			})
+		}
+	})
+}
+
+func isNullRaw(v []byte) bool { return string(v) == "null" }
+
+// atoi reads a non-negative JSON integer.
+func atoi(v []byte) (int, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// appendIDs appends the ids of the raw JSON array raw to ids; ok is false
+// when an element is not a non-negative integer.
+func appendIDs(ids []int64, raw []byte) (out []int64, ok bool) {
+	ok = true
+	eachElem(raw, func(e []byte) {
+		n, good := atoi(e)
+		ok = ok && good
+		ids = append(ids, int64(n))
+	})
+	return ids, ok
 }
 
 type usageCounts struct {
@@ -120,8 +239,15 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 	sp.rewrite = sp.id != nil
 	sp.base = sp.tokens
 
-	br := bufio.NewReaderSize(resp.Body, 16<<10)
-	var ev []byte
+	br := eventReaders.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	evp := copyBufs.Get().(*[]byte)
+	defer func() {
+		br.Reset(nil)
+		eventReaders.Put(br)
+		copyBufs.Put(evp)
+	}()
+	ev := (*evp)[:0]
 	for {
 		err := readEvent(br, &ev)
 		if err != nil {
@@ -158,6 +284,9 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 		}
 	}
 }
+
+// eventReaders recycles the readers relaySpliced frames events with.
+var eventReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
 
 // readEvent reads one SSE event (its lines up to and including the blank
 // line that ends it) into *ev. A stream that ends between events returns
@@ -200,6 +329,13 @@ func readEvent(br *bufio.Reader, ev *[]byte) error {
 // eventData returns the data field of an SSE event: its data lines joined
 // by "\n" (nil when it has none).
 func eventData(ev []byte) []byte {
+	if v, ok := bytes.CutPrefix(ev, []byte("data:")); ok {
+		// The usual event: one data line.
+		if i := bytes.IndexByte(v, '\n'); i >= 0 && len(bytes.TrimSpace(v[i:])) == 0 {
+			v, _ = bytes.CutPrefix(bytes.TrimRight(v[:i], "\r"), []byte(" "))
+			return v
+		}
+	}
 	var data []byte
 	n := 0
 	for len(ev) > 0 {
@@ -241,64 +377,40 @@ func (sp *splice) event(ev []byte) (out []byte, done bool, broke string) {
 		}
 		return ev, true, ""
 	}
-	var c chunk
-	if err := json.Unmarshal(data, &c); err != nil {
+	if !validJSON(data) {
 		return nil, false, "engine sent an event that is not JSON"
 	}
-	if (len(c.Error) > 0 && string(c.Error) != "null") || c.Object == "error" {
-		msg := c.Message
-		var e apiErrorBody
-		if json.Unmarshal(c.Error, &e) == nil && e.Message != "" {
-			msg = e.Message
-		}
-		return nil, false, "engine error event: " + msg
+	var c chunkView
+	readChunk(data, &c)
+	if c.isErr {
+		return nil, false, "engine error event: " + string(c.errMsg)
 	}
-	first := sp.id == nil
-	if first {
+	if sp.id == nil {
 		sp.id, sp.created, sp.model = topValue(data, "id"), topValue(data, "created"), topValue(data, "model")
 		if sp.id == nil {
 			sp.id = []byte(`""`)
 		}
 	}
-	useful := c.Usage != nil
-	for i, ch := range c.Choices {
-		if ch.FinishReason != nil {
-			sp.finished = true
-			useful = true
-		}
-		var text string
-		if ch.Delta != nil {
-			if ch.Delta.Content != nil {
-				text = *ch.Delta.Content
-			}
-			if len(ch.Delta.ToolCalls) > 0 && string(ch.Delta.ToolCalls) != "null" {
-				sp.toolCall, useful = true, true
-			}
-			if ch.Delta.ReasoningContent != nil && *ch.Delta.ReasoningContent != "" ||
-				ch.Delta.Reasoning != nil && *ch.Delta.Reasoning != "" {
-				sp.reasoning, useful = true, true
-			}
-		} else if ch.Text != nil {
-			text = *ch.Text
-		}
-		if i != 0 || text == "" {
-			continue
-		}
+	sp.finished = sp.finished || c.finish
+	sp.toolCall = sp.toolCall || c.toolCall
+	sp.reasoning = sp.reasoning || c.reasoning
+	useful := c.usage || c.finish || c.toolCall || c.reasoning
+	if len(c.text) > 0 {
 		useful = true
-		sp.text.WriteString(text)
+		sp.text.Write(c.text)
 		sp.tokens++
-		if len(ch.TokenIDs) > 0 {
-			sp.ids = append(sp.ids, ch.TokenIDs...)
-		} else {
-			sp.idsOK = false
+		ok := c.ids != nil
+		if ok {
+			sp.ids, ok = appendIDs(sp.ids, c.ids)
 		}
+		sp.idsOK = sp.idsOK && ok
 	}
-	if c.Usage != nil {
+	if c.usage {
 		// Engines that report usage as they go (vLLM's
 		// continuous_usage_stats) give the exact counts.
-		sp.tokens = sp.base + c.Usage.CompletionTokens
+		sp.tokens = sp.base + c.completion
 		if !sp.rewrite && sp.prompt < 0 {
-			sp.prompt = c.Usage.PromptTokens
+			sp.prompt = c.prompt
 		}
 	}
 	if !sp.rewrite {
@@ -317,8 +429,8 @@ func (sp *splice) event(ev []byte) (out []byte, done bool, broke string) {
 // client's stream: the first chunk's id, created and model; no role in any
 // delta; usage counting the whole answer against the original prompt.
 func (sp *splice) rewriteChunk(dst, raw []byte) []byte {
-	return editObject(dst, raw, func(dst []byte, key string, val []byte) ([]byte, bool) {
-		switch key {
+	return editObject(dst, raw, func(dst, key, val []byte) ([]byte, bool) {
+		switch string(key) {
 		case "id":
 			return append(dst, sp.id...), true
 		case "created":
@@ -336,10 +448,10 @@ func (sp *splice) rewriteChunk(dst, raw []byte) []byte {
 		case "choices":
 			if len(val) > 0 && val[0] == '[' {
 				return editArray(dst, val, func(dst, choice []byte) []byte {
-					return editObject(dst, choice, func(dst []byte, key string, val []byte) ([]byte, bool) {
-						if key == "delta" && len(val) > 0 && val[0] == '{' {
-							return editObject(dst, val, func(dst []byte, key string, val []byte) ([]byte, bool) {
-								if key == "role" {
+					return editObject(dst, choice, func(dst, key, val []byte) ([]byte, bool) {
+						if string(key) == "delta" && len(val) > 0 && val[0] == '{' {
+							return editObject(dst, val, func(dst, key, val []byte) ([]byte, bool) {
+								if string(key) == "role" {
 									return dst, false
 								}
 								return append(dst, val...), true
@@ -368,8 +480,8 @@ func (sp *splice) usage(dst, raw []byte) []byte {
 		prompt = max(u.PromptTokens-sp.base, 0)
 	}
 	completion := sp.base + u.CompletionTokens
-	return editObject(dst, raw, func(dst []byte, key string, val []byte) ([]byte, bool) {
-		switch key {
+	return editObject(dst, raw, func(dst, key, val []byte) ([]byte, bool) {
+		switch string(key) {
 		case "prompt_tokens":
 			return strconv.AppendInt(dst, int64(prompt), 10), true
 		case "completion_tokens":
@@ -422,7 +534,7 @@ func eachMember(raw []byte, fn func(key, val []byte)) {
 
 // editObject appends the JSON object raw to dst with each member's value
 // written by edit (which appends it, or returns false to drop the member).
-func editObject(dst, raw []byte, edit func(dst []byte, key string, val []byte) ([]byte, bool)) []byte {
+func editObject(dst, raw []byte, edit func(dst, key, val []byte) ([]byte, bool)) []byte {
 	dst = append(dst, '{')
 	n := 0
 	eachMember(raw, func(key, val []byte) {
@@ -433,7 +545,7 @@ func editObject(dst, raw []byte, edit func(dst []byte, key string, val []byte) (
 		dst = append(dst, key...)
 		dst = append(dst, ':')
 		var keep bool
-		dst, keep = edit(dst, string(unquoted(key)), val)
+		dst, keep = edit(dst, unquoted(key), val)
 		if !keep {
 			dst = dst[:mark]
 			return
@@ -447,18 +559,32 @@ func editObject(dst, raw []byte, edit func(dst []byte, key string, val []byte) (
 // edit.
 func editArray(dst, raw []byte, edit func(dst, elem []byte) []byte) []byte {
 	dst = append(dst, '[')
-	i := skipSpace(raw, 1)
-	for n := 0; i < len(raw) && raw[i] != ']'; n++ {
+	n := 0
+	eachElem(raw, func(e []byte) {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		dst = edit(dst, e)
+		n++
+	})
+	return append(dst, ']')
+}
+
+// eachElem calls fn with every element of the JSON array at the start of
+// raw (valid JSON).
+func eachElem(raw []byte, fn func(elem []byte)) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return
+	}
+	i = skipSpace(raw, i+1)
+	for i < len(raw) && raw[i] != ']' {
 		if raw[i] == ',' {
 			i = skipSpace(raw, i+1)
 		}
 		s := i
 		i = skipValue(raw, i)
-		if n > 0 {
-			dst = append(dst, ',')
-		}
-		dst = edit(dst, raw[s:i])
+		fn(raw[s:i])
 		i = skipSpace(raw, i)
 	}
-	return append(dst, ']')
 }
