@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +30,9 @@ type ResumedStream struct {
 	Finishes  int             // chunks carrying a finish_reason
 	Usage     *openai.CompletionUsage
 	Err       error
+	// Elapsed is the whole stream; MaxGap the longest wait between two
+	// content chunks (where a resumed stream pauses).
+	Elapsed, MaxGap time.Duration
 }
 
 // ResumeRunResult is what ResumeRun saw.
@@ -90,6 +94,8 @@ func streamOnce(ctx context.Context, c openai.Client, model, id string, maxToken
 	}, option.WithHeader("X-Request-Id", id))
 	defer st.Close()
 	var text strings.Builder
+	start := time.Now()
+	var last time.Time
 	for st.Next() {
 		ch := st.Current()
 		out.IDs[ch.ID] = true
@@ -100,6 +106,13 @@ func streamOnce(ctx context.Context, c openai.Client, model, id string, maxToken
 			if choice.FinishReason != "" {
 				out.Finishes++
 			}
+			if choice.Delta.Content != "" {
+				now := time.Now()
+				if !last.IsZero() {
+					out.MaxGap = max(out.MaxGap, now.Sub(last))
+				}
+				last = now
+			}
 			text.WriteString(choice.Delta.Content)
 		}
 		if ch.JSON.Usage.Valid() && ch.Usage.TotalTokens > 0 {
@@ -109,6 +122,7 @@ func streamOnce(ctx context.Context, c openai.Client, model, id string, maxToken
 	}
 	out.Text = text.String()
 	out.Err = st.Err()
+	out.Elapsed = time.Since(start)
 	return out
 }
 
@@ -144,7 +158,9 @@ type SpliceCheck struct {
 	// Whole streams came from one engine; Resumed were continued on a
 	// second one after the first died.
 	Whole, Resumed int
-	Problems       []string
+	// Durations and longest pauses between content chunks, by kind.
+	WholeElapsed, ResumedElapsed, WholeGap, ResumedGap []time.Duration
+	Problems                                           []string
 }
 
 // CheckSplices compares every clean stream with what the engines logged
@@ -180,8 +196,10 @@ func CheckSplices(streams []ResumedStream, gens map[string][]sim.Generation, max
 		switch {
 		case len(lines) == 1 && lines[0].Outcome == "done" && !lines[0].Continued:
 			c.Whole++
+			c.WholeElapsed, c.WholeGap = append(c.WholeElapsed, s.Elapsed), append(c.WholeGap, s.MaxGap)
 		case len(lines) == 2 && lines[0].Outcome == "died" && lines[1].Outcome == "done" && lines[1].Continued:
 			c.Resumed++
+			c.ResumedElapsed, c.ResumedGap = append(c.ResumedElapsed, s.Elapsed), append(c.ResumedGap, s.MaxGap)
 			if lines[1].PromptTokens != lines[0].PromptTokens+lines[0].Tokens {
 				bad(s, "continuation prompt %d tokens, want %d + %d carried", lines[1].PromptTokens, lines[0].PromptTokens, lines[0].Tokens)
 			}
@@ -217,4 +235,15 @@ func MetricSample(ctx context.Context, base, series string) (float64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// Quantile returns the q-quantile (0..1, nearest rank) of ds; 0 when empty.
+func Quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
 }

@@ -91,8 +91,18 @@ targets = %s
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("resume on: %d streams in %v: %d client-visible errors, %d whole, %d resumed after the engine died (metric: %v), %d splice problems",
-			streams, run.Elapsed.Round(time.Millisecond), run.Errors, chk.Whole, chk.Resumed, resumed, len(chk.Problems))
+		failed, _ := MetricSample(ctx, admin, `rolter_stream_resumes_total{model="chat",outcome="failed"}`)
+		notResumable, _ := MetricSample(ctx, admin, `rolter_stream_resumes_total{model="chat",outcome="not_resumable"}`)
+		ms := func(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
+		t.Logf("resume on: %d streams in %v: %d client-visible errors, %d whole, %d resumed after the engine died "+
+			"(metric: %v resumed, %v failed, %v not_resumable), %d splice problems",
+			streams, run.Elapsed.Round(time.Millisecond), run.Errors, chk.Whole, chk.Resumed, resumed, failed, notResumable, len(chk.Problems))
+		t.Logf("stream duration p50/max: whole %s/%s, resumed %s/%s; longest pause between tokens p50/max: whole %s/%s, resumed %s/%s",
+			ms(Quantile(chk.WholeElapsed, 0.5)), ms(Quantile(chk.WholeElapsed, 1)), ms(Quantile(chk.ResumedElapsed, 0.5)), ms(Quantile(chk.ResumedElapsed, 1)),
+			ms(Quantile(chk.WholeGap, 0.5)), ms(Quantile(chk.WholeGap, 1)), ms(Quantile(chk.ResumedGap, 0.5)), ms(Quantile(chk.ResumedGap, 1)))
+		if failed != 0 || notResumable != 0 {
+			t.Errorf("%v breaks failed to resume, %v were not resumable", failed, notResumable)
+		}
 		if run.Errors != 0 {
 			t.Errorf("%d client-visible errors, e.g. %q", run.Errors, run.FirstErrors)
 		}
