@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -12,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/openai/openai-go"
@@ -135,22 +139,72 @@ func ReadGenerations(paths ...string) (map[string][]sim.Generation, error) {
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
-			var g sim.Generation
-			if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			out[g.RequestID] = append(out[g.RequestID], g)
-		}
+		err = parseGenerations(f, out)
 		f.Close()
-		if err := sc.Err(); err != nil {
-			return nil, err
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 	}
 	return out, nil
+}
+
+func parseGenerations(r io.Reader, into map[string][]sim.Generation) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var g sim.Generation
+		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
+			return err
+		}
+		into[g.RequestID] = append(into[g.RequestID], g)
+	}
+	return sc.Err()
+}
+
+// GenerationLog collects the generation logs of in-process sims.
+type GenerationLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *GenerationLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// Generations returns what was logged, grouped by request id.
+func (l *GenerationLog) Generations() (map[string][]sim.Generation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]sim.Generation{}
+	return out, parseGenerations(bytes.NewReader(l.buf.Bytes()), out)
+}
+
+// StartInprocLoggedSim is StartInprocSim (instant) with faults, logging
+// every generation to log.
+func StartInprocLoggedSim(t testing.TB, faults sim.Faults, log *GenerationLog) string {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Engine.Instant = true
+	cfg.Faults = faults
+	s := sim.New(cfg, nil, nil, nil)
+	s.LogGenerations(log)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	loop := make(chan struct{})
+	go func() { s.Run(ctx); close(loop) }()
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		cancel()
+		<-loop
+	})
+	return "http://" + ln.Addr().String()
 }
 
 // SpliceCheck is what CheckSplices found.
