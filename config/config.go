@@ -198,6 +198,9 @@ type Retry struct {
 	// MaxResumes bounds how many times one stream is continued on
 	// another engine.
 	MaxResumes int `toml:"max_resumes"`
+	// ResumeIdle, when positive, makes a resumable stream whose engine
+	// sends nothing for that long count as broken (0: wait).
+	ResumeIdle Duration `toml:"resume_idle"`
 }
 
 // Resumes reports whether a route or group whose resume_streams is set

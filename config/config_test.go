@@ -228,4 +228,8 @@ members = [{provider = "a"}]
 	if err == nil || !strings.Contains(err.Error(), "retry: max_resumes") {
 		t.Errorf("max_resumes = 0: %v", err)
 	}
+	_, err = Parse("rolter.toml", []byte(base+"[retry]\nresume_idle = \"-1s\"\n"), env(nil))
+	if err == nil || !strings.Contains(err.Error(), "retry: resume_idle") {
+		t.Errorf("resume_idle = -1s: %v", err)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -464,5 +465,34 @@ func TestReadChunkAgreesWithTheDecoder(t *testing.T) {
 				t.Errorf("%s: error message %q, want %q", raw, c.errMsg, msg)
 			}
 		}
+	}
+}
+
+func TestSilentEngineIsCutOffAfterResumeIdleAndResumed(t *testing.T) {
+	var calls atomic.Int64
+	cut := make(chan struct{})
+	h := func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+		if calls.Add(1) == 1 {
+			play(w, roleA, helloA)
+			<-r.Context().Done() // the engine stalls until the router gives up on it
+			close(cut)
+			return
+		}
+		play(w, chunkB(`{"role":"assistant","content":" there"}`, `"stop"`), "[DONE]")
+	}
+	a, b := newEngine(t, h), newEngine(t, h)
+	hs := newHarness(t, providers("a", a.URL, "b", b.URL)+
+		"[retry]\nresume_idle = \"50ms\"\n\n[[routes]]\nmodel = \"m\"\nresume_streams = true\ntargets = [{provider = \"a\"}, {provider = \"b\"}]\n", nil)
+	_, _, body := hs.post("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	if !strings.HasSuffix(body, "data: [DONE]\n\n") || !strings.Contains(body, `"delta":{"content":" there"}`) {
+		t.Fatalf("stream %s: want the stalled stream continued", body)
+	}
+	select {
+	case <-cut:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled engine's request was never cancelled")
+	}
+	if hs.resumes("resumed") != 1 {
+		t.Errorf("resumed %v", hs.resumes("resumed"))
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -248,17 +250,34 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 		copyBufs.Put(evp)
 	}()
 	ev := (*evp)[:0]
+	// [retry] resume_idle: an engine silent for that long is cut off
+	// (closing the body ends the blocked read) and counts as broken.
+	idle := a.sn.cfg.Retry.ResumeIdle.Duration
+	var stalled atomic.Bool
+	var idleTimer *time.Timer
+	if idle > 0 {
+		idleTimer = time.AfterFunc(idle, func() { stalled.Store(true); resp.Body.Close() })
+		defer idleTimer.Stop()
+	}
 	for {
 		err := readEvent(br, &ev)
 		if err != nil {
 			if a.r.Context().Err() != nil {
 				return statusClientClosed, false, "canceled"
 			}
-			if err == io.EOF {
+			switch {
+			case stalled.Load():
+				err = fmt.Errorf("no data from the engine for %v", idle)
+			case err == io.EOF:
 				err = errors.New("stream ended without [DONE]")
 			}
 			sp.broke = err.Error()
 			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err)
+			return http.StatusOK, false, "stream_error"
+		}
+		if idleTimer != nil && !idleTimer.Reset(idle) {
+			err = fmt.Errorf("no data from the engine for %v", idle)
+			sp.broke = err.Error()
 			return http.StatusOK, false, "stream_error"
 		}
 		out, done, brk := sp.event(ev)
