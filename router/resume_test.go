@@ -496,3 +496,46 @@ func TestSilentEngineIsCutOffAfterResumeIdleAndResumed(t *testing.T) {
 		t.Errorf("resumed %v", hs.resumes("resumed"))
 	}
 }
+
+// FuzzSpliceEvent feeds arbitrary events through the splice, first and
+// continuation alike: no panic, and every rewritten continuation chunk is
+// valid JSON with the first chunk's id and no role.
+func FuzzSpliceEvent(f *testing.F) {
+	for _, s := range []string{roleA, helloA, chunkB(`{"role":"assistant","content":"x"}`, `"stop"`), "[DONE]",
+		`{"error":{"message":"x","code":500}}`, `{"object":"error","message":"y"}`,
+		`{"id":"c","choices":[{"text":"a","token_ids":[1,2]}],"usage":{"prompt_tokens":3,"completion_tokens":1.5}}`,
+		`{"id":"c","choices":[{"delta":{"role":"assistant","tool_calls":[{"index":0}]}}],"usage":{"prompt_tokens":9}}`} {
+		f.Add([]byte("data: "+s+"\n\n"), false)
+		f.Add([]byte("data: "+s+"\n\n"), true)
+	}
+	f.Fuzz(func(t *testing.T, ev []byte, rewrite bool) {
+		sp := newSplice(true, nil)
+		if rewrite {
+			sp.id, sp.created, sp.model, sp.rewrite, sp.base = []byte(`"first"`), []byte(`1`), []byte(`"m"`), true, 2
+		}
+		out, done, broke := sp.event(ev)
+		if !rewrite || out == nil || done || broke != "" {
+			return
+		}
+		d := eventData(out)
+		if !json.Valid(d) {
+			t.Fatalf("rewrote %q into invalid JSON %q", ev, d)
+		}
+		var c struct {
+			ID      json.RawMessage
+			Choices []struct {
+				Delta map[string]json.RawMessage
+			}
+		}
+		if json.Unmarshal(d, &c) == nil {
+			if len(c.ID) > 0 && string(c.ID) != `"first"` {
+				t.Errorf("rewritten id %s", c.ID)
+			}
+			for _, ch := range c.Choices {
+				if _, ok := ch.Delta["role"]; ok {
+					t.Errorf("role kept in %s", d)
+				}
+			}
+		}
+	})
+}
