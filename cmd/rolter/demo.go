@@ -720,6 +720,10 @@ func (d *demo) printNextSteps(w io.Writer, elapsed time.Duration) {
 		"      }\n"+
 		"  }\n", api+"/")
 
+	fmt.Fprintf(w, "\n  # streams survive an engine's death (resume_streams): make engine-1 kill half its streams\n"+
+		"  # after 5 tokens, stream again, and watch rolter_stream_resumes_total on /metrics\n"+
+		"  curl -s http://%s/sim/faults -d '{\"die_rate\":0.5,\"die_after_tokens\":5}'\n", addr(d.layout.engines[0].http))
+
 	fmt.Fprintf(w, "\nAdmin\n  admin   %s/api/v1/   (also %s)\n  ui      %s/ui/   (paste the admin token)\n  token   %s\n",
 		admin, strings.Join(admins[1:], ", "), admin, d.token)
 	fmt.Fprintf(w, "  curl -s -H 'Authorization: Bearer %s' %s/api/v1/cluster\n", d.token, admin)
