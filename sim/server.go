@@ -547,6 +547,7 @@ func (g *generation) whole(w http.ResponseWriter, r *http.Request) {
 	for {
 		n, done, ok := g.next(r.Context(), have)
 		if !ok {
+			g.s.logGeneration(g, 0, "client_left")
 			return
 		}
 		have = n
