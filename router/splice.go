@@ -24,8 +24,9 @@ type splice struct {
 	chat bool
 	orig []byte // the client's body, before any continuation
 
-	begun bool // the status line and headers went to the client
-	ttft  bool // the first event went to the client
+	begun  bool // the status line and headers went to the client
+	status int  // the status the client got
+	ttft   bool // the first event went to the client
 
 	// id, created and model are the raw JSON values of the first chunk
 	// the client got; nil until then. Every later segment's chunks carry
@@ -226,13 +227,13 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 		h.Set("Cache-Control", "no-cache")
 		a.w.WriteHeader(resp.StatusCode)
 		_ = rc.Flush()
-		sp.begun = true
+		sp.begun, sp.status = true, resp.StatusCode
 	} else {
 		if !sse || resp.StatusCode != http.StatusOK {
 			// The engine refused the continuation (say, a 400 for
 			// continue_final_message): no fault of its health.
 			sp.broke = "continuation refused (HTTP " + strconv.Itoa(resp.StatusCode) + ")"
-			return http.StatusOK, false, "http_" + strconv.Itoa(resp.StatusCode)
+			return sp.status, false, "http_" + strconv.Itoa(resp.StatusCode)
 		}
 		s.metrics.resumes.WithLabelValues(a.res.pool.key, "resumed").Inc()
 		s.log.Info("stream resumed on another engine", "model", a.req.model, "from", sp.from, "to", sp.to,
@@ -273,18 +274,18 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 			}
 			sp.broke = err.Error()
 			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err)
-			return http.StatusOK, false, "stream_error"
+			return sp.status, false, "stream_error"
 		}
 		if idleTimer != nil && !idleTimer.Reset(idle) {
 			err = fmt.Errorf("no data from the engine for %v", idle)
 			sp.broke = err.Error()
-			return http.StatusOK, false, "stream_error"
+			return sp.status, false, "stream_error"
 		}
 		out, done, brk := sp.event(ev)
 		if brk != "" {
 			sp.broke = brk
 			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", brk)
-			return http.StatusOK, false, "stream_error"
+			return sp.status, false, "stream_error"
 		}
 		if out != nil {
 			if !sp.ttft {
@@ -299,7 +300,7 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 			}
 		}
 		if done {
-			return http.StatusOK, true, "success"
+			return sp.status, true, "success"
 		}
 	}
 }
