@@ -176,6 +176,11 @@ func TestDemo(t *testing.T) {
 		if ready, ok = out.match(demoReadyRE); !ok {
 			return errors.New("no 'ready' line yet")
 		}
+		// The block after the ready line arrives in several writes; the
+		// token is its last line the test reads.
+		if _, ok = out.match(demoTokenRE); !ok {
+			return errors.New("no token line yet")
+		}
 		return nil
 	})
 	if err != nil {
