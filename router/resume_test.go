@@ -539,3 +539,35 @@ func FuzzSpliceEvent(f *testing.F) {
 		}
 	})
 }
+
+func TestOnlyStreamsAreResumed(t *testing.T) {
+	var calls atomic.Int64
+	h := func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "1000")
+		fmt.Fprint(w, `{"id":"c1","choices":[`)
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}
+	a, b := newEngine(t, h), newEngine(t, h)
+	hs := newHarness(t, providers("a", a.URL, "b", b.URL)+
+		"[[routes]]\nmodel = \"m\"\nresume_streams = true\ntargets = [{provider = \"a\"}, {provider = \"b\"}]\n", nil)
+	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings"} {
+		calls.Store(0)
+		resp, err := hs.api.Client().Post(hs.api.URL+path, "application/json", strings.NewReader(`{"model":"m","input":"x","messages":[]}`))
+		if err == nil {
+			defer resp.Body.Close()
+			_, err = io.ReadAll(resp.Body)
+		}
+		if err == nil {
+			t.Errorf("%s: a truncated non-streaming body reached the client as if it were whole", path)
+		}
+		if calls.Load() != 1 {
+			t.Errorf("%s: %d upstream requests; a non-streaming answer is never resumed", path, calls.Load())
+		}
+	}
+	if hs.resumes("not_resumable")+hs.resumes("failed")+hs.resumes("resumed") != 0 {
+		t.Error("non-streaming breaks were counted as stream resumes")
+	}
+}
