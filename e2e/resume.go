@@ -220,8 +220,9 @@ type SpliceCheck struct {
 // CheckSplices compares every clean stream with what the engines logged
 // generating it: the client's text must be the dying engine's text
 // followed by the continuing engine's (or one engine's whole text), the
-// continuation must have asked to continue the final message with a
-// prompt that grew by exactly the tokens carried over, and usage must
+// continuation must have asked to continue exactly the dying engine's
+// text as the final message, with a prompt that grew by exactly the
+// tokens carried over, and usage must
 // count the original prompt and every generated token once.
 func CheckSplices(streams []ResumedStream, gens map[string][]sim.Generation, maxTokens int) SpliceCheck {
 	var c SpliceCheck
@@ -254,6 +255,9 @@ func CheckSplices(streams []ResumedStream, gens map[string][]sim.Generation, max
 		case len(lines) == 2 && lines[0].Outcome == "died" && lines[1].Outcome == "done" && lines[1].Continued:
 			c.Resumed++
 			c.ResumedElapsed, c.ResumedGap = append(c.ResumedElapsed, s.Elapsed), append(c.ResumedGap, s.MaxGap)
+			if lines[1].ContinuedText != lines[0].Text {
+				bad(s, "the continuation was asked to continue %q, the dying engine sent %q", lines[1].ContinuedText, lines[0].Text)
+			}
 			if lines[1].PromptTokens != lines[0].PromptTokens+lines[0].Tokens {
 				bad(s, "continuation prompt %d tokens, want %d + %d carried", lines[1].PromptTokens, lines[0].PromptTokens, lines[0].Tokens)
 			}

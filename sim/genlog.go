@@ -15,9 +15,11 @@ type Generation struct {
 	// RequestID is the request's X-Request-Id header ("" when none).
 	RequestID string `json:"request_id"`
 	ID        string `json:"id"`
-	// Continued: the request asked to continue its final message.
-	Continued    bool `json:"continued"`
-	PromptTokens int  `json:"prompt_tokens"`
+	// Continued: the request asked to continue its final message,
+	// whose text ContinuedText is.
+	Continued     bool   `json:"continued"`
+	ContinuedText string `json:"continued_text,omitempty"`
+	PromptTokens  int    `json:"prompt_tokens"`
 	// Text is what went to the client: Tokens one-token words.
 	Text   string `json:"text"`
 	Tokens int    `json:"tokens"`
@@ -46,7 +48,7 @@ func (s *Server) logGeneration(g *generation, sent int, outcome string) {
 	if s.gen.w == nil {
 		return
 	}
-	b, _ := json.Marshal(Generation{RequestID: g.requestID, ID: g.id, Continued: g.continued, PromptTokens: g.prompt,
+	b, _ := json.Marshal(Generation{RequestID: g.requestID, ID: g.id, Continued: g.continued, ContinuedText: g.continuedText, PromptTokens: g.prompt,
 		Text: tokenizer.Text(g.seed, sent), Tokens: sent, Outcome: outcome})
 	if _, err := s.gen.w.Write(append(b, '\n')); err != nil {
 		s.log.Warn("generation log write failed", "err", err)

@@ -109,6 +109,19 @@ func TestDieAfterTokensAndTheGenerationLog(t *testing.T) {
 	if g.RequestID != "req-1" || g.Outcome != "died" || g.Tokens != 5 || g.Text != text.String() {
 		t.Errorf("logged %+v; the client got %q", g, text.String())
 	}
+	s.setFaults(Faults{})
+	cont, _ := json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hi"},
+		map[string]any{"role": "assistant", "content": g.Text}}, "continue_final_message": true, "add_generation_prompt": false, "max_tokens": 3})
+	req, _ = http.NewRequest(http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(cont))
+	req.Header.Set("X-Request-Id", "req-1")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if gens = log.lines(t); len(gens) != 2 || !gens[1].Continued || gens[1].ContinuedText != g.Text ||
+		gens[1].PromptTokens != g.PromptTokens+5 || gens[1].Outcome != "done" {
+		t.Errorf("continuation logged %+v after %+v", gens[len(gens)-1], g)
+	}
 	if resp, body := post(t, url+"/sim/faults", map[string]any{"die_after_tokens": -1}); resp.StatusCode != 400 {
 		t.Errorf("negative die_after_tokens: %d %s", resp.StatusCode, body)
 	}

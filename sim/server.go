@@ -275,6 +275,9 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, chat bo
 		}
 	}
 	g.requestID, g.continued = r.Header.Get("X-Request-Id"), req.ContinueFinalMessage
+	if g.continued && len(req.Messages) > 0 {
+		g.continuedText, _ = req.Messages[len(req.Messages)-1].text()
+	}
 	if req.Stream {
 		g.stream(w, r, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 	} else {
@@ -507,8 +510,9 @@ type generation struct {
 	dieAt  int
 	p      *progress
 
-	requestID string // the client's X-Request-Id, for the generation log
-	continued bool   // continue_final_message was asked
+	requestID     string // the client's X-Request-Id, for the generation log
+	continued     bool   // continue_final_message was asked
+	continuedText string // the final message's text then
 }
 
 // next waits for tokens beyond have; it returns the new count and whether
