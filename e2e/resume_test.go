@@ -115,6 +115,25 @@ targets = %s
 		if chk.Resumed == 0 || float64(chk.Resumed) != resumed {
 			t.Errorf("%d resumed streams, rolter_stream_resumes_total says %v", chk.Resumed, resumed)
 		}
+		// One log line per resume, naming both engines and what was carried.
+		logged, err := os.ReadFile(proc.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := 0
+		for line := range strings.SplitSeq(string(logged), "\n") {
+			if !strings.Contains(line, `msg="stream resumed on another engine"`) {
+				continue
+			}
+			lines++
+			if !strings.Contains(line, "from=e0") || !(strings.Contains(line, "to=e1") || strings.Contains(line, "to=e2")) ||
+				!strings.Contains(line, "tokens_carried=5") {
+				t.Errorf("resume log line %q: want from=e0, to=e1 or e2, tokens_carried=5", line)
+			}
+		}
+		if lines != chk.Resumed {
+			t.Errorf("%d resume log lines for %d resumed streams", lines, chk.Resumed)
+		}
 	})
 
 	t.Run("resume off", func(t *testing.T) {
