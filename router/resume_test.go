@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
@@ -569,5 +570,45 @@ func TestOnlyStreamsAreResumed(t *testing.T) {
 	}
 	if hs.resumes("not_resumable")+hs.resumes("failed")+hs.resumes("resumed") != 0 {
 		t.Error("non-streaming breaks were counted as stream resumes")
+	}
+}
+
+func TestResumableStreamReleasesItsQueuedPrefillAtTheFirstEvent(t *testing.T) {
+	first := make(chan struct{})
+	finish := make(chan struct{})
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+		<-first
+		play(w, roleA)
+		select {
+		case <-finish:
+			play(w, "[DONE]")
+		case <-r.Context().Done():
+		}
+	})
+	h := newHarness(t, providers("a", eng.URL)+`
+[[routes]]
+model = "m"
+strategy = "precise_cache_aware"
+resume_streams = true
+targets = [{provider = "a"}]
+`, nil)
+	// Registered after the harness, so it runs first: a failing check
+	// must not leave the engine's handler holding the servers open.
+	var once sync.Once
+	end := func() { once.Do(func() { close(finish) }) }
+	t.Cleanup(end)
+	queued := func() uint64 { return h.srv.QueuedPrefill()["a/m"] }
+	done := make(chan string, 1)
+	go func() {
+		_, _, body := h.post("/v1/chat/completions",
+			`{"model":"m","stream":true,"messages":[{"role":"user","content":`+quote(strings.Repeat("abcd", 100))+`}]}`)
+		done <- body
+	}()
+	eventually(t, "the pick queues the prompt's prefill", func() bool { return queued() == 100 })
+	close(first)
+	eventually(t, "the first event takes it off while the stream is open", func() bool { return queued() == 0 })
+	end()
+	if body := <-done; !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Errorf("stream %s", body)
 	}
 }

@@ -260,8 +260,13 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 		idleTimer = time.AfterFunc(idle, func() { stalled.Store(true); resp.Body.Close() })
 		defer idleTimer.Stop()
 	}
+	first := true
 	for {
 		err := readEvent(br, &ev)
+		if first && err == nil {
+			first = false
+			a.releasePrefill() // this segment's engine has prefilled its prompt
+		}
 		if err != nil {
 			if a.r.Context().Err() != nil {
 				return statusClientClosed, false, "canceled"
