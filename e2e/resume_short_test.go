@@ -13,7 +13,7 @@ import (
 	"github.com/rolter/rolter/sim"
 )
 
-// TestShortResumeStreams is scenario 15 in process and small: 3 instant
+// TestShortResumeStreams is scenario 17 in process and small: 3 instant
 // sims, one killing half its streams after 5 tokens, 60 openai-go
 // streams on a resume_streams route.
 func TestShortResumeStreams(t *testing.T) {
