@@ -73,6 +73,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRequest$$'  -fuzztime $(FUZZTIME) ./router/
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractPrompt$$' -fuzztime $(FUZZTIME) ./router/
+	$(GO) test -run '^$$' -fuzz '^FuzzSpliceEvent$$'   -fuzztime $(FUZZTIME) ./router/
 	$(GO) test -run '^$$' -fuzz '^FuzzFSMApply$$'      -fuzztime $(FUZZTIME) ./cluster/
 	$(GO) test -run '^$$' -fuzz '^FuzzFSMRestore$$'    -fuzztime $(FUZZTIME) ./cluster/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$'     -fuzztime $(FUZZTIME) ./cluster/

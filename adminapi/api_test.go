@@ -670,3 +670,45 @@ func TestClusterViewListsParkedTargets(t *testing.T) {
 		t.Errorf("no parked targets: %s", r.raw)
 	}
 }
+
+func TestResumeStreamsReplicatesToEveryRouter(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	if r := call(t, api, http.MethodPost, "/api/v1/providers", superToken, `{"name":"p2","api_base":"http://127.0.0.1:9000/v1"}`); r.code != http.StatusCreated {
+		t.Fatalf("create provider: %d %s", r.code, r.raw)
+	}
+	writes := []struct{ path, body string }{
+		{"/api/v1/routes", `{"model":"on","resume_streams":true,"targets":[{"provider":"p2"}]}`},
+		{"/api/v1/routes", `{"model":"off","resume_streams":false,"targets":[{"provider":"p2"}]}`},
+		{"/api/v1/routes", `{"model":"inherit","targets":[{"provider":"p2"}]}`},
+		{"/api/v1/provider-groups", `{"name":"g","slug":"g","resume_streams":true,"members":[{"provider":"p2"}]}`},
+	}
+	for _, w := range writes {
+		if r := call(t, api, http.MethodPost, w.path, superToken, w.body); r.code != http.StatusCreated {
+			t.Fatalf("POST %s %s: %d %s", w.path, w.body, r.code, r.raw)
+		}
+	}
+	str := func(b *bool) string {
+		if b == nil {
+			return "unset"
+		}
+		return fmt.Sprint(*b)
+	}
+	want := map[string]string{"on": "true", "off": "false", "inherit": "unset"}
+	for i := range 3 {
+		eventually(t, 5*time.Second, "group replicated", func() bool { _, ok := m.c.Node(i).State().Groups["g"]; return ok })
+		st := m.c.Node(i).State()
+		for model, w := range want {
+			if got := str(st.Routes[model].ResumeStreams); got != w {
+				t.Errorf("node %d route %s: resume_streams %s, want %s", i, model, got, w)
+			}
+		}
+		if got := str(st.Groups["g"].ResumeStreams); got != "true" {
+			t.Errorf("node %d group g: resume_streams %s, want true", i, got)
+		}
+	}
+	r := call(t, api, http.MethodGet, "/api/v1/routes/off", superToken, "")
+	if v, ok := r.body["resume_streams"].(bool); !ok || v {
+		t.Errorf("GET route off: resume_streams %v in %s", r.body["resume_streams"], r.raw)
+	}
+}

@@ -50,6 +50,8 @@ type routeJSON struct {
 	// Enabled defaults to true on create and to the stored value on
 	// update; always set on output.
 	Enabled *bool `json:"enabled,omitempty"`
+	// ResumeStreams: absent inherits [retry] resume_streams.
+	ResumeStreams *bool `json:"resume_streams,omitempty"`
 }
 
 type groupJSON struct {
@@ -62,6 +64,8 @@ type groupJSON struct {
 	ManagedBy string       `json:"managed_by"`
 	// Enabled: as routeJSON.Enabled.
 	Enabled *bool `json:"enabled,omitempty"`
+	// ResumeStreams: absent inherits [retry] resume_streams.
+	ResumeStreams *bool `json:"resume_streams,omitempty"`
 }
 
 type keyJSON struct {
@@ -127,11 +131,13 @@ func targetsIn(ts []targetJSON, defModel, list string) ([]config.Target, error) 
 }
 
 func routeOut(r config.Route) routeJSON {
-	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly, managedBy(r.ReadOnly), config.Bool(r.IsEnabled())}
+	return routeJSON{r.Model, r.Strategy, targetsOut(r.Targets), r.Discover, r.MaxLoRAs, r.ReadOnly, managedBy(r.ReadOnly), config.Bool(r.IsEnabled()),
+		r.ResumeStreams}
 }
 
 func groupOut(g config.ProviderGroup) groupJSON {
-	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly, managedBy(g.ReadOnly), config.Bool(g.IsEnabled())}
+	return groupJSON{g.Name, g.Slug, g.Strategy, targetsOut(g.Members), g.MaxLoRAs, g.ReadOnly, managedBy(g.ReadOnly), config.Bool(g.IsEnabled()),
+		g.ResumeStreams}
 }
 
 func keyOut(k cluster.APIKey) keyJSON {
@@ -280,7 +286,7 @@ func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, na
 		return
 	}
 	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targets, Discover: in.Discover, MaxLoRAs: in.MaxLoRAs,
-		Enabled: in.Enabled}
+		Enabled: in.Enabled, ResumeStreams: in.ResumeStreams}
 	if in.Enabled == nil && op == raftstore.Op_OP_UPDATE_ROUTE {
 		rt.Enabled = a.d.Store.State().Routes[in.Model].Enabled
 	}
@@ -359,7 +365,7 @@ func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, na
 		return
 	}
 	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: members, MaxLoRAs: in.MaxLoRAs,
-		Enabled: in.Enabled}
+		Enabled: in.Enabled, ResumeStreams: in.ResumeStreams}
 	if in.Enabled == nil && op == raftstore.Op_OP_UPDATE_GROUP {
 		g.Enabled = a.d.Store.State().Groups[in.Name].Enabled
 	}

@@ -44,24 +44,27 @@ func providerFromPB(p *raftstore.Provider) config.Provider {
 // RouteToPB converts a route to its wire form.
 func RouteToPB(r config.Route) *raftstore.Route {
 	return &raftstore.Route{Model: r.Model, Strategy: r.Strategy, Targets: targetsToPB(r.Targets),
-		Discover: r.Discover, Readonly: r.ReadOnly, MaxLoras: int32(r.MaxLoRAs), Disabled: !r.IsEnabled()}
+		Discover: r.Discover, Readonly: r.ReadOnly, MaxLoras: int32(r.MaxLoRAs), Disabled: !r.IsEnabled(),
+		ResumeStreams: r.ResumeStreams}
 }
 
 func routeFromPB(r *raftstore.Route) config.Route {
 	return config.Route{Model: r.GetModel(), Strategy: r.GetStrategy(), Targets: targetsFromPB(r.GetTargets()),
-		Discover: r.GetDiscover(), ReadOnly: r.GetReadonly(), MaxLoRAs: int(r.GetMaxLoras()), Enabled: enabledFromPB(r.GetDisabled())}
+		Discover: r.GetDiscover(), ReadOnly: r.GetReadonly(), MaxLoRAs: int(r.GetMaxLoras()), Enabled: enabledFromPB(r.GetDisabled()),
+		ResumeStreams: r.ResumeStreams}
 }
 
 // GroupToPB converts a provider group to its wire form.
 func GroupToPB(g config.ProviderGroup) *raftstore.ProviderGroup {
 	return &raftstore.ProviderGroup{Name: g.Name, Slug: g.Slug, Strategy: g.Strategy,
-		Members: targetsToPB(g.Members), Readonly: g.ReadOnly, MaxLoras: int32(g.MaxLoRAs), Disabled: !g.IsEnabled()}
+		Members: targetsToPB(g.Members), Readonly: g.ReadOnly, MaxLoras: int32(g.MaxLoRAs), Disabled: !g.IsEnabled(),
+		ResumeStreams: g.ResumeStreams}
 }
 
 func groupFromPB(g *raftstore.ProviderGroup) config.ProviderGroup {
 	return config.ProviderGroup{Name: g.GetName(), Slug: g.GetSlug(), Strategy: g.GetStrategy(),
 		Members: targetsFromPB(g.GetMembers()), ReadOnly: g.GetReadonly(), MaxLoRAs: int(g.GetMaxLoras()),
-		Enabled: enabledFromPB(g.GetDisabled())}
+		Enabled: enabledFromPB(g.GetDisabled()), ResumeStreams: g.ResumeStreams}
 }
 
 // enabledFromPB is the config form of a disabled flag: nil (the default,

@@ -130,6 +130,10 @@ type Route struct {
 	// Enabled is nil or true for a route that serves; a disabled route
 	// answers 404 as an unknown model does. See IsEnabled.
 	Enabled *bool `toml:"enabled"`
+	// ResumeStreams continues a stream whose engine broke after the first
+	// byte on another engine (docs/streaming.md); nil inherits
+	// [retry] resume_streams.
+	ResumeStreams *bool `toml:"resume_streams"`
 }
 
 // IsEnabled reports whether the route serves (enabled is unset or true).
@@ -148,6 +152,8 @@ type ProviderGroup struct {
 	ReadOnly bool `toml:"readonly"`
 	// Enabled: as Route.Enabled.
 	Enabled *bool `toml:"enabled"`
+	// ResumeStreams: as Route.ResumeStreams.
+	ResumeStreams *bool `toml:"resume_streams"`
 }
 
 // IsEnabled reports whether the group serves (enabled is unset or true).
@@ -186,6 +192,24 @@ type Retry struct {
 	// Budget caps retries as a fraction of recent first attempts so an
 	// outage of every target does not become a retry storm.
 	Budget float64 `toml:"budget"`
+	// ResumeStreams is the default of routes' and provider groups'
+	// resume_streams, and the setting of provider pins ("provider/model").
+	ResumeStreams bool `toml:"resume_streams"`
+	// MaxResumes bounds how many times one stream is continued on
+	// another engine.
+	MaxResumes int `toml:"max_resumes"`
+	// ResumeIdle, when positive, makes a resumable stream whose engine
+	// sends nothing for that long count as broken (0: wait).
+	ResumeIdle Duration `toml:"resume_idle"`
+}
+
+// Resumes reports whether a route or group whose resume_streams is set
+// (nil: not set) continues broken streams.
+func (r Retry) Resumes(set *bool) bool {
+	if set != nil {
+		return *set
+	}
+	return r.ResumeStreams
 }
 
 // Breaker is the [breaker] section.
@@ -271,7 +295,7 @@ func Default() Config {
 		AdaptiveRouting: AdaptiveRouting{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
 			LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: p.MinSamples},
 		Retry: Retry{Attempts: 2, BackoffBase: d(100 * time.Millisecond), BackoffMax: d(2 * time.Second),
-			ParkMin: d(5 * time.Second), ParkMax: d(300 * time.Second), Budget: 0.2},
+			ParkMin: d(5 * time.Second), ParkMax: d(300 * time.Second), Budget: 0.2, MaxResumes: 1},
 		Breaker: Breaker{Failures: 5, Open: d(30 * time.Second)},
 		Health: Health{Enabled: true, Interval: d(10 * time.Second), RecoveryInterval: d(2 * time.Second), Timeout: d(2 * time.Second),
 			Path: "/v1/models", DownAfter: 3, UpAfter: 2},

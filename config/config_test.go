@@ -175,3 +175,61 @@ members = [{provider = "p"}]
 		t.Error("group with enabled = false is enabled")
 	}
 }
+
+func TestResumeStreamsIsOffByDefaultAndInheritsRetry(t *testing.T) {
+	base := `
+[[providers]]
+name = "a"
+api_base = "http://127.0.0.1:8000"
+
+[[routes]]
+model = "inherits"
+targets = [{provider = "a"}]
+
+[[routes]]
+model = "off"
+resume_streams = false
+targets = [{provider = "a"}]
+
+[[provider_groups]]
+name = "g"
+slug = "g"
+resume_streams = true
+members = [{provider = "a"}]
+`
+	for _, tc := range []struct {
+		name, retry                string
+		inherits, off, group, pins bool
+		maxResumes                 int
+	}{
+		{"default", "", false, false, true, false, 1},
+		{"retry on", "[retry]\nresume_streams = true\nmax_resumes = 3\n", true, false, true, true, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("rolter.toml", []byte(base+tc.retry), env(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []bool{c.Retry.Resumes(c.Routes[0].ResumeStreams), c.Retry.Resumes(c.Routes[1].ResumeStreams),
+				c.Retry.Resumes(c.ProviderGroups[0].ResumeStreams), c.Retry.Resumes(nil)}
+			want := []bool{tc.inherits, tc.off, tc.group, tc.pins}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Errorf("resumes (inherits, off, group, pins) = %v, want %v", got, want)
+					break
+				}
+			}
+			if c.Retry.MaxResumes != tc.maxResumes {
+				t.Errorf("max_resumes %d, want %d", c.Retry.MaxResumes, tc.maxResumes)
+			}
+		})
+	}
+	_, err := Parse("rolter.toml", []byte(base+"[retry]\nmax_resumes = 0\n"), env(nil))
+	if err == nil || !strings.Contains(err.Error(), "retry: max_resumes") {
+		t.Errorf("max_resumes = 0: %v", err)
+	}
+	_, err = Parse("rolter.toml", []byte(base+"[retry]\nresume_idle = \"-1s\"\n"), env(nil))
+	if err == nil || !strings.Contains(err.Error(), "retry: resume_idle") {
+		t.Errorf("resume_idle = -1s: %v", err)
+	}
+}

@@ -309,6 +309,12 @@ func (c *Config) validateTuning(v *validator) {
 	if math.IsNaN(r.Budget) || r.Budget < 0 || r.Budget > 1 {
 		v.add("retry", "budget", "must be in [0, 1]")
 	}
+	if r.MaxResumes < 1 || r.MaxResumes > 10 {
+		v.add("retry", "max_resumes", "must be in [1, 10]")
+	}
+	if r.ResumeIdle.Duration < 0 {
+		v.add("retry", "resume_idle", "must be a duration ≥ 0 (0: no limit)")
+	}
 	if c.Breaker.Failures < 1 {
 		v.add("breaker", "failures", "must be ≥ 1")
 	}

@@ -3,8 +3,9 @@
 // ports, drives them over HTTP as an operator and a client would (the
 // official openai-go client included), and measures what issue 6 promises
 // (policy propagation, leader election, write durability through a leader
-// kill, data-plane availability) and issue 10's reliability and security
-// scenarios (faults, hostile input, authorization, soak). RELIABILITY.md
+// kill, data-plane availability), issue 10's reliability and security
+// scenarios (faults, hostile input, authorization, soak) and issue 17's
+// resumed streams (resume.go). RELIABILITY.md
 // at the repository root lists the scenarios and their figures.
 //
 // The harness here is importable by other packages' tests (cmd/rolter runs

@@ -50,8 +50,8 @@ enabled = false
 
 const benchBody = `{"model":"llama","stream":%s,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Write a haiku about load balancers and warm caches."}]}`
 
-func benchServer(b *testing.B, rt http.RoundTripper) *Server {
-	cfg, err := config.Parse("rolter.toml", []byte(benchConfig), func(string) string { return "" })
+func benchServer(b *testing.B, rt http.RoundTripper, extra string) *Server {
+	cfg, err := config.Parse("rolter.toml", []byte(benchConfig+extra), func(string) string { return "" })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,15 +66,21 @@ func benchServer(b *testing.B, rt http.RoundTripper) *Server {
 // process: auth, body read and validation, resolve, RouteContext, pick,
 // model rewrite, proxying through an in-memory upstream and relaying the
 // answer, metrics included.
+//
+// sse_resume is sse on a route with resume_streams: the stream is relayed
+// event by event through a splice (nothing breaks, so nothing resumes).
 func BenchmarkRequestPath(b *testing.B) {
-	for _, stream := range []bool{false, true} {
-		name := "json"
-		flag := "false"
+	for _, v := range []struct {
+		name  string
+		sse   bool
+		extra string
+	}{{"json", false, ""}, {"sse", true, ""}, {"sse_resume", true, "[retry]\nresume_streams = true\n"}} {
+		stream, name, flag := v.sse, v.name, "false"
 		if stream {
-			name, flag = "sse", "true"
+			flag = "true"
 		}
 		b.Run(name, func(b *testing.B) {
-			s := benchServer(b, memEngine{sse: stream})
+			s := benchServer(b, memEngine{sse: stream}, v.extra)
 			h := s.Handler()
 			body := strings.Replace(benchBody, "%s", flag, 1)
 			b.ReportAllocs()

@@ -2,9 +2,11 @@
 // surface (/v1/chat/completions, /v1/completions, /v1/embeddings,
 // /v1/models), API-key checks, prompt extraction into a
 // strategies.RouteContext, per-attempt eligibility (tried, parked, healthy,
-// breaker), the streaming proxy with retries before the first byte, circuit
-// breakers, active health checks, in-flight load tracking and the immutable
-// routing snapshot that a config change swaps in atomically.
+// breaker), the streaming proxy with retries before the first byte and,
+// on routes that opt in, broken streams resumed on another target
+// (resume.go, splice.go), circuit breakers, active health checks,
+// in-flight load tracking and the immutable routing snapshot that a
+// config change swaps in atomically.
 //
 // Concurrency: a Server is safe for concurrent use. Requests read the
 // current *snapshot through an atomic pointer and never lock on the hot

@@ -15,8 +15,9 @@ type metrics struct {
 	ttft          *prometheus.HistogramVec // model
 	targets       *prometheus.CounterVec   // provider, target, outcome
 	configVersion prometheus.Gauge
-	inFlight      *prometheus.GaugeVec // provider
-	parkedUntil   *prometheus.GaugeVec // provider, target
+	inFlight      *prometheus.GaugeVec   // provider
+	parkedUntil   *prometheus.GaugeVec   // provider, target
+	resumes       *prometheus.CounterVec // model, outcome (resume.go)
 }
 
 var msBuckets = []float64{5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000}
@@ -49,7 +50,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Unix time until which a target (provider/model) is parked after a 429 with Retry-After; in the past once it is not.",
 		}, []string{"provider", "target"}),
 	}
-	reg.MustRegister(m.requests, m.retries, m.latency, m.ttft, m.targets, m.configVersion, m.inFlight, m.parkedUntil)
+	m.resumes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rolter_stream_resumes_total",
+		Help: "Streams broken after the first byte: resumed on another target, failed to resume, or not resumable.",
+	}, []string{"model", "outcome"})
+	reg.MustRegister(m.requests, m.retries, m.latency, m.ttft, m.targets, m.configVersion, m.inFlight, m.parkedUntil, m.resumes)
 	return m
 }
 

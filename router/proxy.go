@@ -156,6 +156,7 @@ type attempt struct {
 	prefill   uint64
 	prefillAt *strategies.TargetStats
 	ctl       *http.ResponseController // nil: relay makes one
+	sp        *splice                  // nil unless a broken stream may be resumed (resume.go)
 	// attempts, firstByte and tail feed the route stats (routestats.go).
 	attempts  int
 	firstByte time.Time
@@ -183,6 +184,7 @@ func (a *attempt) run() int {
 		a.tried, a.loads, a.queued = make([]bool, 0, size), make([]uint64, 0, size), make([]uint64, 0, size)
 	}
 	a.tried, a.loads, a.queued = a.tried[:size], a.loads[:size], a.queued[:size]
+	a.sp = a.newSplice()
 
 	// The request's deadline bounds every attempt and backoff. Each
 	// attempt derives its context from the client's with this deadline
@@ -477,6 +479,9 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	if c, isC := a.res.pool.lb.(strategies.Completer); isC && served {
 		c.Served(idx)
 	}
+	if a.sp != nil && a.sp.broke != "" {
+		return nil, a.resume(deadline, t, status), true
+	}
 	if outcome == "abort" {
 		panic(http.ErrAbortHandler)
 	}
@@ -567,6 +572,9 @@ func copyHeader(dst, src http.Header) {
 // non-SSE body broke midway: the caller aborts the connection so the
 // client cannot mistake a truncated body for a whole one).
 func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bool, outcome string) {
+	if a.sp != nil {
+		return a.relaySpliced(resp, begin)
+	}
 	s := a.s
 	h := a.w.Header()
 	copyHeader(h, resp.Header)

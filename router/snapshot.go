@@ -132,6 +132,9 @@ type pool struct {
 	// residency is the pool's KV residency source (nil: none); the proxy
 	// reads it to estimate an attempt's uncached prompt tokens.
 	residency strategies.Residency
+	// resume continues streams broken after the first byte on another
+	// target (resume.go).
+	resume bool
 }
 
 // upstreamModel is the model forwarded to t for a request that asked for
@@ -252,7 +255,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			s.offRoutes[rc.Model] = true
 			continue
 		}
-		p := &pool{key: rc.Model, strategy: rc.Strategy, series: &poolSeries{}}
+		p := &pool{key: rc.Model, strategy: rc.Strategy, series: &poolSeries{}, resume: cfg.Retry.Resumes(rc.ResumeStreams)}
 		for _, tc := range rc.Targets {
 			t, err := mkTarget(tc, false)
 			if err != nil {
@@ -271,7 +274,7 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			s.offGroups[gc.Slug] = true
 			continue
 		}
-		p := &pool{key: gc.Slug + "/*", strategy: gc.Strategy, series: &poolSeries{}}
+		p := &pool{key: gc.Slug + "/*", strategy: gc.Strategy, series: &poolSeries{}, resume: cfg.Retry.Resumes(gc.ResumeStreams)}
 		declared := map[string]bool{}
 		for _, mc := range gc.Members {
 			t, err := mkTarget(mc, mc.Model == "")
@@ -298,7 +301,8 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	}
 	for _, pc := range cfg.Providers {
 		t, _ := mkTarget(config.Target{Provider: pc.Name, Weight: 1}, true)
-		p := &pool{key: pc.Name + "/*", strategy: "round_robin", targets: []target{t}, series: &poolSeries{}}
+		p := &pool{key: pc.Name + "/*", strategy: "round_robin", targets: []target{t}, series: &poolSeries{},
+			resume: cfg.Retry.Resumes(nil)}
 		if err := b.balance(s, p, []int{1}, 0, b.prevPool(func(sn *snapshot) *pool { return sn.pins[pc.Name] })); err != nil {
 			return nil, fmt.Errorf("router: provider %q: %w", pc.Name, err)
 		}

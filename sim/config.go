@@ -34,6 +34,10 @@ type Config struct {
 	LMCache bool
 
 	Faults Faults
+
+	// GenerationLog, when set, is a file that gets one JSON line per
+	// generation: what the engine sent and how it ended (genlog.go).
+	GenerationLog string
 }
 
 // DefaultModelName is the model the simulator serves unless told.
@@ -72,10 +76,15 @@ type Faults struct {
 	DieRate float64 `json:"die_rate"`
 	// Slowdown multiplies every step's duration (≤ 1: none).
 	Slowdown float64 `json:"slowdown"`
+
+	// Where dying streams die (stream resume tests).
+	// DieAfterTokens > 0 makes a DieRate request lose its connection
+	// right after its K-th token instead of half-way.
+	DieAfterTokens int `json:"die_after_tokens"`
 }
 
-// Validate reports a rate outside [0,1] or an error status that is not an
-// HTTP error (400–599).
+// Validate reports a rate outside [0,1], an error status that is not an
+// HTTP error (400–599) or a negative die_after_tokens.
 func (f Faults) Validate() error {
 	for _, v := range []float64{f.ErrorRate, f.RateLimitRate, f.HangRate, f.DieRate} {
 		if v < 0 || v > 1 {
@@ -84,6 +93,9 @@ func (f Faults) Validate() error {
 	}
 	if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
 		return fmt.Errorf("status %d is not an HTTP error status (400-599)", f.Status)
+	}
+	if f.DieAfterTokens < 0 {
+		return errors.New("die_after_tokens must be ≥ 0")
 	}
 	return nil
 }

@@ -6,6 +6,12 @@
 // (package kvevents), an LMCache occupancy signal, and fault injection for
 // the reliability tests.
 //
+// Chat requests honour vLLM's continue_final_message and
+// add_generation_prompt: a continued final message is left open in the
+// chat template, so the engine extends it instead of answering it. With
+// --generation-log every generation appends one JSON line (Generation):
+// the request's X-Request-Id, the text sent, how it ended.
+//
 // The behaviour lives in package engine, a virtual-time model of the vLLM
 // scheduler and prefix cache; this package is a thin real-time driver over
 // it (driver.go): each step's modelled duration, divided by --speed, is
@@ -19,7 +25,8 @@
 //
 //	GET  /sim/faults        current faults
 //	POST /sim/faults        merge {error_rate, status, rate_limit_rate,
-//	                        retry_after_seconds, hang_rate, die_rate, slowdown}
+//	                        retry_after_seconds, hang_rate, die_rate, slowdown,
+//	                        die_after_tokens}
 //	                        (status: of the error_rate answers, default 500)
 //	POST /sim/kv/skip       {"n": N}: drop the next N batches from the live
 //	                        socket, keep them for replay

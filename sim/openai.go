@@ -29,6 +29,22 @@ type completionRequest struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
+	// vLLM's chat template switches: add_generation_prompt (default
+	// true) and continue_final_message, which continues the final
+	// (assistant) message instead of answering it.
+	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
+	ContinueFinalMessage bool  `json:"continue_final_message"`
+}
+
+// template returns the chat template switches the request asks for;
+// like vLLM it refuses both continue_final_message and an explicit
+// add_generation_prompt.
+func (r *completionRequest) template() (tokenizer.Template, error) {
+	add := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
+	if r.ContinueFinalMessage && r.AddGenerationPrompt != nil && *r.AddGenerationPrompt {
+		return tokenizer.Template{}, fmt.Errorf("%w: Cannot set both `continue_final_message` and `add_generation_prompt` to True", errBadRequest)
+	}
+	return tokenizer.Template{GenerationPrompt: add && !r.ContinueFinalMessage, ContinueFinal: r.ContinueFinalMessage}, nil
 }
 
 type chatMessage struct {
@@ -84,7 +100,7 @@ func promptTokens(raw json.RawMessage) ([]uint32, error) {
 }
 
 // chatTokens renders messages through the chat template and tokenizes.
-func chatTokens(msgs []chatMessage) ([]uint32, error) {
+func chatTokens(msgs []chatMessage, tpl tokenizer.Template) ([]uint32, error) {
 	if len(msgs) == 0 {
 		return nil, fmt.Errorf("%w: messages is empty", errBadRequest)
 	}
@@ -96,7 +112,7 @@ func chatTokens(msgs []chatMessage) ([]uint32, error) {
 		}
 		tm[i] = tokenizer.Message{Role: m.Role, Content: t}
 	}
-	return tokenizer.Encode(nil, tokenizer.Render(tm)), nil
+	return tokenizer.Encode(nil, tokenizer.RenderWith(tm, tpl)), nil
 }
 
 type usage struct {

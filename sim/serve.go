@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/rolter/rolter/sim/kvevents"
@@ -39,6 +40,14 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 		}
 	}
 	s := New(cfg, log, nil, pub)
+	if cfg.GenerationLog != "" {
+		f, err := os.OpenFile(cfg.GenerationLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("sim: generation log: %w", err)
+		}
+		defer f.Close()
+		s.LogGenerations(f)
+	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("sim: listen %s: %w", cfg.HTTPAddr, err)

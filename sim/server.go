@@ -46,6 +46,8 @@ type Server struct {
 	seq     atomic.Uint64
 	crashed chan struct{}
 	crashMu sync.Once
+
+	gen genLog // genlog.go
 }
 
 // New builds a server from cfg. clock may be nil (wall clock). pub, when
@@ -155,6 +157,7 @@ type fate struct {
 	retryAfter int
 	hang       bool
 	die        bool
+	dieAfter   int // tokens sent before dying (0: half the output)
 }
 
 func (s *Server) drawFate() fate {
@@ -172,6 +175,7 @@ func (s *Server) drawFate() fate {
 	case f.DieRate > 0 && s.rng.Float64() < f.DieRate:
 		out.die = true
 	}
+	out.dieAfter = f.DieAfterTokens
 	return out
 }
 
@@ -210,7 +214,10 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, chat bo
 	var tokens []uint32
 	maxTokens := 16
 	if chat {
-		tokens, err = chatTokens(req.Messages)
+		var tpl tokenizer.Template
+		if tpl, err = req.template(); err == nil {
+			tokens, err = chatTokens(req.Messages, tpl)
+		}
 		maxTokens = 128
 	} else if len(req.Prompt) == 0 {
 		err = fmt.Errorf("%w: prompt is required", errBadRequest)
@@ -263,6 +270,13 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, chat bo
 	}
 	if f.die {
 		g.dieAt = max(maxTokens/2, 1)
+		if f.dieAfter > 0 {
+			g.dieAt = f.dieAfter
+		}
+	}
+	g.requestID, g.continued = r.Header.Get("X-Request-Id"), req.ContinueFinalMessage
+	if g.continued && len(req.Messages) > 0 {
+		g.continuedText, _ = req.Messages[len(req.Messages)-1].text()
 	}
 	if req.Stream {
 		g.stream(w, r, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
@@ -312,7 +326,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	case req.Prompt != nil:
 		tokens = tokenizer.Encode(nil, *req.Prompt)
 	case len(req.Messages) > 0:
-		tokens, err = chatTokens(req.Messages)
+		tokens, err = chatTokens(req.Messages, tokenizer.Template{GenerationPrompt: true})
 	default:
 		err = fmt.Errorf("%w: prompt or messages is required", errBadRequest)
 	}
@@ -495,6 +509,10 @@ type generation struct {
 	max    int
 	dieAt  int
 	p      *progress
+
+	requestID     string // the client's X-Request-Id, for the generation log
+	continued     bool   // continue_final_message was asked
+	continuedText string // the final message's text then
 }
 
 // next waits for tokens beyond have; it returns the new count and whether
@@ -520,9 +538,11 @@ func (g *generation) usage() usage {
 		PromptTokensDetails: &promptDetails{CachedTokens: c.CachedTokens}}
 }
 
-// die aborts the connection mid-answer (injected fault).
-func (g *generation) die() {
+// die aborts the connection mid-answer (injected fault) after sent
+// tokens went out.
+func (g *generation) die(sent int) {
 	g.s.drv.abort(g.id)
+	g.s.logGeneration(g, sent, "died")
 	panic(http.ErrAbortHandler)
 }
 
@@ -531,11 +551,12 @@ func (g *generation) whole(w http.ResponseWriter, r *http.Request) {
 	for {
 		n, done, ok := g.next(r.Context(), have)
 		if !ok {
+			g.s.logGeneration(g, 0, "client_left")
 			return
 		}
 		have = n
 		if g.dieAt > 0 && have >= g.dieAt {
-			g.die()
+			g.die(0)
 		}
 		if done {
 			break
@@ -543,6 +564,7 @@ func (g *generation) whole(w http.ResponseWriter, r *http.Request) {
 	}
 	text := tokenizer.Text(g.seed, g.max)
 	created := time.Now().Unix()
+	g.s.logGeneration(g, g.max, "done")
 	if g.chat {
 		writeJSON(w, map[string]any{
 			"id": g.id, "object": "chat.completion", "created": created, "model": g.model,
@@ -600,21 +622,24 @@ func (g *generation) stream(w http.ResponseWriter, r *http.Request, includeUsage
 	for have < g.max {
 		n, _, ok := g.next(r.Context(), have)
 		if !ok {
+			g.s.logGeneration(g, have, "client_left")
 			return
 		}
 		for ; have < n; have++ {
 			if g.dieAt > 0 && have >= g.dieAt {
-				g.die()
+				g.die(have)
 			}
 			var finish any
 			if have == g.max-1 {
 				finish = "length"
 			}
 			if !send(chunk([]map[string]any{choice(tokenizer.Word(g.seed, have), finish, have == 0)})) {
+				g.s.logGeneration(g, have, "client_left")
 				return
 			}
 		}
 	}
+	g.s.logGeneration(g, have, "done")
 	if includeUsage {
 		c := chunk([]map[string]any{})
 		c["usage"] = g.usage()

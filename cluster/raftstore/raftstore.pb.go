@@ -438,7 +438,9 @@ type Route struct {
 	MaxLoras int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
 	// disabled is the negation of rolter.toml's enabled (default true), so
 	// an entry written before the field existed reads as enabled.
-	Disabled      bool `protobuf:"varint,20,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	Disabled bool `protobuf:"varint,20,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// resume_streams: unset inherits [retry] resume_streams.
+	ResumeStreams *bool `protobuf:"varint,60,opt,name=resume_streams,json=resumeStreams,proto3,oneof" json:"resume_streams,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -522,6 +524,13 @@ func (x *Route) GetDisabled() bool {
 	return false
 }
 
+func (x *Route) GetResumeStreams() bool {
+	if x != nil && x.ResumeStreams != nil {
+		return *x.ResumeStreams
+	}
+	return false
+}
+
 type ProviderGroup struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -531,7 +540,9 @@ type ProviderGroup struct {
 	Readonly bool                   `protobuf:"varint,5,opt,name=readonly,proto3" json:"readonly,omitempty"`
 	MaxLoras int32                  `protobuf:"varint,6,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
 	// disabled: as Route.disabled.
-	Disabled      bool `protobuf:"varint,20,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	Disabled bool `protobuf:"varint,20,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// resume_streams: unset inherits [retry] resume_streams.
+	ResumeStreams *bool `protobuf:"varint,60,opt,name=resume_streams,json=resumeStreams,proto3,oneof" json:"resume_streams,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,6 +622,13 @@ func (x *ProviderGroup) GetMaxLoras() int32 {
 func (x *ProviderGroup) GetDisabled() bool {
 	if x != nil {
 		return x.Disabled
+	}
+	return false
+}
+
+func (x *ProviderGroup) GetResumeStreams() bool {
+	if x != nil && x.ResumeStreams != nil {
+		return *x.ResumeStreams
 	}
 	return false
 }
@@ -2011,7 +2029,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\vapi_key_env\x18\x03 \x01(\tR\tapiKeyEnv\x12)\n" +
 	"\x11price_in_per_mtok\x18\x04 \x01(\x01R\x0epriceInPerMtok\x12+\n" +
 	"\x12price_out_per_mtok\x18\x05 \x01(\x01R\x0fpriceOutPerMtok\x12\x1a\n" +
-	"\breadonly\x18\x06 \x01(\bR\breadonly\"\xe1\x01\n" +
+	"\breadonly\x18\x06 \x01(\bR\breadonly\"\xa0\x02\n" +
 	"\x05Route\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\bstrategy\x18\x02 \x01(\tR\bstrategy\x125\n" +
@@ -2019,7 +2037,9 @@ const file_raftstore_proto_rawDesc = "" +
 	"\bdiscover\x18\x04 \x01(\bR\bdiscover\x12\x1a\n" +
 	"\breadonly\x18\x05 \x01(\bR\breadonly\x12\x1b\n" +
 	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\x12\x1a\n" +
-	"\bdisabled\x18\x14 \x01(\bR\bdisabled\"\xdf\x01\n" +
+	"\bdisabled\x18\x14 \x01(\bR\bdisabled\x12*\n" +
+	"\x0eresume_streams\x18< \x01(\bH\x00R\rresumeStreams\x88\x01\x01B\x11\n" +
+	"\x0f_resume_streams\"\x9e\x02\n" +
 	"\rProviderGroup\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x1a\n" +
@@ -2027,7 +2047,9 @@ const file_raftstore_proto_rawDesc = "" +
 	"\amembers\x18\x04 \x03(\v2\x1b.rolter.raftstore.v1.TargetR\amembers\x12\x1a\n" +
 	"\breadonly\x18\x05 \x01(\bR\breadonly\x12\x1b\n" +
 	"\tmax_loras\x18\x06 \x01(\x05R\bmaxLoras\x12\x1a\n" +
-	"\bdisabled\x18\x14 \x01(\bR\bdisabled\"\x96\x01\n" +
+	"\bdisabled\x18\x14 \x01(\bR\bdisabled\x12*\n" +
+	"\x0eresume_streams\x18< \x01(\bH\x00R\rresumeStreams\x88\x01\x01B\x11\n" +
+	"\x0f_resume_streams\"\x96\x01\n" +
 	"\n" +
 	"ModelPrice\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
@@ -2285,6 +2307,8 @@ func file_raftstore_proto_init() {
 	if File_raftstore_proto != nil {
 		return
 	}
+	file_raftstore_proto_msgTypes[2].OneofWrappers = []any{}
+	file_raftstore_proto_msgTypes[3].OneofWrappers = []any{}
 	file_raftstore_proto_msgTypes[13].OneofWrappers = []any{
 		(*Command_Provider)(nil),
 		(*Command_Route)(nil),

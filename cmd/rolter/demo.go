@@ -383,8 +383,8 @@ func (d *demo) prepare() error {
 }
 
 // configTOML is the seed config: one route per strategy worth seeing,
-// the "lora" provider group, a discover route when sidecars run, and the
-// adaptive policy on.
+// the "lora" provider group, a discover route when sidecars run, the
+// adaptive policy on and broken streams resumed.
 func (d *demo) configTOML() string {
 	var b strings.Builder
 	b.WriteString("# rolter demo: every router syncs the entries below into the replicated state (raise generation to change them).\ngeneration = 1\n\n")
@@ -410,6 +410,8 @@ func (d *demo) configTOML() string {
 		strings.Join(members, "\n"))
 	b.WriteString("[adaptive_routing]\nenabled = true\nlatency_weight = 1.0\ncost_weight = 0.5\nload_weight = 0.25\n" +
 		"exploration_ratio = 0.05\nmin_samples = 20\n\n")
+	b.WriteString("# A stream whose engine dies after the first byte goes on from another engine.\n" +
+		"[retry]\nresume_streams = true\n\n")
 	b.WriteString("[health]\ninterval = \"2s\"\n\n[timeouts]\ndrain = \"1s\"\n")
 	return b.String()
 }
@@ -717,6 +719,10 @@ func (d *demo) printNextSteps(w io.Writer, elapsed time.Duration) {
 		"          fmt.Print(c.Choices[0].Delta.Content)\n"+
 		"      }\n"+
 		"  }\n", api+"/")
+
+	fmt.Fprintf(w, "\n  # streams survive an engine's death (resume_streams): make engine-1 kill half its streams\n"+
+		"  # after 5 tokens, stream again, and watch rolter_stream_resumes_total on /metrics\n"+
+		"  curl -s http://%s/sim/faults -d '{\"die_rate\":0.5,\"die_after_tokens\":5}'\n", addr(d.layout.engines[0].http))
 
 	fmt.Fprintf(w, "\nAdmin\n  admin   %s/api/v1/   (also %s)\n  ui      %s/ui/   (paste the admin token)\n  token   %s\n",
 		admin, strings.Join(admins[1:], ", "), admin, d.token)

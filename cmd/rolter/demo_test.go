@@ -23,6 +23,7 @@ import (
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 
+	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/e2e"
 )
 
@@ -175,6 +176,11 @@ func TestDemo(t *testing.T) {
 		if ready, ok = out.match(demoReadyRE); !ok {
 			return errors.New("no 'ready' line yet")
 		}
+		// The block after the ready line arrives in several writes; the
+		// token is its last line the test reads.
+		if _, ok = out.match(demoTokenRE); !ok {
+			return errors.New("no token line yet")
+		}
 		return nil
 	})
 	if err != nil {
@@ -304,4 +310,17 @@ func TestDemo(t *testing.T) {
 		t.Errorf("no 'removed %s' in the output:\n%s", dir, out.text())
 	}
 	t.Logf("shutdown: %s", out.text()[strings.LastIndex(out.text(), "rolter demo: stopped"):])
+}
+
+func TestDemoConfigResumesBrokenStreams(t *testing.T) {
+	d := &demo{layout: newDemoLayout(20000)}
+	cfg, err := config.Parse("rolter.toml", []byte(d.configTOML()), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cfg.Routes {
+		if !cfg.Retry.Resumes(r.ResumeStreams) {
+			t.Errorf("demo route %s does not resume broken streams", r.Model)
+		}
+	}
 }

@@ -54,6 +54,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&cfg.Faults.HangRate, "fault-hang-rate", 0, "fraction of requests that hang before the first token")
 	fs.Float64Var(&cfg.Faults.DieRate, "fault-die-rate", 0, "fraction of requests whose connection dies mid-stream")
 	fs.Float64Var(&cfg.Faults.Slowdown, "fault-slowdown", 0, "multiply every step's duration (> 1 slows down)")
+	// Stream resume tests: where dying streams die, and what was sent.
+	fs.IntVar(&cfg.Faults.DieAfterTokens, "fault-die-after-tokens", 0, "streams picked by --fault-die-rate die right after this many tokens (0: half-way)")
+	fs.StringVar(&cfg.GenerationLog, "generation-log", "", "append one JSON line per generation (request id, text sent, outcome) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -94,16 +94,37 @@ type Message struct {
 //	<|begin_of_text|>{for each: <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>}
 //	<|start_header_id|>assistant<|end_header_id|>\n\n
 func Render(msgs []Message) string {
+	return RenderWith(msgs, Template{GenerationPrompt: true})
+}
+
+// Template holds the chat template switches of vLLM's chat API.
+type Template struct {
+	// GenerationPrompt ends the text with the assistant header
+	// (add_generation_prompt).
+	GenerationPrompt bool
+	// ContinueFinal leaves the final message open, without its
+	// <|eot_id|>, so the model continues it rather than answering it
+	// (continue_final_message).
+	ContinueFinal bool
+}
+
+// RenderWith is Render with the template's switches set by tpl.
+func RenderWith(msgs []Message, tpl Template) string {
 	var b strings.Builder
 	b.WriteString("<|begin_of_text|>")
-	for _, m := range msgs {
+	for i, m := range msgs {
 		b.WriteString("<|start_header_id|>")
 		b.WriteString(m.Role)
 		b.WriteString("<|end_header_id|>\n\n")
 		b.WriteString(m.Content)
+		if tpl.ContinueFinal && i == len(msgs)-1 {
+			return b.String()
+		}
 		b.WriteString("<|eot_id|>")
 	}
-	b.WriteString("<|start_header_id|>assistant<|end_header_id|>\n\n")
+	if tpl.GenerationPrompt {
+		b.WriteString("<|start_header_id|>assistant<|end_header_id|>\n\n")
+	}
 	return b.String()
 }
 

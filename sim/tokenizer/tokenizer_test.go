@@ -54,3 +54,22 @@ func TestChatTemplateSpecialTokens(t *testing.T) {
 		t.Fatalf("template tokens %v", got)
 	}
 }
+
+func TestContinuedMessageExtendsTheAnswersTokens(t *testing.T) {
+	msgs := []Message{{"user", "hi"}}
+	prompt := Encode(nil, Render(msgs))
+	partial := Text(9, 5)
+	cont := Encode(nil, RenderWith(append(msgs, Message{"assistant", partial}), Template{ContinueFinal: true}))
+	want := append(append([]uint32(nil), prompt...), Encode(nil, partial)...)
+	if len(cont) != len(want) {
+		t.Fatalf("continued prompt has %d tokens, want prompt %d + partial %d", len(cont), len(prompt), len(want)-len(prompt))
+	}
+	for i := range want {
+		if cont[i] != want[i] {
+			t.Fatalf("token %d: %d, want %d", i, cont[i], want[i])
+		}
+	}
+	if got := RenderWith(msgs, Template{}); strings.HasSuffix(got, "assistant<|end_header_id|>\n\n") {
+		t.Errorf("no generation prompt asked, got %q", got)
+	}
+}

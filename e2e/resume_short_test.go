@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolter/rolter/sim"
+)
+
+// TestShortResumeStreams is scenario 17 in process and small: 3 instant
+// sims, one killing half its streams after 5 tokens, 60 openai-go
+// streams on a resume_streams route.
+func TestShortResumeStreams(t *testing.T) {
+	const maxTokens = 12
+	var log GenerationLog
+	var b strings.Builder
+	var targets []string
+	for i := range 3 {
+		f := sim.Faults{}
+		if i == 0 {
+			f.DieRate, f.DieAfterTokens = 0.5, 5
+		}
+		name := fmt.Sprintf("e%d", i)
+		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, StartInprocLoggedSim(t, f, &log))
+		targets = append(targets, fmt.Sprintf("{ provider = %q, model = %q }", name, sim.DefaultModelName))
+	}
+	fmt.Fprintf(&b, "[retry]\nbudget = 1.0\n\n[[routes]]\nmodel = \"chat\"\nresume_streams = true\ntargets = [%s]\n", strings.Join(targets, ", "))
+	r := StartInprocRouter(t, b.String())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run := ResumeRun(ctx, r.API, "chat", "short", 60, 4, maxTokens)
+	gens, err := log.Generations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chk := CheckSplices(run.Streams, gens, maxTokens)
+	t.Logf("60 streams: %d errors, %d whole, %d resumed", run.Errors, chk.Whole, chk.Resumed)
+	if run.Errors != 0 {
+		t.Errorf("%d client-visible errors: %q", run.Errors, run.FirstErrors)
+	}
+	for _, p := range chk.Problems {
+		t.Error(p)
+	}
+	if chk.Resumed == 0 || chk.Whole+chk.Resumed != 60 {
+		t.Errorf("%d whole + %d resumed of 60", chk.Whole, chk.Resumed)
+	}
+}
+
+// TestShortResumeTextCompletions resumes streamed text completions with a
+// string prompt on real (in-process) sims: the continuation's prompt is
+// the original text followed by what the dying engine sent.
+func TestShortResumeTextCompletions(t *testing.T) {
+	const n, maxTokens = 30, 10
+	var log GenerationLog
+	var b strings.Builder
+	var targets []string
+	for i := range 2 {
+		f := sim.Faults{}
+		if i == 0 {
+			f.DieRate, f.DieAfterTokens = 1, 4
+		}
+		name := fmt.Sprintf("e%d", i)
+		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, StartInprocLoggedSim(t, f, &log))
+		targets = append(targets, fmt.Sprintf("{ provider = %q, model = %q }", name, sim.DefaultModelName))
+	}
+	fmt.Fprintf(&b, "[retry]\nbudget = 1.0\n\n[breaker]\nfailures = 1000\n\n[[routes]]\nmodel = \"text\"\nresume_streams = true\ntargets = [%s]\n", strings.Join(targets, ", "))
+	r := StartInprocRouter(t, b.String())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	texts := map[string]string{}
+	for i := range n {
+		id := fmt.Sprintf("text-%d", i)
+		body := fmt.Sprintf(`{"model":"text","stream":true,"max_tokens":%d,"prompt":"Once upon a time %d"}`, maxTokens, i)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.API+"/v1/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		done := false
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			d, ok := strings.CutPrefix(sc.Text(), "data: ")
+			switch {
+			case !ok:
+			case d == "[DONE]":
+				done = true
+			default:
+				var c struct {
+					Choices []struct{ Text string }
+					Error   json.RawMessage
+				}
+				if err := json.Unmarshal([]byte(d), &c); err != nil || len(c.Error) > 0 {
+					t.Fatalf("%s: event %q", id, d)
+				}
+				for _, ch := range c.Choices {
+					text.WriteString(ch.Text)
+				}
+			}
+		}
+		resp.Body.Close()
+		if !done {
+			t.Fatalf("%s: no [DONE]", id)
+		}
+		texts[id] = text.String()
+	}
+	gens, err := log.Generations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := 0
+	for id, text := range texts {
+		lines := gens[id]
+		var want strings.Builder
+		for _, g := range lines {
+			want.WriteString(g.Text)
+		}
+		if text != want.String() {
+			t.Errorf("%s: client text %q, engines sent %q", id, text, want.String())
+		}
+		if len(lines) == 2 {
+			resumed++
+			if lines[1].PromptTokens != lines[0].PromptTokens+lines[0].Tokens {
+				t.Errorf("%s: continuation prompt %d tokens, want %d + %d", id, lines[1].PromptTokens, lines[0].PromptTokens, lines[0].Tokens)
+			}
+		}
+	}
+	t.Logf("%d text completion streams, %d resumed", n, resumed)
+	if resumed == 0 {
+		t.Error("no stream was resumed")
+	}
+}

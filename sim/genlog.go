@@ -1,0 +1,56 @@
+package sim
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+
+	"github.com/rolter/rolter/sim/tokenizer"
+)
+
+// Generation is one line of the generation log: what the engine sent for
+// one request and how the generation ended. Tests that resume streams on
+// another engine join a client's text to these lines by RequestID.
+type Generation struct {
+	// RequestID is the request's X-Request-Id header ("" when none).
+	RequestID string `json:"request_id"`
+	ID        string `json:"id"`
+	// Continued: the request asked to continue its final message,
+	// whose text ContinuedText is.
+	Continued     bool   `json:"continued"`
+	ContinuedText string `json:"continued_text,omitempty"`
+	PromptTokens  int    `json:"prompt_tokens"`
+	// Text is what went to the client: Tokens one-token words.
+	Text   string `json:"text"`
+	Tokens int    `json:"tokens"`
+	// Outcome is "done", "died" (injected fault) or "client_left".
+	Outcome string `json:"outcome"`
+}
+
+// genLog writes Generation lines to w; the zero value writes nothing.
+type genLog struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// LogGenerations makes the server write one Generation line per request
+// to w (nil: none). Call it before serving.
+func (s *Server) LogGenerations(w io.Writer) {
+	s.gen.mu.Lock()
+	s.gen.w = w
+	s.gen.mu.Unlock()
+}
+
+// logGeneration records that g sent its first sent tokens and ended so.
+func (s *Server) logGeneration(g *generation, sent int, outcome string) {
+	s.gen.mu.Lock()
+	defer s.gen.mu.Unlock()
+	if s.gen.w == nil {
+		return
+	}
+	b, _ := json.Marshal(Generation{RequestID: g.requestID, ID: g.id, Continued: g.continued, ContinuedText: g.continuedText, PromptTokens: g.prompt,
+		Text: tokenizer.Text(g.seed, sent), Tokens: sent, Outcome: outcome})
+	if _, err := s.gen.w.Write(append(b, '\n')); err != nil {
+		s.log.Warn("generation log write failed", "err", err)
+	}
+}
