@@ -36,7 +36,8 @@ type Observability struct {
 	// always returned.
 	RoutingHeaders bool `toml:"routing_headers"`
 	// RequestLog writes one structured "request" line per client request
-	// (default true).
+	// (default false: the line and the usage reading behind it add CPU
+	// to every request; BENCHMARKS.md has the measured cost).
 	RequestLog bool `toml:"request_log"`
 	// RequestLogSampleRatio is the fraction of successful requests
 	// logged (default 1.0: all); a request that ends with a status ≥ 400
@@ -50,7 +51,7 @@ func defaultTracing() Tracing {
 }
 
 func defaultObservability() Observability {
-	return Observability{RoutingHeaders: true, RequestLog: true, RequestLogSampleRatio: 1}
+	return Observability{RoutingHeaders: true, RequestLog: false, RequestLogSampleRatio: 1}
 }
 
 // checkObserve validates [tracing] and [observability].

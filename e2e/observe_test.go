@@ -76,6 +76,9 @@ targets = [{ provider = "e0", model = %q }]
 name = "observer"
 secret_env = "E2E_OBSERVE_KEY"
 
+[observability]
+request_log = true
+
 [tracing]
 endpoint = %q
 `, engine, sim.DefaultModelName, recv.URL)

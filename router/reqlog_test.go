@@ -66,6 +66,8 @@ targets = [{provider = "a", model = "meta/m"}]
 [[keys]]
 name = "team-blue"
 secret_env = "BLUE_KEY"
+[observability]
+request_log = true
 `, map[string]string{"BLUE_KEY": "sk-very-secret"}, func(o *Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
@@ -104,16 +106,16 @@ secret_env = "BLUE_KEY"
 }
 
 // Sampling keeps a fraction of successful requests, but every failed one
-// is logged; request_log = false logs none.
+// is logged; without request_log = true nothing is.
 func TestRequestLogSampling(t *testing.T) {
 	eng := newEngine(t, okChat)
 	for _, tc := range []struct {
 		name, section string
 		want          int
 	}{
-		{"sampled out", "[observability]\nrequest_log_sample_ratio = 0.0\n", 1},
-		{"off", "[observability]\nrequest_log = false\n", 0},
-		{"full", "", 4},
+		{"sampled out", "[observability]\nrequest_log = true\nrequest_log_sample_ratio = 0.0\n", 1},
+		{"off by default", "", 0},
+		{"full", "[observability]\nrequest_log = true\n", 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs syncBuffer
