@@ -3,8 +3,11 @@
 // /v1/models), API-key checks, prompt extraction into a
 // strategies.RouteContext, per-attempt eligibility (tried, parked, healthy,
 // breaker), the streaming proxy with retries before the first byte, circuit
-// breakers, active health checks, in-flight load tracking and the immutable
-// routing snapshot that a config change swaps in atomically.
+// breakers, active health checks, in-flight load tracking, the immutable
+// routing snapshot that a config change swaps in atomically, and each
+// request's observation: its x-request-id and routing headers, its
+// OpenTelemetry spans (route, pick, attempt), the per-stage timing
+// histograms and the request log line.
 //
 // Concurrency: a Server is safe for concurrent use. Requests read the
 // current *snapshot through an atomic pointer and never lock on the hot
