@@ -47,6 +47,7 @@ type reqObs struct {
 	sent      time.Time // the current attempt's request went out
 	headersAt time.Time // its response headers arrived
 	relaying  bool
+	status    int     // the current attempt's upstream status (0: none yet)
 	failed    *target // the target of the failed response kept for relayFailure
 	outcome   string  // the previous attempt's outcome: the next one's retry reason
 
@@ -170,22 +171,25 @@ func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel strin
 		a.w.Header()["X-Rolter-Attempts"] = attemptsValue(o.attempts)
 	}
 	if s.tracer != nil {
-		ctx, span := s.tracer.Start(o.ctx, "attempt", trace.WithSpanKind(trace.SpanKindClient))
-		if span.IsRecording() {
-			span.SetAttributes(
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+		if o.traced { // the parent-based sampler records the child too
+			attrs := make([]attribute.KeyValue, 0, 6)
+			attrs = append(attrs,
 				attribute.Int("rolter.attempt", o.attempts),
 				attribute.String("rolter.target", t.label),
 				attribute.String("rolter.provider", t.provider.name),
 				attribute.String("gen_ai.operation.name", operationName(a.r.URL.Path)),
-				attribute.String("gen_ai.request.model", upstreamModel),
-			)
+				attribute.String("gen_ai.request.model", upstreamModel))
 			if o.attempts > 1 && o.outcome != "" {
-				span.SetAttributes(attribute.String("rolter.retry_reason", o.outcome))
+				attrs = append(attrs, attribute.String("rolter.retry_reason", o.outcome))
 			}
+			opts = append(opts, trace.WithAttributes(attrs...))
 		}
+		ctx, span := s.tracer.Start(o.ctx, "attempt", opts...)
 		s.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
 		o.att = span
 	}
+	o.status = 0
 	o.sent = time.Now()
 }
 
@@ -196,10 +200,7 @@ func (a *attempt) upstreamAnswered(resp *http.Response) {
 		return
 	}
 	o.headersAt = a.stage(stageTTFB, o.sent)
-	if o.att != nil && o.att.IsRecording() {
-		o.att.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode),
-			attribute.Float64("rolter.ttfb_ms", ms(o.headersAt.Sub(o.sent))))
-	}
+	o.status = resp.StatusCode
 }
 
 // stampHeaders sets the routing headers of a response from target t on h
@@ -271,8 +272,13 @@ func (a *attempt) endAttempt(outcome string) {
 		return
 	}
 	if o.att.IsRecording() {
-		o.att.SetAttributes(attribute.String("rolter.outcome", outcome))
-		setUsage(o.att, o.usage)
+		attrs := make([]attribute.KeyValue, 0, 8)
+		attrs = append(attrs, attribute.String("rolter.outcome", outcome))
+		if o.status != 0 {
+			attrs = append(attrs, attribute.Int("http.response.status_code", o.status),
+				attribute.Float64("rolter.ttfb_ms", ms(o.headersAt.Sub(o.sent))))
+		}
+		o.att.SetAttributes(usageAttrs(attrs, o.usage)...)
 		if outcome != "success" {
 			o.att.SetStatus(codes.Error, outcome)
 		}
@@ -287,19 +293,18 @@ func (a *attempt) finish(code int) {
 	latency := ms(s.clock.Now().Sub(a.start))
 	if o.span != nil {
 		if o.traced {
-			attrs := []attribute.KeyValue{
+			attrs := make([]attribute.KeyValue, 0, 12)
+			attrs = append(attrs,
 				attribute.String("gen_ai.operation.name", operationName(a.r.URL.Path)),
 				attribute.String("gen_ai.request.model", a.req.model),
 				attribute.String("rolter.route", o.route),
 				attribute.String("rolter.key", o.key),
 				attribute.Int("rolter.attempts", o.attempts),
-				attribute.Int("http.response.status_code", code),
-			}
+				attribute.Int("http.response.status_code", code))
 			if o.target != "" {
 				attrs = append(attrs, attribute.String("rolter.target", o.target))
 			}
-			o.span.SetAttributes(attrs...)
-			setUsage(o.span, o.usage)
+			o.span.SetAttributes(usageAttrs(attrs, o.usage)...)
 			if code >= 500 || code == 0 {
 				o.span.SetStatus(codes.Error, http.StatusText(code))
 			}
@@ -316,18 +321,19 @@ func (a *attempt) finish(code int) {
 	}
 }
 
-// setUsage puts the GenAI semantic-convention usage attributes on span.
-func setUsage(span trace.Span, u usage) {
+// usageAttrs appends the GenAI semantic-convention usage attributes.
+func usageAttrs(attrs []attribute.KeyValue, u usage) []attribute.KeyValue {
 	if u.reported {
-		span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", u.prompt),
+		attrs = append(attrs, attribute.Int("gen_ai.usage.input_tokens", u.prompt),
 			attribute.Int("gen_ai.usage.output_tokens", u.completion))
 		if u.cachedReported {
-			span.SetAttributes(attribute.Int("gen_ai.usage.cache_read.input_tokens", u.cached))
+			attrs = append(attrs, attribute.Int("gen_ai.usage.cache_read.input_tokens", u.cached))
 		}
 	}
 	if len(u.finish) > 0 {
-		span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", u.finish))
+		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", u.finish))
 	}
+	return attrs
 }
 
 // operationName is the GenAI operation of an API path.
