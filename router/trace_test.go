@@ -24,6 +24,7 @@ type otlpReceiver struct {
 	mu      sync.Mutex
 	spans   []*tracepb.Span
 	service string
+	header  http.Header // of the last export
 }
 
 func newOTLPReceiver(t *testing.T) *otlpReceiver {
@@ -41,6 +42,7 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 			return
 		}
 		rc.mu.Lock()
+		rc.header = r.Header.Clone()
 		for _, rs := range req.ResourceSpans {
 			for _, a := range rs.GetResource().GetAttributes() {
 				if a.Key == "service.name" {
