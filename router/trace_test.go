@@ -261,3 +261,30 @@ func hexID(b []byte) string {
 	}
 	return string(out)
 }
+
+// Sampling is parent-based: a client's unsampled traceparent records
+// nothing, and the engine still gets the trace id with the flag off.
+func TestTraceFollowsAnUnsampledParent(t *testing.T) {
+	rc := newOTLPReceiver(t)
+	var mu sync.Mutex
+	var got string
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		mu.Lock()
+		got = r.Header.Get("Traceparent")
+		mu.Unlock()
+		okChat(w, r, body)
+	})
+	h, flush := tracedHarness(t, rc, providers("a", eng.URL)+"[[routes]]\nmodel = \"m\"\ntargets = [{provider = \"a\"}]\n")
+	if code, _, _ := h.chat("m", "traceparent", "00-"+clientTraceID+"-"+clientSpanID+"-00"); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	flush()
+	if n := len(rc.named("route")) + len(rc.named("pick")) + len(rc.named("attempt")); n != 0 {
+		t.Errorf("%d spans exported for an unsampled parent", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.HasPrefix(got, "00-"+clientTraceID+"-") || !strings.HasSuffix(got, "-00") || strings.Contains(got, clientSpanID) {
+		t.Errorf("engine got traceparent %q, want the client's trace id, a new span id, sampled flag off", got)
+	}
+}
