@@ -132,6 +132,7 @@ func (a *attempt) pickTarget(eligible strategies.Eligible) (int, bool) {
 	idx, ok := strategies.PickExplained(p.lb, a.rc, a.loads, eligible, &ex)
 	a.s.stages.pickTime(p).Observe(time.Since(start).Seconds())
 	attrs := []attribute.KeyValue{
+		attribute.String("rolter.request_id", a.obs.id),
 		attribute.String("rolter.strategy", p.lb.Name()),
 		attribute.Int("rolter.pick.eligible", ex.Eligible),
 		attribute.String("rolter.pick.mode", ex.Mode),
@@ -173,8 +174,9 @@ func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel strin
 	if s.tracer != nil {
 		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 		if o.traced { // the parent-based sampler records the child too
-			attrs := make([]attribute.KeyValue, 0, 6)
+			attrs := make([]attribute.KeyValue, 0, 7)
 			attrs = append(attrs,
+				attribute.String("rolter.request_id", o.id),
 				attribute.Int("rolter.attempt", o.attempts),
 				attribute.String("rolter.target", t.label),
 				attribute.String("rolter.provider", t.provider.name),

@@ -176,8 +176,10 @@ targets = [{provider = "a", model = "meta/m"}]
 	if fr := attr(route, "gen_ai.response.finish_reasons").GetArrayValue().GetValues(); len(fr) != 1 || fr[0].GetStringValue() != "stop" {
 		t.Errorf("finish reasons %v", fr)
 	}
-	if attrString(route, "rolter.request_id") != "req-42" {
-		t.Errorf("route span request id %q", attrString(route, "rolter.request_id"))
+	for _, s := range []*tracepb.Span{route, pick, att} {
+		if attrString(s, "rolter.request_id") != "req-42" {
+			t.Errorf("%s span request id %q, want req-42", s.Name, attrString(s, "rolter.request_id"))
+		}
 	}
 	firstToken := false
 	for _, e := range att.Events {
