@@ -33,7 +33,7 @@ func TestPickExplainedPipeline(t *testing.T) {
 	if math.Abs(sum-ex.Score) > 1e-9 || !(ex.RunnerUpScore < ex.Score) {
 		t.Fatalf("components %+v sum to %v, score %v, runner-up %v", ex.Components, sum, ex.Score, ex.RunnerUpScore)
 	}
-	for _, n := range []string{"session_affinity", "static_weight", "least_load", "prefix_affinity"} {
+	for _, n := range []string{"session_affinity", "static_weight", "least_prefill", "prefix_affinity"} {
 		if !names[n] {
 			t.Fatalf("component %q missing from %+v", n, ex.Components)
 		}
