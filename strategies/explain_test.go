@@ -89,3 +89,22 @@ func TestPickExplainedUnscored(t *testing.T) {
 		t.Fatalf("explanation = %+v", ex)
 	}
 }
+
+// cache_aware says whether a prefix match decided and, when not, why it
+// spread by load.
+func TestPickExplainedCacheAware(t *testing.T) {
+	lb := mustBuild(t, "cache_aware", Spec{Targets: targets(3), Rand: NewRand(1), Clock: newClock()})
+	ctx := &RouteContext{Prompt: "You are a helpful assistant. Summarise the following document in three lines."}
+	var ex Explanation
+	if _, ok := PickExplained(lb, ctx, []uint64{0, 0, 0}, nil, &ex); !ok || ex.Mode != "spread" || ex.Fallback != "below_threshold" {
+		t.Fatalf("cold index: %+v", ex)
+	}
+	lb.Observe(1, ctx)
+	got, ok := PickExplained(lb, ctx, []uint64{1, 0, 0}, nil, &ex)
+	if !ok || got != 1 || ex.Mode != "prefix_match" || ex.Score != 1 || ex.Eligible != 3 {
+		t.Fatalf("warm index: pick %d, %+v; want target 1 by its full prefix match", got, ex)
+	}
+	if _, ok := PickExplained(lb, ctx, []uint64{0, 9, 0}, nil, &ex); !ok || ex.Fallback != "load_guard" {
+		t.Fatalf("holder overloaded: %+v", ex)
+	}
+}
