@@ -30,6 +30,8 @@ type Config struct {
 	Timeouts        Timeouts        `toml:"timeouts"`
 	Limits          Limits          `toml:"limits"`
 	MetricsScrape   MetricsScrape   `toml:"metrics_scrape"`
+	Tracing         Tracing         `toml:"tracing"`
+	Observability   Observability   `toml:"observability"`
 	Keys            []Key           `toml:"keys"`
 	// Models is the model price catalog ([[models]]): what each upstream
 	// model costs, whichever provider serves it.
@@ -304,6 +306,8 @@ func Default() Config {
 		Limits: Limits{MaxBodyBytes: 32 << 20, MaxHeaderBytes: 64 << 10, AllowedSchemes: []string{"http", "https"}},
 		MetricsScrape: MetricsScrape{Interval: d(time.Second), Timeout: d(500 * time.Millisecond), Path: "/metrics",
 			StaleAfter: d(5 * time.Second)},
+		Tracing:       defaultTracing(),
+		Observability: defaultObservability(),
 	}
 }
 

@@ -349,6 +349,7 @@ func (c *Config) validateTuning(v *validator) {
 	if len(c.Limits.AllowedSchemes) == 0 {
 		v.add("limits", "allowed_schemes", "must name at least one scheme")
 	}
+	c.checkObserve(v)
 	m := c.MetricsScrape
 	pos("metrics_scrape", "interval", m.Interval)
 	pos("metrics_scrape", "timeout", m.Timeout)

@@ -27,9 +27,12 @@ var exportedMetrics = map[string][]string{
 	// rolter.toml as code (cluster.FileSyncer), beyond compat.md.
 	"rolter_config_file_sync_total":  {"result"},
 	"rolter_config_file_out_of_sync": {},
+	"rolter_router_stage_seconds":    {"stage"},
+	"rolter_router_pick_seconds":     {"strategy"},
 }
 
-var histograms = map[string]bool{"rolter_request_latency_ms": true, "rolter_request_ttft_ms": true}
+var histograms = map[string]bool{"rolter_request_latency_ms": true, "rolter_request_ttft_ms": true,
+	"rolter_router_stage_seconds": true, "rolter_router_pick_seconds": true}
 
 // targetLabels are added by Prometheus (and the Operator) to every series.
 var targetLabels = []string{"job", "instance", "namespace", "pod", "container", "service", "endpoint"}

@@ -5,8 +5,10 @@
 // breaker), the streaming proxy with retries before the first byte and,
 // on routes that opt in, broken streams resumed on another target
 // (resume.go, splice.go), circuit breakers, active health checks,
-// in-flight load tracking and the immutable routing snapshot that a
-// config change swaps in atomically.
+// in-flight load tracking, the immutable routing snapshot that a config
+// change swaps in atomically, and each request's observation: its
+// x-request-id and routing headers, its OpenTelemetry spans (route, pick,
+// attempt), the per-stage timing histograms and the request log line.
 //
 // Concurrency: a Server is safe for concurrent use. Requests read the
 // current *snapshot through an atomic pointer and never lock on the hot

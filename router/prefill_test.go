@@ -102,10 +102,18 @@ targets = [{provider = "a"}]
 		eventually(t, fmt.Sprintf("%s: queued prefill %d", step, want), func() bool { return queued() == want })
 	}
 
+	// Each request waits until the engine holds it: the engine hands out
+	// scripts in arrival order, so B must not overtake A on its way there.
+	arrived := func(n int64) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d requests at the engine", n), func() bool { return eng.hits.Load() == n })
+	}
 	a := send()
 	wantQueued("A picked, no first token", 100)
+	arrived(1)
 	b := send()
 	wantQueued("B picked too", 200)
+	arrived(2)
 	a.script <- sendFirst
 	wantQueued("A's first token", 100)
 	b.script <- fail503
@@ -115,6 +123,7 @@ targets = [{provider = "a"}]
 	wantQueued("B failed before a first token", 0)
 	c := send()
 	wantQueued("C picked", 100)
+	arrived(3)
 	c.cancel()
 	<-c.done
 	wantQueued("C cancelled by its client", 0)

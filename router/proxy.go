@@ -30,12 +30,17 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := s.clock.Now()
+	// One allocation holds the request's routing state for its whole life.
+	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
+	a.req, a.rc = &a.reqv, &a.rcv
+	a.begin()
 	label, code := "", 0
 	var counted *pool
 	defer func() {
 		if code != 0 {
 			s.metrics.request(counted, label, code)
 		}
+		a.finish(code)
 	}()
 	fail := func(err error, retryAfter time.Duration) { code = writeError(w, err, retryAfter) }
 
@@ -43,6 +48,10 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		fail(err, 0)
 		return
+	}
+	a.key = key
+	if key != nil {
+		a.obs.key = key.name
 	}
 	limit := sn.cfg.Limits.MaxBodyBytes
 	if r.ContentLength > limit {
@@ -52,13 +61,13 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	}
 	// A client that trickles its body is cut after [timeouts] read_body;
 	// the deadline is lifted again for the (long) streaming response.
-	// One allocation holds the request's routing state for its whole life.
-	a := &attempt{s: s, sn: sn, key: key, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
-	a.req, a.rc = &a.reqv, &a.rcv
 	ctl := a.ctl
-	_ = ctl.SetReadDeadline(time.Now().Add(sn.cfg.Timeouts.ReadBody.Duration))
+	t0 := time.Now()
+	_ = ctl.SetReadDeadline(t0.Add(sn.cfg.Timeouts.ReadBody.Duration))
 	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
 	_ = ctl.SetReadDeadline(time.Time{})
+	t0 = a.stage(stageBodyRead, t0)
+	a.obs.bytesIn = int64(len(body))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			fail(fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit), 0)
@@ -73,13 +82,17 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		fail(err, 0)
 		return
 	}
+	t1 := time.Now()
+	a.obs.parse = t1.Sub(t0)
 	a.res, err = sn.resolve(req.model)
+	a.stage(stageResolve, t1)
 	if err != nil {
 		fail(err, 0)
 		return
 	}
 	res := a.res
 	label, counted = res.pool.key, res.pool
+	a.obs.route = res.pool.key
 	if !key.allows(req.model) {
 		fail(fmt.Errorf("%w: %q", ErrForbidden, req.model), 0)
 		return
@@ -98,10 +111,12 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		}
 		defer open.Add(-1)
 	}
+	t0 = time.Now()
 	if err := fillRouteContext(a.rc, r.Header, body, true, req.model, res.adapter); err != nil {
 		fail(err, 0)
 		return
 	}
+	a.stage(stageParse, t0.Add(-a.obs.parse)) // validation plus prompt extraction
 	s.budget.Load().deposit()
 	code = a.run()
 	s.metrics.requestLatency(res.pool).Observe(ms(s.clock.Now().Sub(start)))
@@ -157,6 +172,7 @@ type attempt struct {
 	prefillAt *strategies.TargetStats
 	ctl       *http.ResponseController // nil: relay makes one
 	sp        *splice                  // nil unless a broken stream may be resumed (resume.go)
+	obs       reqObs                   // request id, spans, log line (trace.go)
 	// attempts, firstByte and tail feed the route stats (routestats.go).
 	attempts  int
 	firstByte time.Time
@@ -297,6 +313,7 @@ func (a *attempt) anyEligible() bool {
 // slot when half-open. retry tells the balancer the request already had
 // an attempt (rotations do not advance on it).
 func (a *attempt) pick(retry bool) (int, bool) {
+	defer a.stage(stagePick, time.Now())
 	p := a.res.pool
 	now := a.s.clock.Now()
 	pv, _ := a.s.engine.(PrefillView)
@@ -321,7 +338,7 @@ func (a *attempt) pick(retry bool) (int, bool) {
 	}
 	a.rc.Retry = retry
 	for range p.targets {
-		idx, ok := p.lb.PickEligible(a.rc, a.loads, eligible)
+		idx, ok := a.pickTarget(eligible)
 		if !ok || idx < 0 || idx >= len(p.targets) || !eligible(idx) {
 			return 0, false
 		}
@@ -393,7 +410,8 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	if s.learn != nil {
 		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
 	}
-	body := a.req.withModel(t.upstreamModel(a.res.requested))
+	model := t.upstreamModel(a.res.requested)
+	body := a.req.withModel(model)
 	// The load the balancer saw for idx at this pick (pick fills a.loads).
 	queue := strategies.QueueDepth(a.loads, idx)
 	t.stats.Begin()
@@ -409,6 +427,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		inflight.Dec()
 		s.metrics.targetOutcome(t, outcome).Inc()
 		a.recordStats(t, success, begin, now)
+		a.endAttempt(outcome)
 	}
 
 	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)
@@ -421,9 +440,11 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	}
 	out.Header = outboundHeader(a.r.Header, t.provider)
 	out.ContentLength = int64(len(body))
+	a.startAttempt(out, t, model)
 	firstByte := time.AfterFunc(a.sn.cfg.Timeouts.FirstByte.Duration, cancelAttempt)
 	resp, err = s.transport.RoundTrip(out)
 	firstByte.Stop()
+	a.upstreamAnswered(resp)
 	if err != nil {
 		cancelAttempt()
 		if a.r.Context().Err() != nil {
@@ -435,7 +456,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		end(false, "connect_error")
 		// Clients learn which provider failed, not its address.
 		a.lastErr = fmt.Errorf("provider %s did not answer", t.provider.name)
-		s.log.Warn("upstream attempt failed", "provider", t.provider.name, "err", err)
+		s.log.Warn("upstream attempt failed", "provider", t.provider.name, "err", err, "request_id", a.obs.id)
 		return nil, 0, false
 	}
 	if retryable(resp.StatusCode) {
@@ -450,20 +471,21 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 				// models are caller-chosen and must not become labels.
 				s.metrics.parkedUntil.WithLabelValues(t.provider.name, t.label).Set(float64(until.UnixNano()) / 1e9)
 				s.log.Info("target parked", "provider", t.provider.name, "target", t.label,
-					"model", t.upstreamModel(a.res.requested), "for", d, "until", until.UTC(), "reason", reason)
+					"model", model, "for", d, "until", until.UTC(), "reason", reason, "request_id", a.obs.id)
 			}
 		} else {
 			a.breakerFailure(up)
 		}
 		end(false, "http_"+strconv.Itoa(resp.StatusCode))
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancelAttempt}
+		a.obs.failed = t
 		a.lastErr = fmt.Errorf("%s: HTTP %d", t.provider.name, resp.StatusCode)
 		return resp, 0, false
 	}
 	if from, changed := up.success(); changed {
 		s.log.Info("circuit breaker closed", "provider", t.provider.name, "was", from.String())
 	}
-	status, ok, outcome := a.relay(resp, begin)
+	status, ok, outcome := a.relay(resp, begin, t)
 	resp.Body.Close()
 	cancelAttempt()
 	if ok && resp.StatusCode >= 300 {
@@ -547,8 +569,10 @@ func (c *cancelOnClose) Close() error {
 func (a *attempt) relayFailure(resp *http.Response) int {
 	defer resp.Body.Close()
 	copyHeader(a.w.Header(), resp.Header)
+	a.stampHeaders(a.w.Header(), a.obs.failed)
 	a.w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(a.w, resp.Body)
+	n, _ := io.Copy(a.w, resp.Body)
+	a.obs.bytesOut += n
 	return resp.StatusCode
 }
 
@@ -571,13 +595,14 @@ func copyHeader(dst, src http.Header) {
 // after bytes went out; SSE got a terminal error event) or "abort" (a
 // non-SSE body broke midway: the caller aborts the connection so the
 // client cannot mistake a truncated body for a whole one).
-func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bool, outcome string) {
+func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status int, ok bool, outcome string) {
 	if a.sp != nil {
-		return a.relaySpliced(resp, begin)
+		return a.relaySpliced(resp, begin, t)
 	}
 	s := a.s
 	h := a.w.Header()
 	copyHeader(h, resp.Header)
+	a.relayStart(h, t)
 	sse := isEventStream(resp.Header.Get("Content-Type"))
 	if sse {
 		h.Del("Content-Length")
@@ -603,11 +628,13 @@ func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bo
 				a.releasePrefill() // the engine has prefilled the prompt
 				a.firstByte = s.clock.Now()
 				s.metrics.requestTTFT(a.res.pool).Observe(ms(a.firstByte.Sub(a.start)))
+				a.firstToken(a.firstByte)
 			}
 			if _, werr := a.w.Write(buf[:n]); werr != nil {
 				return statusClientClosed, false, "canceled"
 			}
 			a.tail.write(buf[:n])
+			a.relayed(buf[:n])
 			if sse {
 				if ferr := rc.Flush(); ferr != nil {
 					return statusClientClosed, false, "canceled"
@@ -621,7 +648,7 @@ func (a *attempt) relay(resp *http.Response, begin time.Time) (status int, ok bo
 			if a.r.Context().Err() != nil {
 				return statusClientClosed, false, "canceled"
 			}
-			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err)
+			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err, "request_id", a.obs.id)
 			if sse {
 				_, _ = a.w.Write(sseError("upstream stream failed: " + err.Error()))
 				_ = rc.Flush()

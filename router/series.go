@@ -27,7 +27,8 @@ func (c *child[T]) get(mk func() T) T {
 // poolSeries are a pool's cached series; a nil *poolSeries caches nothing.
 type poolSeries struct {
 	latency, ttft child[prometheus.Observer]
-	ok            child[prometheus.Counter] // rolter_requests_total{code="200"}
+	ok            child[prometheus.Counter]  // rolter_requests_total{code="200"}
+	pickTime      child[prometheus.Observer] // rolter_router_pick_seconds{strategy}
 }
 
 // targetSeries are a target's cached series; a nil *targetSeries caches
@@ -35,6 +36,7 @@ type poolSeries struct {
 type targetSeries struct {
 	inFlight child[prometheus.Gauge]
 	success  child[prometheus.Counter] // rolter_target_requests_total{outcome="success"}
+	header   child[[]string]           // the x-rolter-target value
 }
 
 func (m *metrics) requestLatency(p *pool) prometheus.Observer {

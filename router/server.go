@@ -18,6 +18,8 @@ import (
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/routestats"
 	"github.com/rolter/rolter/strategies"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options are a Server's collaborators. Every field is optional; the zero
@@ -55,6 +57,13 @@ type Options struct {
 	// AdminExtra serves every admin-port path AdminHandler does not own
 	// itself (the admin API, the dashboard); nil: 404.
 	AdminExtra http.Handler
+	// TracerProvider traces every request (NewTracerProvider builds one
+	// from [tracing]); nil: no tracing, and a client's traceparent is
+	// forwarded to the engine untouched.
+	TracerProvider trace.TracerProvider
+	// NodeID names this router in x-rolter-node-id, spans and the request
+	// log ("": the header is left out).
+	NodeID string
 	// ConfigWait bounds how long a request that arrives before the first
 	// Apply waits for it before the 503 (0: DefaultConfigWait; negative:
 	// no wait).
@@ -83,9 +92,18 @@ type Server struct {
 	parks   parkings
 	policy  *strategies.PolicyHolder
 	metrics *metrics
+	stages  *stageMetrics
 	health  *healthManager
 	// routeStats is the route page's in-memory ring (routestats.go).
 	routeStats *routestats.Ring
+
+	// Observation (trace.go, reqlog.go).
+	tracer       trace.Tracer // nil: tracing off
+	prop         propagation.TextMapPropagator
+	nodeID       string
+	nodeIDHeader []string // x-rolter-node-id's value; nil without a node id
+	idPrefix     [12]byte // hex; generated request ids start with it
+	idSeq        atomic.Uint64
 
 	snap     atomic.Pointer[snapshot]
 	budget   atomic.Pointer[retryBudget]
@@ -147,6 +165,8 @@ func New(o Options) *Server {
 	s.metrics = newMetrics(s.reg)
 	s.reg.MustRegister(prefillCollector{s})
 	s.routeStats = routestats.NewRing(s.clock.Now)
+	s.stages = newStageMetrics(s.reg)
+	s.initObservation(o)
 	s.reg.MustRegister(newAdaptiveCollector(s))
 	s.health = newHealthManager(s, o.NewTicker)
 	s.budget.Store(newRetryBudget(0.2, minRetryBurst))

@@ -207,14 +207,14 @@ type usageCounts struct {
 // the stream the client already holds. On a break it sets sp.broke and
 // writes nothing final: try hands the stream to resume (resume.go), which
 // continues or ends it.
-func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int, ok bool, outcome string) {
+func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) (status int, ok bool, outcome string) {
 	sp := a.sp
 	s := a.s
 	sp.broke = ""
 	sse := isEventStream(resp.Header.Get("Content-Type"))
 	if !sp.begun && !sse {
 		a.sp = nil // not a stream after all: relay it as it is
-		return a.relay(resp, begin)
+		return a.relay(resp, begin, t)
 	}
 	rc := a.ctl
 	if rc == nil {
@@ -223,6 +223,7 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 	if !sp.begun {
 		h := a.w.Header()
 		copyHeader(h, resp.Header)
+		a.relayStart(h, t)
 		h.Del("Content-Length")
 		h.Set("Cache-Control", "no-cache")
 		a.w.WriteHeader(resp.StatusCode)
@@ -236,6 +237,7 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 			return sp.status, false, "http_" + strconv.Itoa(resp.StatusCode)
 		}
 		s.metrics.resumes.WithLabelValues(a.res.pool.key, "resumed").Inc()
+		a.obs.relaying = true // this attempt's relay stage and usage tap (trace.go)
 		s.log.Info("stream resumed on another engine", "model", a.req.model, "from", sp.from, "to", sp.to,
 			"tokens_carried", sp.tokens, "resume", sp.resumes)
 	}
@@ -296,12 +298,15 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time) (status int
 		if out != nil {
 			if !sp.ttft {
 				sp.ttft = true
-				s.metrics.requestTTFT(a.res.pool).Observe(ms(s.clock.Now().Sub(a.start)))
+				now := s.clock.Now()
+				s.metrics.requestTTFT(a.res.pool).Observe(ms(now.Sub(a.start)))
+				a.firstToken(now)
 			}
 			if _, werr := a.w.Write(out); werr != nil {
 				return statusClientClosed, false, "canceled"
 			}
 			a.tail.write(out) // the route stats read the usage from it
+			a.relayed(out)
 			if ferr := rc.Flush(); ferr != nil {
 				return statusClientClosed, false, "canceled"
 			}

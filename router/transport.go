@@ -25,7 +25,12 @@ func newTransport(s *Server) *http.Transport {
 			}
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			return d.DialContext(ctx, network, addr)
+			start := time.Now()
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				s.stages.observe(stageUpstreamConnect, start)
+			}
+			return c, err
 		},
 		// Enough idle connections per engine to absorb a burst at a few
 		// thousand requests/s without closing and redialling (nginx's
@@ -83,7 +88,7 @@ func isHopHeader(k string) bool {
 // keys of in are canonical (net/http's server wrote them), so skipping
 // them while copying removes what Header.Del would.
 func outboundHeader(in http.Header, p *provider) http.Header {
-	h := make(http.Header, len(in)+1)
+	h := make(http.Header, len(in)+3) // + Authorization, X-Request-Id, Traceparent
 	for k, v := range in {
 		switch {
 		case isHopHeader(k), k == "Authorization", k == "Content-Length", k == "Accept-Encoding", k == "Host":

@@ -140,28 +140,47 @@ func (a *Adaptive) engaged(p AdaptivePolicy) (engaged, thin bool) {
 
 // PickEligible implements LoadBalancer.
 func (a *Adaptive) PickEligible(ctx *RouteContext, loads []uint64, eligible Eligible) (int, bool) {
+	return a.pick(ctx, loads, eligible, nil)
+}
+
+// PickExplained implements Explainer: Mode is the decision (blend,
+// exploration, warmup, fallback); Fallback says why the blend did not
+// decide (kill_switch, no_weights, cold).
+func (a *Adaptive) PickExplained(ctx *RouteContext, loads []uint64, eligible Eligible, ex *Explanation) (int, bool) {
+	return a.pick(ctx, loads, eligible, ex)
+}
+
+func (a *Adaptive) pick(ctx *RouteContext, loads []uint64, eligible Eligible, ex *Explanation) (int, bool) {
 	p := a.policy.Load()
 	engaged, thin := a.engaged(p)
 	var t, mode int
 	ok := false
+	label := ""
 	switch {
 	case engaged:
 		if p.ExplorationRatio > 0 && a.rnd.Float64() < p.ExplorationRatio {
 			t, ok = pickUniform(a.rnd, a.n, eligible, -1)
-			mode = decExploration
+			mode, label = decExploration, "exploration"
 		} else {
-			t, ok = a.blend(p, loads, eligible)
-			mode = decBlend
+			t, ok = a.blend(p, loads, eligible, ex)
+			mode, label = decBlend, "blend"
 		}
 	case thin:
 		if t, ok = a.warmupPick(eligible); ok {
-			mode = decExploration
+			mode, label = decExploration, "warmup"
 			break
 		}
 		fallthrough
 	default:
-		t, ok = a.fallback.PickEligible(ctx, loads, eligible)
-		mode = decFallback
+		if ex != nil {
+			t, ok = a.fallback.PickExplained(ctx, loads, eligible, ex)
+		} else {
+			t, ok = a.fallback.PickEligible(ctx, loads, eligible)
+		}
+		mode, label = decFallback, "fallback"
+	}
+	if ex != nil {
+		a.explainDecision(ex, p, thin, label, eligible)
 	}
 	if ok {
 		a.decisions[mode].Add(1)
@@ -169,6 +188,29 @@ func (a *Adaptive) PickEligible(ctx *RouteContext, loads []uint64, eligible Elig
 		a.lastPick[t].Store(a.clock.Now().UnixNano())
 	}
 	return t, ok
+}
+
+// explainDecision completes ex with the decision's label and the reason
+// the blend did not decide.
+func (a *Adaptive) explainDecision(ex *Explanation, p AdaptivePolicy, thin bool, label string, eligible Eligible) {
+	if label == "exploration" || label == "warmup" {
+		*ex = Explanation{RunnerUp: -1}
+		for i := range a.n {
+			if eligible.ok(i) {
+				ex.Eligible++
+			}
+		}
+	}
+	ex.Mode = label
+	switch {
+	case label == "blend" || label == "exploration":
+	case !p.Enabled:
+		ex.Fallback = "kill_switch"
+	case thin:
+		ex.Fallback = "cold"
+	case !blendable(p):
+		ex.Fallback = "no_weights"
+	}
 }
 
 // warmupPick steers to a random eligible target that has no latency sample
@@ -213,8 +255,9 @@ func (a *Adaptive) components(i int, minLat, minCost float64, load, maxLoad uint
 	return lat, cost, ld
 }
 
-// blend returns the argmax of the blended score over the eligible targets.
-func (a *Adaptive) blend(p AdaptivePolicy, loads []uint64, eligible Eligible) (int, bool) {
+// blend returns the argmax of the blended score over the eligible targets;
+// a non-nil ex gets the chosen target's terms and the runner-up.
+func (a *Adaptive) blend(p AdaptivePolicy, loads []uint64, eligible Eligible, ex *Explanation) (int, bool) {
 	c := a.pool.Get().(*Cycle)
 	defer a.pool.Put(c)
 	cands := c.cands[:0]
@@ -231,6 +274,9 @@ func (a *Adaptive) blend(p AdaptivePolicy, loads []uint64, eligible Eligible) (i
 		minCost = min(minCost, a.costs.costs[i])
 		maxLoad = max(maxLoad, loadOf(loads, i))
 	}
+	if ex != nil {
+		ex.Eligible = len(cands)
+	}
 	if len(cands) == 0 {
 		return 0, false
 	}
@@ -240,7 +286,17 @@ func (a *Adaptive) blend(p AdaptivePolicy, loads []uint64, eligible Eligible) (i
 		lat, cost, ld := a.components(i, minLat, minCost, loadOf(loads, i), maxLoad)
 		totals[k] = (p.LatencyWeight*lat + p.CostWeight*cost + p.LoadWeight*ld) / sum
 	}
-	return cands[MaxScorePicker{a.rnd}.Pick(c, cands, totals)], true
+	k := MaxScorePicker{a.rnd}.Pick(c, cands, totals)
+	if ex != nil {
+		explainTotals(ex, cands, totals, k)
+		lat, cost, ld := a.components(cands[k], minLat, minCost, loadOf(loads, cands[k]), maxLoad)
+		ex.Components = []ScoreComponent{
+			{Name: "latency", Weight: p.LatencyWeight / sum, Score: lat},
+			{Name: "cost", Weight: p.CostWeight / sum, Score: cost},
+			{Name: "load", Weight: p.LoadWeight / sum, Score: ld},
+		}
+	}
+	return cands[k], true
 }
 
 // Observe implements LoadBalancer: the fallback stack always learns.

@@ -63,10 +63,32 @@ func (c *CacheAware) Pick(ctx *RouteContext, loads []uint64) (int, bool) {
 
 // PickEligible implements LoadBalancer.
 func (c *CacheAware) PickEligible(ctx *RouteContext, loads []uint64, eligible Eligible) (int, bool) {
+	return c.pick(ctx, loads, eligible, nil)
+}
+
+// PickExplained implements Explainer: Mode "session" (the session's pinned
+// target), "prefix_match" with the matched
+// fraction of the prompt as the one component, or "spread" (least load,
+// then the least-remembered target) with the reason as Fallback:
+// "no_prompt", "below_threshold" (no target holds half the prompt) or
+// "load_guard" (the holder is too far above the least-loaded target).
+func (c *CacheAware) PickExplained(ctx *RouteContext, loads []uint64, eligible Eligible, ex *Explanation) (int, bool) {
+	return c.pick(ctx, loads, eligible, ex)
+}
+
+func (c *CacheAware) pick(ctx *RouteContext, loads []uint64, eligible Eligible, ex *Explanation) (int, bool) {
 	cy := c.pool.Get().(*Cycle)
 	defer c.pool.Put(cy)
 	cand := cy.mask
 	cand.fill(c.n, eligible)
+	if ex != nil {
+		ex.RunnerUp = -1
+		for i := range c.n {
+			if cand.has(i) {
+				ex.Eligible++
+			}
+		}
+	}
 	if cand.empty() {
 		return 0, false
 	}
@@ -85,6 +107,9 @@ func (c *CacheAware) PickEligible(ctx *RouteContext, loads []uint64, eligible El
 	}
 	if ctx != nil && ctx.SessionKey != "" {
 		if t, ok := c.sessions.Pinned(ctx.SessionKey); ok && t < c.n && cand.has(t) && guarded(t) {
+			if ex != nil {
+				ex.Mode = "session"
+			}
 			return t, true
 		}
 	}
@@ -92,7 +117,9 @@ func (c *CacheAware) PickEligible(ctx *RouteContext, loads []uint64, eligible El
 	if ctx != nil {
 		prompt = ctx.Prompt
 	}
+	why := "no_prompt"
 	if prompt != "" {
+		why = "below_threshold"
 		best := c.idx.match(prompt, cand, cy.ints)
 		if float64(best) >= CacheThreshold*float64(len(prompt)) && best > 0 {
 			w, ties := -1, 0
@@ -111,9 +138,18 @@ func (c *CacheAware) PickEligible(ctx *RouteContext, loads []uint64, eligible El
 				}
 			}
 			if guarded(w) {
+				if ex != nil {
+					frac := float64(best) / float64(len(prompt))
+					ex.Mode, ex.Score = "prefix_match", frac
+					ex.Components = []ScoreComponent{{Name: "prefix_match", Weight: 1, Score: frac}}
+				}
 				return w, true
 			}
+			why = "load_guard"
 		}
+	}
+	if ex != nil {
+		ex.Mode, ex.Fallback = "spread", why
 	}
 	return c.spread(cand, loads, minLoad), true
 }

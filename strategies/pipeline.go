@@ -119,18 +119,36 @@ func (p *Pipeline) PickEligible(ctx *RouteContext, loads []uint64, eligible Elig
 	c := p.pool.Get().(*Cycle)
 	defer p.pool.Put(c)
 	c.Ctx, c.Loads, c.Eligible = ctx, loads, eligible
-	t, ok := p.run(c)
+	t, ok := p.run(c, nil)
 	c.Ctx, c.Loads, c.Eligible = nil, nil, nil
 	return t, ok
 }
 
-// run filters, scores and picks within c.
-func (p *Pipeline) run(c *Cycle) (int, bool) {
+// PickExplained implements Explainer: the pick PickEligible makes, with
+// every scorer's term for the chosen target and the runner-up's total.
+func (p *Pipeline) PickExplained(ctx *RouteContext, loads []uint64, eligible Eligible, ex *Explanation) (int, bool) {
+	if ctx == nil {
+		ctx = &noContext
+	}
+	c := p.pool.Get().(*Cycle)
+	defer p.pool.Put(c)
+	c.Ctx, c.Loads, c.Eligible = ctx, loads, eligible
+	t, ok := p.run(c, ex)
+	c.Ctx, c.Loads, c.Eligible = nil, nil, nil
+	return t, ok
+}
+
+// run filters, scores and picks within c; a non-nil ex is filled with
+// why (the only allocations a pick makes, and only then).
+func (p *Pipeline) run(c *Cycle, ex *Explanation) (int, bool) {
 	cands := c.cands[:0]
 	for i := range p.n {
 		if c.Eligible.ok(i) {
 			cands = append(cands, i)
 		}
+	}
+	if ex != nil {
+		ex.Eligible = len(cands)
 	}
 	for _, f := range p.filters {
 		cands = f.Filter(c, cands)
@@ -139,12 +157,19 @@ func (p *Pipeline) run(c *Cycle) (int, bool) {
 		return 0, false
 	}
 	if len(cands) == 1 {
+		if ex != nil {
+			ex.Mode, ex.RunnerUp = "single", -1
+		}
 		return cands[0], true
 	}
 	totals := c.totals[:len(cands)]
 	clear(totals)
 	tmp := c.tmp[:len(cands)]
-	for _, ws := range p.scorers {
+	var terms [][]float64 // per scorer, per candidate; only when explaining
+	if ex != nil {
+		terms = make([][]float64, len(p.scorers))
+	}
+	for si, ws := range p.scorers {
 		if ws.Weight == 0 {
 			continue
 		}
@@ -153,8 +178,23 @@ func (p *Pipeline) run(c *Cycle) (int, bool) {
 		for k, s := range tmp {
 			totals[k] += ws.Weight * clamp01(s)
 		}
+		if terms != nil {
+			terms[si] = make([]float64, len(tmp))
+			for k, s := range tmp {
+				terms[si][k] = clamp01(s)
+			}
+		}
 	}
-	return cands[p.picker.Pick(c, cands, totals)], true
+	k := p.picker.Pick(c, cands, totals)
+	if ex != nil {
+		explainTotals(ex, cands, totals, k)
+		for si, ws := range p.scorers {
+			if terms[si] != nil {
+				ex.Components = append(ex.Components, ScoreComponent{Name: scorerName(ws.Scorer), Weight: ws.Weight, Score: terms[si][k]})
+			}
+		}
+	}
+	return cands[k], true
 }
 
 // noContext stands in for a nil RouteContext; plugins only read it.

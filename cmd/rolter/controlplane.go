@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
@@ -263,7 +264,7 @@ type controlPlane struct {
 // by the caller in sc.Peers), the admin API's inventory and the pusher's
 // endpoints.
 func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.Config, peerAdmin []string,
-	node *mesh.Node, inv *meshInventory) (*controlPlane, error) {
+	node *mesh.Node, inv *meshInventory, tp trace.TracerProvider) (*controlPlane, error) {
 	if sc.Logger == nil {
 		sc.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -274,7 +275,7 @@ func openControlPlane(ctx context.Context, sc cluster.StoreConfig, base *config.
 	}
 	cp := &controlPlane{store: store, base: base, log: log, reload: make(chan struct{}, 1)}
 	deps := adminapi.Deps{Store: store, Cluster: store, InternalToken: sc.InternalToken, Limits: base.Limits, Logger: log}
-	opts := router.Options{Logger: log, Base: base, Ready: cp.ready}
+	opts := router.Options{Logger: log, Base: base, Ready: cp.ready, TracerProvider: tp, NodeID: sc.NodeID}
 	var peers adminapi.Endpoints = staticEndpoints(peerAdmin)
 	cp.poller = scrape.NewPoller(scrape.Options{Logger: log, Inflight: func() map[string]uint64 { return cp.srv.InflightByBase() }})
 	opts.Engine, opts.Sources = cp.poller, cp.poller

@@ -141,7 +141,7 @@ func startInprocRouter(t *testing.T, toml string) *inprocRouter {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cp, err := openControlPlane(ctx, sc, cfg, nil, nil, nil)
+	cp, err := openControlPlane(ctx, sc, cfg, nil, nil, nil, nil)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

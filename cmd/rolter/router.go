@@ -29,6 +29,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"its retry, breaker, health, timeouts and limits sections stay local to this router)")
 	httpAddr := fs.String("http", "127.0.0.1:4000", "address of the OpenAI-compatible API")
 	adminAddr := fs.String("admin", "127.0.0.1:4001", "address of the admin API, /ui/, /metrics, /healthz and /readyz")
+	logFormat := fs.String("log-format", "text", "log format: text or json (the request log is one line per request)")
 	var cf clusterFlags
 	cf.register(fs)
 	// TLS of the API and admin listeners (tlsflags.go).
@@ -45,10 +46,13 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log, err := newLogger(*logFormat, stderr)
+	if err != nil {
+		return err
+	}
 	go reloadCertsOnHUP(ctx, log, tlsSrc.api, tlsSrc.admin)
 	if cf.standalone {
-		return runStandalone(ctx, cfg, *cfgPath, *httpAddr, *adminAddr, tlsSrc, stdout, log)
+		return runStandalone(ctx, cfg, *cfgPath, *httpAddr, *adminAddr, standaloneNodeID(cf.nodeID, *httpAddr), tlsSrc, stdout, log)
 	}
 	sc, err := cf.storeConfig(cfg, os.Getenv, log)
 	if err != nil {
@@ -104,7 +108,12 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		sc.Peers = inv
 	}
 	log.Info("opening the raft store", "node_id", sc.NodeID, "raft", sc.RaftAddr, "data_dir", sc.DataDir, "bootstrap_expect", sc.BootstrapExpect)
-	cp, err := openControlPlane(ctx, sc, cfg, peerAdmin, node, inv)
+	tp, stopTracing, err := startTracing(ctx, cfg.Tracing, sc.NodeID, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	cp, err := openControlPlane(ctx, sc, cfg, peerAdmin, node, inv, tp)
 	if err != nil {
 		return err
 	}
@@ -136,10 +145,15 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // runStandalone serves the data plane from the config file alone,
 // reloading it on SIGHUP.
-func runStandalone(ctx context.Context, cfg *config.Config, path, httpAddr, adminAddr string, tlsSrc tlsSources, stdout io.Writer, log *slog.Logger) error {
+func runStandalone(ctx context.Context, cfg *config.Config, path, httpAddr, adminAddr, nodeID string, tlsSrc tlsSources, stdout io.Writer, log *slog.Logger) error {
+	tp, stopTracing, err := startTracing(ctx, cfg.Tracing, nodeID, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	var srv *router.Server
 	poller := scrape.NewPoller(scrape.Options{Logger: log, Inflight: func() map[string]uint64 { return srv.InflightByBase() }})
-	srv = router.New(router.Options{Logger: log, Base: cfg, Engine: poller, Sources: poller})
+	srv = router.New(router.Options{Logger: log, Base: cfg, Engine: poller, Sources: poller, TracerProvider: tp, NodeID: nodeID})
 	srv.Registry().MustRegister(poller)
 	poller.Set(cfg, cfg.LMCacheTables())
 	if err := srv.Apply(cfg); err != nil {
