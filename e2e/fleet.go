@@ -58,7 +58,13 @@ func StartInprocSim(t testing.TB, speed float64, instant bool) string {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.Speed, cfg.Engine.Instant = speed, instant
-	s := sim.New(cfg, nil, nil, nil)
+	return serveInprocSim(t, sim.New(cfg, nil, nil, nil))
+}
+
+// serveInprocSim runs s on a loopback port until the test ends and
+// returns its base URL.
+func serveInprocSim(t testing.TB, s *sim.Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -190,21 +189,7 @@ func StartInprocLoggedSim(t testing.TB, faults sim.Faults, log *GenerationLog) s
 	cfg.Faults = faults
 	s := sim.New(cfg, nil, nil, nil)
 	s.LogGenerations(log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	loop := make(chan struct{})
-	go func() { s.Run(ctx); close(loop) }()
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		cancel()
-		<-loop
-	})
-	return "http://" + ln.Addr().String()
+	return serveInprocSim(t, s)
 }
 
 // SpliceCheck is what CheckSplices found.
