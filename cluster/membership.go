@@ -154,7 +154,7 @@ func (s *Store) askJoin(ctx context.Context, p Peer) error {
 	req.Mac = rpcMAC(s.cfg.InternalToken, req)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	resp, err := s.forwarder.Forward(ctx, raft.ServerAddress(p.Addr), req)
+	resp, err := s.forwarder.Forward(ctx, p.Addr, req)
 	if err != nil {
 		return err
 	}

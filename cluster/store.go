@@ -77,11 +77,11 @@ func ParsePeers(s string) (StaticPeers, error) {
 	return out, nil
 }
 
-// Forwarder carries a forwarding RPC to the router at addr (its raft
-// address). The default runs over the Raft port; tests on raft's
-// in-memory transport plug in an in-process one.
-type Forwarder interface {
-	Forward(ctx context.Context, addr raft.ServerAddress, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error)
+// forwarder carries a forwarding RPC to the router at addr (its raft
+// address, host:port). The default runs over the Raft port; the
+// in-process harness plugs in one that calls the target Store.
+type forwarder interface {
+	Forward(ctx context.Context, addr string, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error)
 }
 
 // StoreConfig configures Open.
@@ -125,19 +125,33 @@ type StoreConfig struct {
 	// Now is the clock stamped on commands (default time.Now).
 	Now func() time.Time
 
-	// Transport and Forwarder replace the network layer (tests: raft's
-	// in-memory transport). Both or neither.
-	Transport raft.Transport
-	Forwarder Forwarder
-	// RaftConfig, when set, adjusts the raft.Config before use.
-	RaftConfig func(*raft.Config)
-	// Stores replace the log/stable/snapshot stores (tests that restart a
-	// node in memory); nil: chosen from DataDir.
-	Stores *RaftStores
+	// Raft's timing; zero fields keep the library's defaults (1s
+	// heartbeat and election timeouts, 500ms leader lease, 50ms commit
+	// timeout). A follower that hears no heartbeat for HeartbeatTimeout
+	// starts an election; a leader that cannot reach a quorum for
+	// LeaderLeaseTimeout steps down. LeaderLeaseTimeout must not exceed
+	// HeartbeatTimeout.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout is how long a leader with nothing to send waits
+	// before an empty append that advances followers' commit index.
+	CommitTimeout time.Duration
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// trigger a new one (default 1024).
+	SnapshotThreshold uint64
+
+	// transport, forwarder and stores replace the network layer and the
+	// persistence (the in-process harness: raft's in-memory transport,
+	// stores kept across restarts). transport and forwarder go together;
+	// nil stores: chosen from DataDir.
+	transport raft.Transport
+	forwarder forwarder
+	stores    *raftStores
 }
 
-// RaftStores are the persistence stores of one node.
-type RaftStores struct {
+// raftStores are the persistence stores of one node.
+type raftStores struct {
 	Log      raft.LogStore
 	Stable   raft.StableStore
 	Snapshot raft.SnapshotStore
@@ -152,7 +166,7 @@ type Store struct {
 	fsm       *fsm
 	mux       *muxLayer
 	transport raft.Transport
-	forwarder Forwarder
+	forwarder forwarder
 	closers   []func() error
 	log       *slog.Logger
 	addr      raft.ServerAddress
@@ -181,10 +195,10 @@ func Open(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	if cfg.InternalToken == "" {
 		return nil, fmt.Errorf("%w: internal token required (node-to-node authentication)", ErrConfig)
 	}
-	if (cfg.Transport == nil) != (cfg.Forwarder == nil) {
-		return nil, fmt.Errorf("%w: Transport and Forwarder go together", ErrConfig)
+	if (cfg.transport == nil) != (cfg.forwarder == nil) {
+		return nil, fmt.Errorf("%w: transport and forwarder go together", ErrConfig)
 	}
-	if cfg.Transport == nil && cfg.TLS == nil && !cfg.InsecureDev {
+	if cfg.transport == nil && cfg.TLS == nil && !cfg.InsecureDev {
 		return nil, fmt.Errorf("%w: raft needs --tls-cert/--tls-key/--tls-ca (or --insecure-dev for plaintext)", ErrConfig)
 	}
 	if cfg.Logger == nil {
@@ -229,8 +243,21 @@ func leUint64(b []byte) uint64 {
 
 func (s *Store) openRaft() error {
 	cfg := s.cfg
-	if cfg.Transport != nil {
-		s.transport, s.forwarder = cfg.Transport, cfg.Forwarder
+	// Timing first: nothing is opened yet when it is refused.
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hclogger(s.log, "raft")
+	rc.SnapshotThreshold = 1024
+	setIf(&rc.HeartbeatTimeout, cfg.HeartbeatTimeout)
+	setIf(&rc.ElectionTimeout, cfg.ElectionTimeout)
+	setIf(&rc.LeaderLeaseTimeout, cfg.LeaderLeaseTimeout)
+	setIf(&rc.CommitTimeout, cfg.CommitTimeout)
+	setIf(&rc.SnapshotThreshold, cfg.SnapshotThreshold)
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("%w: raft timing: %v", ErrConfig, err)
+	}
+	if cfg.transport != nil {
+		s.transport, s.forwarder = cfg.transport, cfg.forwarder
 	} else {
 		var adv net.Addr
 		if cfg.Advertise != "" {
@@ -255,7 +282,7 @@ func (s *Store) openRaft() error {
 	}
 	s.addr = s.transport.LocalAddr()
 
-	stores := cfg.Stores
+	stores := cfg.stores
 	if stores == nil {
 		var err error
 		if stores, err = openStores(cfg.DataDir, s.log); err != nil {
@@ -264,13 +291,6 @@ func (s *Store) openRaft() error {
 		if c, ok := stores.Log.(interface{ Close() error }); ok {
 			s.closers = append(s.closers, c.Close)
 		}
-	}
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.Logger = hclogger(s.log, "raft")
-	rc.SnapshotThreshold = 1024
-	if cfg.RaftConfig != nil {
-		cfg.RaftConfig(rc)
 	}
 	r, err := raft.NewRaft(rc, s.fsm, stores.Log, stores.Stable, stores.Snapshot, s.transport)
 	if err != nil {
@@ -293,10 +313,18 @@ func (s *Store) openRaft() error {
 	return nil
 }
 
-func openStores(dir string, log *slog.Logger) (*RaftStores, error) {
+// setIf sets *dst to v unless v is zero.
+func setIf[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
+}
+
+func openStores(dir string, log *slog.Logger) (*raftStores, error) {
 	if dir == "" {
 		log.Warn("raft: no data dir; state kept in memory only")
-		return &RaftStores{Log: raft.NewInmemStore(), Stable: raft.NewInmemStore(), Snapshot: raft.NewInmemSnapshotStore()}, nil
+		return &raftStores{Log: raft.NewInmemStore(), Stable: raft.NewInmemStore(), Snapshot: raft.NewInmemSnapshotStore()}, nil
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
@@ -310,7 +338,7 @@ func openStores(dir string, log *slog.Logger) (*RaftStores, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
-	return &RaftStores{Log: bolt, Stable: bolt, Snapshot: snaps}, nil
+	return &raftStores{Log: bolt, Stable: bolt, Snapshot: snaps}, nil
 }
 
 // Close shuts the node down (it stays a voter; see Leave).
@@ -412,7 +440,7 @@ func (s *Store) toLeader(ctx context.Context, req *raftstore.ForwardRequest,
 		if s.raft.State() == raft.Leader {
 			resp, err = local(ctx, req)
 		} else if addr, id := s.raft.LeaderWithID(); addr != "" && id != raft.ServerID(s.cfg.NodeID) {
-			resp, err = s.forwarder.Forward(ctx, addr, req)
+			resp, err = s.forwarder.Forward(ctx, string(addr), req)
 			switch {
 			case err == nil && resp.GetError() == ErrUnauthenticated.Error():
 				err = ErrUnauthenticated

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rolter/rolter/adminapi"
@@ -159,9 +158,7 @@ func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) stri
 			return sc, fmt.Errorf("%w: --raft-timeout %v is below 20ms", errFlags, f.raftTimeout)
 		}
 		t := f.raftTimeout
-		sc.RaftConfig = func(c *raft.Config) {
-			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = t, t, t/2
-		}
+		sc.HeartbeatTimeout, sc.ElectionTimeout, sc.LeaderLeaseTimeout = t, t, t/2
 	}
 	if f.raftAddr == "" {
 		return sc, fmt.Errorf("%w: --raft is required (or run --standalone)", errFlags)
