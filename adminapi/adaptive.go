@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/cluster"
-	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/strategies"
 )
@@ -121,8 +120,8 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, pr principal) {
 		badRequest(w, err.Error())
 		return
 	}
-	cmd := &raftstore.Command{Op: raftstore.Op_OP_SET_POLICY, Payload: &raftstore.Command_Policy{Policy: cluster.PolicyToPB(p)}}
-	if _, ok := a.apply(w, r, pr, cmd); ok {
+	_, err = a.d.Store.SetPolicy(r.Context(), a.author(r, pr), p)
+	if a.written(w, "adaptive routing policy", err) {
 		writeJSON(w, http.StatusOK, viewOf(a.d.Store.State()))
 	}
 }

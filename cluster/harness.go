@@ -189,5 +189,5 @@ func (f *inprocForwarder) Forward(ctx context.Context, addr string, req *raftsto
 	if s == nil {
 		return nil, fmt.Errorf("%w: %s unreachable", ErrForward, addr)
 	}
-	return s.ServeRPC(ctx, req), nil
+	return s.serveRPC(ctx, req), nil
 }

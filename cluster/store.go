@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -171,8 +172,10 @@ type Store struct {
 	log       *slog.Logger
 	addr      raft.ServerAddress
 
-	ctx    context.Context
+	// cancel stops the background loop; done is closed then (nil until
+	// Open started the loop).
 	cancel context.CancelFunc
+	done   <-chan struct{}
 	wg     sync.WaitGroup
 
 	deadSeen map[string]time.Time // touched only by the loop goroutine
@@ -227,9 +230,10 @@ func Open(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		s.closeAll()
 		return nil, err
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, ctx.Done()
 	s.wg.Add(1)
-	go s.loop()
+	go s.loop(ctx)
 	return s, nil
 }
 
@@ -440,14 +444,8 @@ func (s *Store) toLeader(ctx context.Context, req *raftstore.ForwardRequest,
 		if s.raft.State() == raft.Leader {
 			resp, err = local(ctx, req)
 		} else if addr, id := s.raft.LeaderWithID(); addr != "" && id != raft.ServerID(s.cfg.NodeID) {
-			resp, err = s.forwarder.Forward(ctx, string(addr), req)
-			switch {
-			case err == nil && resp.GetError() == ErrUnauthenticated.Error():
-				err = ErrUnauthenticated
-			case err == nil && resp.GetNotLeader():
-				err = fmt.Errorf("%w: %s is no longer leader", ErrNoLeader, id)
-			case err == nil && resp.GetError() != "":
-				err = fmt.Errorf("%w: %s", ErrForward, resp.GetError())
+			if resp, err = s.forwarder.Forward(ctx, string(addr), req); err == nil {
+				err = faultError(resp, string(id))
 			}
 		} else {
 			err = ErrNoLeader
@@ -468,19 +466,12 @@ func (s *Store) toLeader(ctx context.Context, req *raftstore.ForwardRequest,
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("%w after %d attempts: %v", ErrNoLeader, attempt+1, last)
-		case <-s.closed():
+		case <-s.done:
 			t.Stop()
 			return nil, ErrClosed
 		case <-t.C:
 		}
 	}
-}
-
-func (s *Store) closed() <-chan struct{} {
-	if s.ctx == nil {
-		return nil
-	}
-	return s.ctx.Done()
 }
 
 // applyLocal proposes an apply request on this (leader) node.
@@ -505,20 +496,15 @@ func deadlineOr(ctx context.Context, d time.Time) time.Time {
 	return d
 }
 
-// ServeRPC handles a forwarding request arriving from another router. It
-// is exported for in-process Forwarders (tests); the network path calls it
-// from the Raft port.
-func (s *Store) ServeRPC(ctx context.Context, req *raftstore.ForwardRequest) *raftstore.ForwardResponse {
-	return s.serveRPC(ctx, req)
-}
-
+// serveRPC handles a forwarding request arriving from another router,
+// over the Raft port or from the in-process harness.
 func (s *Store) serveRPC(ctx context.Context, req *raftstore.ForwardRequest) *raftstore.ForwardResponse {
 	if !hmac.Equal(req.GetMac(), rpcMAC(s.cfg.InternalToken, req)) {
 		s.log.Warn("raft: rejected unauthenticated forwarding request", "from", req.GetNodeId())
-		return &raftstore.ForwardResponse{Error: ErrUnauthenticated.Error()}
+		return &raftstore.ForwardResponse{Fault: raftstore.Fault_FAULT_UNAUTHENTICATED, Error: ErrUnauthenticated.Error()}
 	}
 	if s.raft.State() != raft.Leader {
-		return &raftstore.ForwardResponse{NotLeader: true}
+		return notLeader()
 	}
 	var resp *raftstore.ForwardResponse
 	var err error
@@ -528,15 +514,49 @@ func (s *Store) serveRPC(ctx context.Context, req *raftstore.ForwardRequest) *ra
 	case raftstore.RPCKind_RPC_JOIN:
 		resp, err = s.joinLocal(ctx, req)
 	default:
-		err = fmt.Errorf("unknown rpc kind %d", req.GetKind())
+		err = fmt.Errorf("%w: unknown rpc kind %d", errBadRequest, req.GetKind())
 	}
-	if err != nil {
-		if errors.Is(err, ErrNoLeader) {
-			return &raftstore.ForwardResponse{NotLeader: true}
+	switch {
+	case err == nil:
+		return resp
+	case errors.Is(err, ErrNoLeader):
+		return notLeader()
+	case errors.Is(err, errBadRequest):
+		return &raftstore.ForwardResponse{Fault: raftstore.Fault_FAULT_BAD_REQUEST, Error: err.Error()}
+	default:
+		return &raftstore.ForwardResponse{Fault: raftstore.Fault_FAULT_FAILED, Error: err.Error()}
+	}
+}
+
+// notLeader answers a request that reached a router which does not lead.
+func notLeader() *raftstore.ForwardResponse {
+	return &raftstore.ForwardResponse{Fault: raftstore.Fault_FAULT_NOT_LEADER, NotLeader: true}
+}
+
+// errBadRequest marks a forwarding request the leader cannot act on.
+var errBadRequest = errors.New("bad forwarding request")
+
+// faultError is the error a forwarding response from node carries: nil,
+// ErrUnauthenticated, ErrNoLeader (retry) or ErrForward. The fault code
+// decides, never the error text, which is only the detail. A response
+// from a router older than the fault field has only not_leader and text.
+func faultError(resp *raftstore.ForwardResponse, node string) error {
+	switch resp.GetFault() {
+	case raftstore.Fault_FAULT_NONE:
+		switch {
+		case resp.GetNotLeader():
+			return fmt.Errorf("%w: %s is no longer leader", ErrNoLeader, node)
+		case resp.GetError() != "":
+			return fmt.Errorf("%w: %s: %s", ErrForward, node, resp.GetError())
 		}
-		return &raftstore.ForwardResponse{Error: err.Error()}
+		return nil
+	case raftstore.Fault_FAULT_UNAUTHENTICATED:
+		return fmt.Errorf("%w (by %s)", ErrUnauthenticated, node)
+	case raftstore.Fault_FAULT_NOT_LEADER:
+		return fmt.Errorf("%w: %s is no longer leader", ErrNoLeader, node)
+	default:
+		return fmt.Errorf("%w: %s: %s: %s", ErrForward, node, strings.ToLower(resp.GetFault().String()), resp.GetError())
 	}
-	return resp
 }
 
 // hclogger adapts slog to raft's hclog, at warn level and above.
