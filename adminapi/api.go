@@ -32,9 +32,9 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/config"
-	"github.com/rolter/rolter/strategies"
 )
 
 // Store is the replicated state the API reads and writes (a
@@ -60,7 +60,7 @@ type Store interface {
 	DeleteKey(ctx context.Context, by cluster.Author, name string) (cluster.Written, error)
 	CreateToken(ctx context.Context, by cluster.Author, t cluster.AdminToken) (cluster.Written, error)
 	DeleteToken(ctx context.Context, by cluster.Author, name string) (cluster.Written, error)
-	SetPolicy(ctx context.Context, by cluster.Author, p strategies.AdaptivePolicy) (cluster.Written, error)
+	SetPolicy(ctx context.Context, by cluster.Author, p adaptive.Policy) (cluster.Written, error)
 	SetModelPrice(ctx context.Context, by cluster.Author, m config.ModelPrice) (cluster.Written, error)
 	DeleteModelPrice(ctx context.Context, by cluster.Author, model string) (cluster.Written, error)
 	// SyncFile sends the difference between c and the file-owned

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
-	"github.com/rolter/rolter/strategies"
 )
 
 // This file is the Store's write API: one method per operation, taking
@@ -178,7 +178,7 @@ func (s *Store) DeleteToken(ctx context.Context, by Author, name string) (Writte
 }
 
 // SetPolicy replaces the adaptive routing policy (superadmin only).
-func (s *Store) SetPolicy(ctx context.Context, by Author, p strategies.AdaptivePolicy) (Written, error) {
+func (s *Store) SetPolicy(ctx context.Context, by Author, p adaptive.Policy) (Written, error) {
 	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_SET_POLICY, Payload: &raftstore.Command_Policy{Policy: PolicyToPB(p)}})
 }
 
