@@ -10,10 +10,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster"
-	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
-	"github.com/rolter/rolter/strategies"
 )
 
 // policyView is the GET /api/v1/adaptive-routing-policy body (compat.md).
@@ -46,14 +45,14 @@ func (a *API) getPolicy(w http.ResponseWriter, _ *http.Request, _ principal) {
 // parsePolicy reads the PUT body: all six fields required, numbers parsed
 // without JSON's range errors so a non-finite value reaches the rule that
 // names it.
-func parsePolicy(body []byte) (strategies.AdaptivePolicy, error) {
+func parsePolicy(body []byte) (adaptive.Policy, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&raw); err != nil {
-		return strategies.AdaptivePolicy{}, fmt.Errorf("invalid JSON body: %v", err)
+		return adaptive.Policy{}, fmt.Errorf("invalid JSON body: %v", err)
 	}
-	var p strategies.AdaptivePolicy
+	var p adaptive.Policy
 	fields := []string{"enabled", "latency_weight", "cost_weight", "load_weight", "exploration_ratio", "min_samples"}
 	for _, f := range fields {
 		if _, ok := raw[f]; !ok {
@@ -121,8 +120,8 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, pr principal) {
 		badRequest(w, err.Error())
 		return
 	}
-	cmd := &raftstore.Command{Op: raftstore.Op_OP_SET_POLICY, Payload: &raftstore.Command_Policy{Policy: cluster.PolicyToPB(p)}}
-	if _, ok := a.apply(w, r, pr, cmd); ok {
+	_, err = a.d.Store.SetPolicy(r.Context(), a.author(r, pr), p)
+	if a.written(w, "adaptive routing policy", err) {
 		writeJSON(w, http.StatusOK, viewOf(a.d.Store.State()))
 	}
 }

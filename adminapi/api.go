@@ -32,19 +32,43 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster"
-	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
 )
 
-// Store is the replicated state the API reads and writes.
+// Store is the replicated state the API reads and writes (a
+// *cluster.Store). Every write commits through the leader, forwarding
+// when needed, and returns once this router applied it; it fails with
+// cluster.ErrNoLeader when no leader answers in time and with a
+// *cluster.RefusedError (errors.Is a cluster.Code) when the state
+// machine refuses it.
 type Store interface {
 	// State returns the current immutable state.
 	State() *cluster.State
-	// Apply commits a command through the leader (forwarding when
-	// needed); cluster.ErrNoLeader when none answers in time.
-	Apply(ctx context.Context, cmd *raftstore.Command) (*raftstore.Result, error)
+
+	CreateProvider(ctx context.Context, by cluster.Author, p config.Provider) (cluster.Written, error)
+	UpdateProvider(ctx context.Context, by cluster.Author, p config.Provider) (cluster.Written, error)
+	DeleteProvider(ctx context.Context, by cluster.Author, name string) (cluster.Written, error)
+	CreateRoute(ctx context.Context, by cluster.Author, r config.Route) (cluster.Written, error)
+	UpdateRoute(ctx context.Context, by cluster.Author, r config.Route) (cluster.Written, error)
+	DeleteRoute(ctx context.Context, by cluster.Author, model string) (cluster.Written, error)
+	CreateGroup(ctx context.Context, by cluster.Author, g config.ProviderGroup) (cluster.Written, error)
+	UpdateGroup(ctx context.Context, by cluster.Author, g config.ProviderGroup) (cluster.Written, error)
+	DeleteGroup(ctx context.Context, by cluster.Author, name string) (cluster.Written, error)
+	CreateKey(ctx context.Context, by cluster.Author, k cluster.APIKey) (cluster.Written, error)
+	DeleteKey(ctx context.Context, by cluster.Author, name string) (cluster.Written, error)
+	CreateToken(ctx context.Context, by cluster.Author, t cluster.AdminToken) (cluster.Written, error)
+	DeleteToken(ctx context.Context, by cluster.Author, name string) (cluster.Written, error)
+	SetPolicy(ctx context.Context, by cluster.Author, p adaptive.Policy) (cluster.Written, error)
+	SetModelPrice(ctx context.Context, by cluster.Author, m config.ModelPrice) (cluster.Written, error)
+	DeleteModelPrice(ctx context.Context, by cluster.Author, model string) (cluster.Written, error)
+	// SyncFile sends the difference between c and the file-owned
+	// entries as one file sync (POST /api/v1/config/apply).
+	SyncFile(ctx context.Context, c *config.Config, from cluster.FileSender) (cluster.FileSyncResult, error)
 }
+
+var _ Store = (*cluster.Store)(nil)
 
 // ClusterInfo is the local Raft view.
 type ClusterInfo interface {
@@ -203,32 +227,32 @@ func (a *API) routes() {
 	v.Handle("/providers", a.auth(cluster.RoleAdmin, a.createProvider)).Methods(http.MethodPost)
 	v.Handle("/providers/{name}", a.auth(cluster.RoleViewer, a.getProvider)).Methods(http.MethodGet)
 	v.Handle("/providers/{name}", a.auth(cluster.RoleAdmin, a.updateProvider)).Methods(http.MethodPut)
-	v.Handle("/providers/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_PROVIDER))).Methods(http.MethodDelete)
+	v.Handle("/providers/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteProvider))).Methods(http.MethodDelete)
 
 	v.Handle("/routes", a.auth(cluster.RoleViewer, a.listRoutes)).Methods(http.MethodGet)
 	v.Handle("/routes", a.auth(cluster.RoleAdmin, a.createRoute)).Methods(http.MethodPost)
 	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleViewer, a.getRoute)).Methods(http.MethodGet)
 	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleAdmin, a.updateRoute)).Methods(http.MethodPut)
-	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_ROUTE))).Methods(http.MethodDelete)
+	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteRoute))).Methods(http.MethodDelete)
 
 	v.Handle("/provider-groups", a.auth(cluster.RoleViewer, a.listGroups)).Methods(http.MethodGet)
 	v.Handle("/provider-groups", a.auth(cluster.RoleAdmin, a.createGroup)).Methods(http.MethodPost)
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleViewer, a.getGroup)).Methods(http.MethodGet)
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.updateGroup)).Methods(http.MethodPut)
-	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_GROUP))).Methods(http.MethodDelete)
+	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteGroup))).Methods(http.MethodDelete)
 
 	v.Handle("/model-prices", a.auth(cluster.RoleViewer, a.listModelPrices)).Methods(http.MethodGet)
 	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleViewer, a.getModelPrice)).Methods(http.MethodGet)
 	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.putModelPrice)).Methods(http.MethodPut)
-	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_MODEL_PRICE))).Methods(http.MethodDelete)
+	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteModelPrice))).Methods(http.MethodDelete)
 
 	v.Handle("/keys", a.auth(cluster.RoleViewer, a.listKeys)).Methods(http.MethodGet)
 	v.Handle("/keys", a.auth(cluster.RoleAdmin, a.createKey)).Methods(http.MethodPost)
-	v.Handle("/keys/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(raftstore.Op_OP_DELETE_KEY))).Methods(http.MethodDelete)
+	v.Handle("/keys/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteKey))).Methods(http.MethodDelete)
 
 	v.Handle("/admin-tokens", a.auth(cluster.RoleSuperadmin, a.listTokens)).Methods(http.MethodGet)
 	v.Handle("/admin-tokens", a.auth(cluster.RoleSuperadmin, a.createToken)).Methods(http.MethodPost)
-	v.Handle("/admin-tokens/{name}", a.auth(cluster.RoleSuperadmin, a.deleteByName(raftstore.Op_OP_DELETE_TOKEN))).Methods(http.MethodDelete)
+	v.Handle("/admin-tokens/{name}", a.auth(cluster.RoleSuperadmin, a.deleteByName(Store.DeleteToken))).Methods(http.MethodDelete)
 
 	r.Handle("/internal/adaptive-telemetry", http.HandlerFunc(a.postTelemetry)).Methods(http.MethodPost)
 }
@@ -329,43 +353,41 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// apply signs cmd as p, commits it and maps the outcome to HTTP. It
-// returns the result only on success (a response has been written
-// otherwise).
-func (a *API) apply(w http.ResponseWriter, r *http.Request, p principal, cmd *raftstore.Command) (*raftstore.Result, bool) {
-	cmd.Actor = p.name
-	cmd.ActorTokenSha256 = p.tokenHash
-	cmd.IdempotencyKey = r.Header.Get("Idempotency-Key")
-	cmd.TimeUnixNano = a.d.Now().UnixNano()
-	res, err := a.d.Store.Apply(r.Context(), cmd)
+// author is who makes a write: the principal, the request's
+// Idempotency-Key and the API's clock.
+func (a *API) author(r *http.Request, p principal) cluster.Author {
+	return cluster.Author{Name: p.name, TokenSHA256: p.tokenHash, IdempotencyKey: r.Header.Get("Idempotency-Key"), Time: a.d.Now()}
+}
+
+// written maps the outcome of a write (what names it, for the log) to
+// HTTP. It reports whether the write was accepted; a response has been
+// written otherwise.
+func (a *API) written(w http.ResponseWriter, what string, err error) bool {
+	var refused *cluster.RefusedError
 	switch {
+	case err == nil:
+		return true
 	case errors.Is(err, cluster.ErrNoLeader):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "no raft leader is reachable; retry shortly", "service_unavailable", "no_leader")
-		return nil, false
-	case err != nil:
-		a.d.Logger.Error("admin: write failed", "op", cmd.GetOp().String(), "err", err)
-		writeError(w, http.StatusInternalServerError, "write failed", "server_error", "internal_error")
-		return nil, false
-	}
-	status, typ := http.StatusOK, ""
-	switch res.GetCode() {
-	case raftstore.Code_CODE_OK:
-		return res, true
-	case raftstore.Code_CODE_FORBIDDEN:
-		status, typ = http.StatusForbidden, "permission_error"
-	case raftstore.Code_CODE_UNAUTHENTICATED:
-		status, typ = http.StatusUnauthorized, "authentication_error"
-	case raftstore.Code_CODE_NOT_FOUND:
-		status, typ = http.StatusNotFound, "invalid_request_error"
-	case raftstore.Code_CODE_CONFLICT, raftstore.Code_CODE_READONLY:
-		status, typ = http.StatusConflict, "invalid_request_error"
+	case errors.As(err, &refused):
+		status, typ := http.StatusBadRequest, "invalid_request_error"
+		switch refused.Code {
+		case cluster.ErrForbidden:
+			status, typ = http.StatusForbidden, "permission_error"
+		case cluster.ErrUnknownToken:
+			status, typ = http.StatusUnauthorized, "authentication_error"
+		case cluster.ErrNotFound:
+			status = http.StatusNotFound
+		case cluster.ErrConflict, cluster.ErrReadOnly:
+			status = http.StatusConflict
+		}
+		writeError(w, status, refused.Message, typ, string(refused.Code))
 	default:
-		status, typ = http.StatusBadRequest, "invalid_request_error"
+		a.d.Logger.Error("admin: write failed", "write", what, "err", err)
+		writeError(w, http.StatusInternalServerError, "write failed", "server_error", "internal_error")
 	}
-	code := strings.TrimPrefix(strings.ToLower(res.GetCode().String()), "code_")
-	writeError(w, status, res.GetMessage(), typ, code)
-	return nil, false
+	return false
 }
 
 type cryptoRand struct{}

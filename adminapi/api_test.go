@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/config"
 )
@@ -244,9 +245,10 @@ func TestAdaptiveEndpointsAreSuperadminOnly(t *testing.T) {
 func report(n int, targets int) string {
 	var rep Report
 	for i := range n {
-		rs := RouteSample{Model: fmt.Sprintf("m%03d", i), Engaged: true, Observed: 60, Decisions: Decisions{Blend: 50, Exploration: 3, Fallback: 7}}
+		rs := adaptive.RouteTelemetry{Model: fmt.Sprintf("m%03d", i),
+			Telemetry: adaptive.Telemetry{Engaged: true, Observed: 60, Decisions: adaptive.Decisions{Blend: 50, Exploration: 3, Fallback: 7}}}
 		for j := range targets {
-			rs.Targets = append(rs.Targets, TargetSample{Target: fmt.Sprintf("t%d", j), Provider: "vllm-a", Score: 0.5})
+			rs.Targets = append(rs.Targets, adaptive.TargetTelemetry{Target: fmt.Sprintf("t%d", j), Provider: "vllm-a", Score: 0.5})
 		}
 		rep.Routes = append(rep.Routes, rs)
 	}

@@ -4,8 +4,6 @@ import (
 	"net/http"
 
 	"github.com/gorilla/mux"
-	"github.com/rolter/rolter/cluster"
-	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
 )
 
@@ -56,9 +54,8 @@ func (a *API) putModelPrice(w http.ResponseWriter, r *http.Request, p principal)
 		badRequest(w, f+": "+err.Error())
 		return
 	}
-	cmd := &raftstore.Command{Op: raftstore.Op_OP_SET_MODEL_PRICE,
-		Payload: &raftstore.Command_ModelPrice{ModelPrice: cluster.ModelPriceToPB(m)}}
-	if _, ok := a.apply(w, r, p, cmd); ok {
+	_, err := a.d.Store.SetModelPrice(r.Context(), a.author(r, p), m)
+	if a.written(w, "model price "+m.Model, err) {
 		writeJSON(w, http.StatusOK, m)
 	}
 }

@@ -83,7 +83,7 @@ func (a *API) configApply(w http.ResponseWriter, r *http.Request, p principal) {
 	if c == nil {
 		return
 	}
-	res, err := cluster.SyncFile(r.Context(), a.d.Store, c, cluster.FileSender{Actor: p.name, TokenSHA256: p.tokenHash})
+	res, err := a.d.Store.SyncFile(r.Context(), c, cluster.FileSender{Actor: p.name, TokenSHA256: p.tokenHash})
 	switch {
 	case errors.Is(err, cluster.ErrFileRefused):
 		writeError(w, http.StatusConflict, "rolter.toml refused: "+res.Message, "invalid_request_error", "file_refused")

@@ -7,11 +7,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/adaptive"
 )
 
-type fakeSource struct{ routes []RouteSample }
+type fakeSource struct{ routes []adaptive.RouteTelemetry }
 
-func (f *fakeSource) AdaptiveTelemetry() []RouteSample { return f.routes }
+func (f *fakeSource) AdaptiveTelemetry() []adaptive.RouteTelemetry { return f.routes }
 
 type urls []string
 
@@ -36,7 +38,8 @@ func TestPusherReportsToEveryRouterAndClearsOnce(t *testing.T) {
 	if posts.Load() != 0 {
 		t.Fatal("a router with no adaptive route reported")
 	}
-	src.routes = []RouteSample{{Model: "alpha", Engaged: true, Targets: []TargetSample{{Target: "t0", Score: 0.7}}}}
+	src.routes = []adaptive.RouteTelemetry{{Model: "alpha",
+		Telemetry: adaptive.Telemetry{Engaged: true, Targets: []adaptive.TargetTelemetry{{Target: "t0", Score: 0.7}}}}}
 	p.PushOnce(ctx)
 	for name, tab := range map[string]*Telemetry{"local": local, "remote": remote} {
 		if v := tab.View(); len(v.Routes) != 1 || v.Routes[0].Nodes[0].NodeID != "r1" {
@@ -54,7 +57,7 @@ func TestPusherReportsToEveryRouterAndClearsOnce(t *testing.T) {
 	}
 
 	bad := &Pusher{NodeID: "r1", InternalToken: "wrong", Source: &fakeSource{routes: src.routes}, Peers: urls{srv.URL}, Client: srv.Client()}
-	bad.Source.(*fakeSource).routes = []RouteSample{{Model: "beta"}}
+	bad.Source.(*fakeSource).routes = []adaptive.RouteTelemetry{{Model: "beta"}}
 	bad.PushOnce(ctx)
 	if v := remote.View(); len(v.Routes) != 0 {
 		t.Fatal("report with a bad internal token was stored")

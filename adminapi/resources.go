@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/rolter/rolter/cluster"
-	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/strategies"
 )
@@ -189,14 +189,15 @@ func (a *API) validProvider(w http.ResponseWriter, p providerJSON) bool {
 }
 
 func (a *API) createProvider(w http.ResponseWriter, r *http.Request, p principal) {
-	a.writeProvider(w, r, p, "", raftstore.Op_OP_CREATE_PROVIDER, http.StatusCreated)
+	a.writeProvider(w, r, p, "", Store.CreateProvider, http.StatusCreated)
 }
 
 func (a *API) updateProvider(w http.ResponseWriter, r *http.Request, p principal) {
-	a.writeProvider(w, r, p, mux.Vars(r)["name"], raftstore.Op_OP_UPDATE_PROVIDER, http.StatusOK)
+	a.writeProvider(w, r, p, mux.Vars(r)["name"], Store.UpdateProvider, http.StatusOK)
 }
 
-func (a *API) writeProvider(w http.ResponseWriter, r *http.Request, p principal, name string, op raftstore.Op, status int) {
+func (a *API) writeProvider(w http.ResponseWriter, r *http.Request, p principal, name string,
+	put func(Store, context.Context, cluster.Author, config.Provider) (cluster.Written, error), status int) {
 	var in providerJSON
 	if !decode(w, r, &in) {
 		return
@@ -213,8 +214,8 @@ func (a *API) writeProvider(w http.ResponseWriter, r *http.Request, p principal,
 	}
 	prov := config.Provider{Name: in.Name, APIBase: in.APIBase, APIKeyEnv: in.APIKeyEnv,
 		PriceInPerMtok: in.PriceInPerMtok, PriceOutPerMtok: in.PriceOutPerMtok}
-	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Provider{Provider: cluster.ProviderToPB(prov)}}
-	if _, ok := a.apply(w, r, p, cmd); ok {
+	_, err := put(a.d.Store, r.Context(), a.author(r, p), prov)
+	if a.written(w, "provider "+prov.Name, err) {
 		writeJSON(w, status, providerOut(prov))
 	}
 }
@@ -247,14 +248,15 @@ func validStrategy(w http.ResponseWriter, name string) bool {
 }
 
 func (a *API) createRoute(w http.ResponseWriter, r *http.Request, p principal) {
-	a.writeRoute(w, r, p, "", raftstore.Op_OP_CREATE_ROUTE, http.StatusCreated)
+	a.writeRoute(w, r, p, "", false, http.StatusCreated)
 }
 
 func (a *API) updateRoute(w http.ResponseWriter, r *http.Request, p principal) {
-	a.writeRoute(w, r, p, mux.Vars(r)["name"], raftstore.Op_OP_UPDATE_ROUTE, http.StatusOK)
+	a.writeRoute(w, r, p, mux.Vars(r)["name"], true, http.StatusOK)
 }
 
-func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, name string, op raftstore.Op, status int) {
+// writeRoute creates a route, or updates the one named name (update).
+func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, name string, update bool, status int) {
 	var in routeJSON
 	if !decode(w, r, &in) {
 		return
@@ -287,14 +289,18 @@ func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, na
 	}
 	rt := config.Route{Model: in.Model, Strategy: in.Strategy, Targets: targets, Discover: in.Discover, MaxLoRAs: in.MaxLoRAs,
 		Enabled: in.Enabled, ResumeStreams: in.ResumeStreams}
-	if in.Enabled == nil && op == raftstore.Op_OP_UPDATE_ROUTE {
+	if in.Enabled == nil && update {
 		rt.Enabled = a.d.Store.State().Routes[in.Model].Enabled
 	}
 	if rt.IsEnabled() {
 		rt.Enabled = nil
 	}
-	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(rt)}}
-	if _, ok := a.apply(w, r, p, cmd); ok {
+	put := Store.CreateRoute
+	if update {
+		put = Store.UpdateRoute
+	}
+	_, err = put(a.d.Store, r.Context(), a.author(r, p), rt)
+	if a.written(w, "route "+rt.Model, err) {
 		writeJSON(w, status, routeOut(rt))
 	}
 }
@@ -319,14 +325,16 @@ func (a *API) getGroup(w http.ResponseWriter, r *http.Request, _ principal) {
 }
 
 func (a *API) createGroup(w http.ResponseWriter, r *http.Request, p principal) {
-	a.writeGroup(w, r, p, "", raftstore.Op_OP_CREATE_GROUP, http.StatusCreated)
+	a.writeGroup(w, r, p, "", false, http.StatusCreated)
 }
 
 func (a *API) updateGroup(w http.ResponseWriter, r *http.Request, p principal) {
-	a.writeGroup(w, r, p, mux.Vars(r)["name"], raftstore.Op_OP_UPDATE_GROUP, http.StatusOK)
+	a.writeGroup(w, r, p, mux.Vars(r)["name"], true, http.StatusOK)
 }
 
-func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, name string, op raftstore.Op, status int) {
+// writeGroup creates a provider group, or updates the one named name
+// (update).
+func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, name string, update bool, status int) {
 	var in groupJSON
 	if !decode(w, r, &in) {
 		return
@@ -366,14 +374,18 @@ func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, na
 	}
 	g := config.ProviderGroup{Name: in.Name, Slug: in.Slug, Strategy: in.Strategy, Members: members, MaxLoRAs: in.MaxLoRAs,
 		Enabled: in.Enabled, ResumeStreams: in.ResumeStreams}
-	if in.Enabled == nil && op == raftstore.Op_OP_UPDATE_GROUP {
+	if in.Enabled == nil && update {
 		g.Enabled = a.d.Store.State().Groups[in.Name].Enabled
 	}
 	if g.IsEnabled() {
 		g.Enabled = nil
 	}
-	cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Group{Group: cluster.GroupToPB(g)}}
-	if _, ok := a.apply(w, r, p, cmd); ok {
+	put := Store.CreateGroup
+	if update {
+		put = Store.UpdateGroup
+	}
+	_, err = put(a.d.Store, r.Context(), a.author(r, p), g)
+	if a.written(w, "provider group "+g.Name, err) {
 		writeJSON(w, status, groupOut(g))
 	}
 }
@@ -425,13 +437,12 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	k := cluster.APIKey{Name: in.Name, SHA256: cluster.HashToken(secret), Models: in.Models, Providers: in.Providers}
-	cmd := &raftstore.Command{Op: raftstore.Op_OP_CREATE_KEY, Payload: &raftstore.Command_Key{Key: cluster.KeyToPB(k)}}
-	res, ok := a.apply(w, r, p, cmd)
-	if !ok {
+	res, err := a.d.Store.CreateKey(r.Context(), a.author(r, p), k)
+	if !a.written(w, "key "+k.Name, err) {
 		return
 	}
 	out := keyOut(a.d.Store.State().Keys[in.Name])
-	if res.GetReplayed() {
+	if res.Replayed {
 		// A retried request: the original response carried the secret;
 		// the one generated now was never stored.
 		out.Note = shownOnce
@@ -471,13 +482,12 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	t := cluster.AdminToken{Name: in.Name, SHA256: cluster.HashToken(secret), Role: role}
-	cmd := &raftstore.Command{Op: raftstore.Op_OP_CREATE_TOKEN, Payload: &raftstore.Command_Token{Token: cluster.TokenToPB(t)}}
-	res, ok := a.apply(w, r, p, cmd)
-	if !ok {
+	res, err := a.d.Store.CreateToken(r.Context(), a.author(r, p), t)
+	if !a.written(w, "admin token "+t.Name, err) {
 		return
 	}
 	out := tokenJSON{Name: t.Name, Role: role.String(), Note: shownOnce}
-	if res.GetReplayed() {
+	if res.Replayed {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
@@ -485,11 +495,13 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, p principal) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
-// deleteByName handles DELETE of any resource addressed by name.
-func (a *API) deleteByName(op raftstore.Op) handler {
+// deleteByName handles DELETE of any resource addressed by name, with
+// del, one of Store's Delete methods.
+func (a *API) deleteByName(del func(Store, context.Context, cluster.Author, string) (cluster.Written, error)) handler {
 	return func(w http.ResponseWriter, r *http.Request, p principal) {
-		cmd := &raftstore.Command{Op: op, Payload: &raftstore.Command_Name{Name: mux.Vars(r)["name"]}}
-		if _, ok := a.apply(w, r, p, cmd); ok {
+		name := mux.Vars(r)["name"]
+		_, err := del(a.d.Store, r.Context(), a.author(r, p), name)
+		if a.written(w, "delete "+name, err) {
 			w.WriteHeader(http.StatusNoContent)
 		}
 	}

@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/routestats"
 )
 
 // statsSource is a TelemetrySource with route stats from a real ring.
 type statsSource struct{ ring *routestats.Ring }
 
-func (s statsSource) AdaptiveTelemetry() []RouteSample { return nil }
-func (s statsSource) RouteStats() []routestats.Route   { return s.ring.Report() }
-func (s statsSource) ConfigVersion() uint64            { return 41 }
+func (s statsSource) AdaptiveTelemetry() []adaptive.RouteTelemetry { return nil }
+func (s statsSource) RouteStats() []routestats.Route               { return s.ring.Report() }
+func (s statsSource) ConfigVersion() uint64                        { return 41 }
 
 // Two routers' pushes add up in GET /api/v1/route-stats on either of
 // them, and each router's build and admin address reach GET

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/routestats"
-	"github.com/rolter/rolter/strategies"
 )
 
 // Telemetry limits and windows (compat.md).
@@ -25,49 +25,12 @@ const (
 	maxTelemetryBytes = 4 << 20
 )
 
-// TargetSample is one target's adaptive scores as a router reports them.
-type TargetSample struct {
-	Target        string  `json:"target"`
-	Provider      string  `json:"provider"`
-	UpstreamModel string  `json:"upstream_model"`
-	Score         float64 `json:"score"`
-	LatencyScore  float64 `json:"latency_score"`
-	CostScore     float64 `json:"cost_score"`
-	LoadScore     float64 `json:"load_score"`
-	// LatencyMs is the smoothed latency; null before the first sample.
-	LatencyMs   *float64 `json:"latency_ms"`
-	CostPerMtok float64  `json:"cost_per_mtok"`
-	InFlight    int64    `json:"in_flight"`
-	// Samples is how many picks the route's balancer made of the target.
-	Samples int64 `json:"samples"`
-	// LastSampleAgeMs is how long ago the target was last picked; null
-	// when it never was.
-	LastSampleAgeMs *int64 `json:"last_sample_age_ms"`
-}
-
-// Decisions is the split of picks between the adaptive modes.
-type Decisions struct {
-	Blend       int64 `json:"blend"`
-	Exploration int64 `json:"exploration"`
-	Fallback    int64 `json:"fallback"`
-}
-
-// RouteSample is one adaptive route's state on one router.
-type RouteSample struct {
-	Model     string                    `json:"model"`
-	Engaged   bool                      `json:"engaged"`
-	Observed  int64                     `json:"observed"`
-	Decisions Decisions                 `json:"decisions"`
-	Policy    strategies.AdaptivePolicy `json:"policy"`
-	Targets   []TargetSample            `json:"targets"`
-}
-
 // Report is the body of POST /internal/adaptive-telemetry: the current
 // state of every adaptive route on the reporting router (empty: it has
 // none any more), its route stats (GET /api/v1/route-stats) and who it
 // is (GET /api/v1/cluster shows the build and admin address).
 type Report struct {
-	Routes []RouteSample `json:"routes"`
+	Routes []adaptive.RouteTelemetry `json:"routes"`
 	// Stats is the router's routestats ring (omitted: no traffic).
 	Stats []routestats.Route `json:"route_stats,omitempty"`
 	// Build and AdminAddr describe the reporting router; ConfigVersion is
@@ -97,7 +60,7 @@ type nodeReport struct {
 }
 
 type row struct {
-	sample     RouteSample
+	sample     adaptive.RouteTelemetry
 	reportedAt time.Time
 }
 
@@ -204,13 +167,13 @@ func (t *Telemetry) pruneLocked(now time.Time) {
 
 // nodeView and routeView shape GET /api/v1/adaptive-routing-telemetry.
 type nodeView struct {
-	NodeID     string                    `json:"node_id"`
-	Engaged    bool                      `json:"engaged"`
-	Observed   int64                     `json:"observed"`
-	Decisions  Decisions                 `json:"decisions"`
-	Policy     strategies.AdaptivePolicy `json:"policy"`
-	ReportedAt time.Time                 `json:"reported_at"`
-	Targets    []TargetSample            `json:"targets"`
+	NodeID     string                     `json:"node_id"`
+	Engaged    bool                       `json:"engaged"`
+	Observed   uint64                     `json:"observed"`
+	Decisions  adaptive.Decisions         `json:"decisions"`
+	Policy     adaptive.Policy            `json:"policy"`
+	ReportedAt time.Time                  `json:"reported_at"`
+	Targets    []adaptive.TargetTelemetry `json:"targets"`
 }
 
 type routeView struct {
@@ -244,7 +207,7 @@ func (t *Telemetry) View() telemetryView {
 			}
 			targets := r.sample.Targets
 			if targets == nil {
-				targets = []TargetSample{}
+				targets = []adaptive.TargetTelemetry{}
 			}
 			rv.Engaged = rv.Engaged || r.sample.Engaged
 			rv.Nodes = append(rv.Nodes, nodeView{NodeID: node, Engaged: r.sample.Engaged, Observed: r.sample.Observed,
@@ -293,7 +256,7 @@ func (a *API) postTelemetry(w http.ResponseWriter, r *http.Request) {
 // per route balanced adaptively (none: no adaptive route). Called from
 // the push loop, never on the request path.
 type TelemetrySource interface {
-	AdaptiveTelemetry() []RouteSample
+	AdaptiveTelemetry() []adaptive.RouteTelemetry
 }
 
 // StatsSource is a TelemetrySource that also reports route stats (checked

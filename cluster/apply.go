@@ -114,8 +114,8 @@ func applyCommand(s *State, cmd *raftstore.Command, index uint64) (*State, *raft
 			Resource: resourceName(spec.kind, cmd), Outcome: outcome(res), ConfigVersion: n.ConfigVersion, Diff: diff}
 		if cmd.GetOp() == raftstore.Op_OP_SET_POLICY {
 			// Deterministic on every node: struct fields in order, sorted routes.
-			e.Detail, _ = json.Marshal(PolicyChange{Before: s.Policy.AdaptivePolicy,
-				After: policyFromPB(cmd.GetPolicy()).AdaptivePolicy, AffectedRoutes: n.AffectedRoutes()})
+			e.Detail, _ = json.Marshal(PolicyChange{Before: s.Policy.Policy,
+				After: policyFromPB(cmd.GetPolicy()).Policy, AffectedRoutes: n.AffectedRoutes()})
 		}
 		n.audit(e)
 	}
@@ -294,7 +294,7 @@ func (s *State) mutate(cmd *raftstore.Command) *raftstore.Result {
 		delete(s.Models, cmd.GetName())
 	case raftstore.Op_OP_SET_POLICY:
 		p := policyFromPB(cmd.GetPolicy())
-		if err := config.ValidatePolicy(p.AdaptivePolicy); err != nil {
+		if err := config.ValidatePolicy(p.Policy); err != nil {
 			return fail(raftstore.Code_CODE_INVALID, "%s", err.Error())
 		}
 		p.UpdatedAt = fromNanos(cmd.GetTimeUnixNano())

@@ -28,6 +28,19 @@
 // adds a random key when the caller gives none, which makes its own
 // retries through an election safe.
 //
+// # Writes
+//
+// Callers write through one Store method per operation (CreateProvider,
+// DeleteRoute, SetPolicy, CreateKey, SyncFile, ...), passing the state
+// types and an Author (the admin token's name and hash, the client's
+// idempotency key). The protobuf commands are built inside this package.
+// A refusal by the state machine is a *RefusedError whose Code is itself
+// an error (ErrNotFound, ErrConflict, ErrReadOnly, ErrInvalid,
+// ErrForbidden, ErrUnknownToken): callers match with errors.Is, and the
+// code crosses the network from the leader as an enum, as do forwarding
+// faults (Fault: unauthenticated, not leader, bad request, failed), so
+// nothing compares error text.
+//
 // # Wire format
 //
 // Log entries, snapshots and the forwarding RPC are protobuf messages

@@ -11,7 +11,7 @@ import (
 )
 
 // InmemCluster runs several Stores in one process over raft's in-memory
-// transport, with an in-process Forwarder: the harness for tests of the
+// transport, with an in-process forwarder: the harness for tests of the
 // store, forwarding and the admin API. Nodes can be stopped (a crash:
 // their transport disconnects) and restarted on their retained stores.
 type InmemCluster struct {
@@ -24,17 +24,17 @@ type InmemCluster struct {
 type inmemNode struct {
 	id     string
 	trans  *raft.InmemTransport
-	stores *RaftStores
+	stores *raftStores
 	store  *Store
 }
 
-// FastRaft tunes raft for in-process tests: short timeouts, frequent
-// snapshots off.
-func FastRaft(c *raft.Config) {
-	c.HeartbeatTimeout = 150 * time.Millisecond
-	c.ElectionTimeout = 150 * time.Millisecond
-	c.LeaderLeaseTimeout = 100 * time.Millisecond
-	c.CommitTimeout = 5 * time.Millisecond
+// fastRaft sets in-process timing on cfg: elections within a few hundred
+// milliseconds, commits within a few. Set fields are kept.
+func fastRaft(cfg *StoreConfig) {
+	setIf(&cfg.HeartbeatTimeout, 150*time.Millisecond)
+	setIf(&cfg.ElectionTimeout, 150*time.Millisecond)
+	setIf(&cfg.LeaderLeaseTimeout, 100*time.Millisecond)
+	setIf(&cfg.CommitTimeout, 5*time.Millisecond)
 }
 
 // NewInmemCluster starts n nodes ("n1".."nN") that discover each other
@@ -43,9 +43,7 @@ func FastRaft(c *raft.Config) {
 // Logger...); its NodeID, Transport, Forwarder, Peers and Stores are set
 // per node.
 func NewInmemCluster(ctx context.Context, n int, tmpl StoreConfig) (*InmemCluster, error) {
-	if tmpl.RaftConfig == nil {
-		tmpl.RaftConfig = FastRaft
-	}
+	fastRaft(&tmpl)
 	if tmpl.ReconcileInterval == 0 {
 		tmpl.ReconcileInterval = 50 * time.Millisecond
 	}
@@ -54,7 +52,7 @@ func NewInmemCluster(ctx context.Context, n int, tmpl StoreConfig) (*InmemCluste
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		addr, trans := raft.NewInmemTransport(raft.ServerAddress(id + ".raft"))
-		c.nodes = append(c.nodes, &inmemNode{id: id, trans: trans, stores: &RaftStores{
+		c.nodes = append(c.nodes, &inmemNode{id: id, trans: trans, stores: &raftStores{
 			Log: raft.NewInmemStore(), Stable: raft.NewInmemStore(), Snapshot: raft.NewInmemSnapshotStore()}})
 		peers = append(peers, Peer{ID: id, Addr: string(addr), Alive: true})
 	}
@@ -82,7 +80,7 @@ func (c *InmemCluster) Start(ctx context.Context, i int) error {
 	nd := c.nodes[i]
 	c.mu.Unlock()
 	cfg := c.tmpl
-	cfg.NodeID, cfg.Transport, cfg.Forwarder, cfg.Stores = nd.id, nd.trans, c.fwd, nd.stores
+	cfg.NodeID, cfg.transport, cfg.forwarder, cfg.stores = nd.id, nd.trans, c.fwd, nd.stores
 	s, err := Open(ctx, cfg)
 	if err != nil {
 		return err
@@ -184,12 +182,12 @@ func (f *inprocForwarder) set(addr raft.ServerAddress, s *Store) {
 	f.nodes[addr] = s
 }
 
-func (f *inprocForwarder) Forward(ctx context.Context, addr raft.ServerAddress, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error) {
+func (f *inprocForwarder) Forward(ctx context.Context, addr string, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error) {
 	f.mu.Lock()
-	s := f.nodes[addr]
+	s := f.nodes[raft.ServerAddress(addr)]
 	f.mu.Unlock()
 	if s == nil {
 		return nil, fmt.Errorf("%w: %s unreachable", ErrForward, addr)
 	}
-	return s.ServeRPC(ctx, req), nil
+	return s.serveRPC(ctx, req), nil
 }

@@ -47,14 +47,15 @@ func (s *Store) bootstrap(peers []Peer) error {
 	return nil
 }
 
-func (s *Store) loop() {
+// loop reconciles until ctx (Close) ends it.
+func (s *Store) loop(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
-		s.reconcile(s.ctx)
+		s.reconcile(ctx)
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-s.raft.LeaderCh():
@@ -154,24 +155,18 @@ func (s *Store) askJoin(ctx context.Context, p Peer) error {
 	req.Mac = rpcMAC(s.cfg.InternalToken, req)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	resp, err := s.forwarder.Forward(ctx, raft.ServerAddress(p.Addr), req)
+	resp, err := s.forwarder.Forward(ctx, p.Addr, req)
 	if err != nil {
 		return err
 	}
-	if resp.GetNotLeader() {
-		return ErrNoLeader
-	}
-	if resp.GetError() != "" {
-		return errors.New(resp.GetError())
-	}
-	return nil
+	return faultError(resp, p.ID)
 }
 
 // joinLocal adds the requesting router as a voter (leader only).
 func (s *Store) joinLocal(_ context.Context, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error) {
 	id, addr := raft.ServerID(req.GetNodeId()), raft.ServerAddress(req.GetRaftAddr())
 	if id == "" || addr == "" {
-		return nil, errors.New("join needs a node id and a raft address")
+		return nil, fmt.Errorf("%w: join needs a node id and a raft address", errBadRequest)
 	}
 	if err := s.addVoter(id, addr); err != nil {
 		return nil, err

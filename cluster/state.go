@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/config"
-	"github.com/rolter/rolter/strategies"
 )
 
 // Role is an admin token's authority. Roles are ordered: a superadmin may
@@ -72,7 +72,7 @@ type AdminToken struct {
 
 // Policy is the stored adaptive routing policy and when it last changed.
 type Policy struct {
-	strategies.AdaptivePolicy
+	adaptive.Policy
 	UpdatedAt time.Time
 }
 
@@ -98,9 +98,9 @@ type AuditEntry struct {
 // the six policy fields before and after (After is what was asked for
 // when the update was refused), and the routes the policy governs.
 type PolicyChange struct {
-	Before         strategies.AdaptivePolicy `json:"before"`
-	After          strategies.AdaptivePolicy `json:"after"`
-	AffectedRoutes []string                  `json:"affected_routes"`
+	Before         adaptive.Policy `json:"before"`
+	After          adaptive.Policy `json:"after"`
+	AffectedRoutes []string        `json:"affected_routes"`
 }
 
 // State is one immutable version of the replicated control-plane state.
@@ -146,7 +146,7 @@ func emptyState() *State {
 		Keys:      map[string]APIKey{},
 		Tokens:    map[string]AdminToken{},
 		Models:    map[string]config.ModelPrice{},
-		Policy:    Policy{AdaptivePolicy: strategies.DefaultAdaptivePolicy()},
+		Policy:    Policy{Policy: adaptive.DefaultPolicy()},
 	}
 }
 
@@ -216,7 +216,7 @@ func (s *State) Config(base *config.Config) *config.Config {
 			Providers: slices.Clone(k.Providers), ReadOnly: k.ReadOnly})
 	}
 	c.Models = s.ModelList()
-	p := s.Policy.AdaptivePolicy
+	p := s.Policy.Policy
 	c.AdaptiveRouting = config.AdaptiveRouting{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
 		LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: p.MinSamples}
 	return &c

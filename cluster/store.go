@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,11 +78,11 @@ func ParsePeers(s string) (StaticPeers, error) {
 	return out, nil
 }
 
-// Forwarder carries a forwarding RPC to the router at addr (its raft
-// address). The default runs over the Raft port; tests on raft's
-// in-memory transport plug in an in-process one.
-type Forwarder interface {
-	Forward(ctx context.Context, addr raft.ServerAddress, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error)
+// forwarder carries a forwarding RPC to the router at addr (its raft
+// address, host:port). The default runs over the Raft port; the
+// in-process harness plugs in one that calls the target Store.
+type forwarder interface {
+	Forward(ctx context.Context, addr string, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error)
 }
 
 // StoreConfig configures Open.
@@ -125,19 +126,33 @@ type StoreConfig struct {
 	// Now is the clock stamped on commands (default time.Now).
 	Now func() time.Time
 
-	// Transport and Forwarder replace the network layer (tests: raft's
-	// in-memory transport). Both or neither.
-	Transport raft.Transport
-	Forwarder Forwarder
-	// RaftConfig, when set, adjusts the raft.Config before use.
-	RaftConfig func(*raft.Config)
-	// Stores replace the log/stable/snapshot stores (tests that restart a
-	// node in memory); nil: chosen from DataDir.
-	Stores *RaftStores
+	// Raft's timing; zero fields keep the library's defaults (1s
+	// heartbeat and election timeouts, 500ms leader lease, 50ms commit
+	// timeout). A follower that hears no heartbeat for HeartbeatTimeout
+	// starts an election; a leader that cannot reach a quorum for
+	// LeaderLeaseTimeout steps down. LeaderLeaseTimeout must not exceed
+	// HeartbeatTimeout.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout is how long a leader with nothing to send waits
+	// before an empty append that advances followers' commit index.
+	CommitTimeout time.Duration
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// trigger a new one (default 1024).
+	SnapshotThreshold uint64
+
+	// transport, forwarder and stores replace the network layer and the
+	// persistence (the in-process harness: raft's in-memory transport,
+	// stores kept across restarts). transport and forwarder go together;
+	// nil stores: chosen from DataDir.
+	transport raft.Transport
+	forwarder forwarder
+	stores    *raftStores
 }
 
-// RaftStores are the persistence stores of one node.
-type RaftStores struct {
+// raftStores are the persistence stores of one node.
+type raftStores struct {
 	Log      raft.LogStore
 	Stable   raft.StableStore
 	Snapshot raft.SnapshotStore
@@ -152,13 +167,15 @@ type Store struct {
 	fsm       *fsm
 	mux       *muxLayer
 	transport raft.Transport
-	forwarder Forwarder
+	forwarder forwarder
 	closers   []func() error
 	log       *slog.Logger
 	addr      raft.ServerAddress
 
-	ctx    context.Context
+	// cancel stops the background loop; done is closed then (nil until
+	// Open started the loop).
 	cancel context.CancelFunc
+	done   <-chan struct{}
 	wg     sync.WaitGroup
 
 	deadSeen map[string]time.Time // touched only by the loop goroutine
@@ -181,10 +198,10 @@ func Open(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	if cfg.InternalToken == "" {
 		return nil, fmt.Errorf("%w: internal token required (node-to-node authentication)", ErrConfig)
 	}
-	if (cfg.Transport == nil) != (cfg.Forwarder == nil) {
-		return nil, fmt.Errorf("%w: Transport and Forwarder go together", ErrConfig)
+	if (cfg.transport == nil) != (cfg.forwarder == nil) {
+		return nil, fmt.Errorf("%w: transport and forwarder go together", ErrConfig)
 	}
-	if cfg.Transport == nil && cfg.TLS == nil && !cfg.InsecureDev {
+	if cfg.transport == nil && cfg.TLS == nil && !cfg.InsecureDev {
 		return nil, fmt.Errorf("%w: raft needs --tls-cert/--tls-key/--tls-ca (or --insecure-dev for plaintext)", ErrConfig)
 	}
 	if cfg.Logger == nil {
@@ -213,9 +230,10 @@ func Open(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		s.closeAll()
 		return nil, err
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, ctx.Done()
 	s.wg.Add(1)
-	go s.loop()
+	go s.loop(ctx)
 	return s, nil
 }
 
@@ -229,8 +247,21 @@ func leUint64(b []byte) uint64 {
 
 func (s *Store) openRaft() error {
 	cfg := s.cfg
-	if cfg.Transport != nil {
-		s.transport, s.forwarder = cfg.Transport, cfg.Forwarder
+	// Timing first: nothing is opened yet when it is refused.
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hclogger(s.log, "raft")
+	rc.SnapshotThreshold = 1024
+	setIf(&rc.HeartbeatTimeout, cfg.HeartbeatTimeout)
+	setIf(&rc.ElectionTimeout, cfg.ElectionTimeout)
+	setIf(&rc.LeaderLeaseTimeout, cfg.LeaderLeaseTimeout)
+	setIf(&rc.CommitTimeout, cfg.CommitTimeout)
+	setIf(&rc.SnapshotThreshold, cfg.SnapshotThreshold)
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("%w: raft timing: %v", ErrConfig, err)
+	}
+	if cfg.transport != nil {
+		s.transport, s.forwarder = cfg.transport, cfg.forwarder
 	} else {
 		var adv net.Addr
 		if cfg.Advertise != "" {
@@ -255,7 +286,7 @@ func (s *Store) openRaft() error {
 	}
 	s.addr = s.transport.LocalAddr()
 
-	stores := cfg.Stores
+	stores := cfg.stores
 	if stores == nil {
 		var err error
 		if stores, err = openStores(cfg.DataDir, s.log); err != nil {
@@ -264,13 +295,6 @@ func (s *Store) openRaft() error {
 		if c, ok := stores.Log.(interface{ Close() error }); ok {
 			s.closers = append(s.closers, c.Close)
 		}
-	}
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.Logger = hclogger(s.log, "raft")
-	rc.SnapshotThreshold = 1024
-	if cfg.RaftConfig != nil {
-		cfg.RaftConfig(rc)
 	}
 	r, err := raft.NewRaft(rc, s.fsm, stores.Log, stores.Stable, stores.Snapshot, s.transport)
 	if err != nil {
@@ -293,10 +317,18 @@ func (s *Store) openRaft() error {
 	return nil
 }
 
-func openStores(dir string, log *slog.Logger) (*RaftStores, error) {
+// setIf sets *dst to v unless v is zero.
+func setIf[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
+}
+
+func openStores(dir string, log *slog.Logger) (*raftStores, error) {
 	if dir == "" {
 		log.Warn("raft: no data dir; state kept in memory only")
-		return &RaftStores{Log: raft.NewInmemStore(), Stable: raft.NewInmemStore(), Snapshot: raft.NewInmemSnapshotStore()}, nil
+		return &raftStores{Log: raft.NewInmemStore(), Stable: raft.NewInmemStore(), Snapshot: raft.NewInmemSnapshotStore()}, nil
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: data dir: %w", err)
@@ -310,7 +342,7 @@ func openStores(dir string, log *slog.Logger) (*RaftStores, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
-	return &RaftStores{Log: bolt, Stable: bolt, Snapshot: snaps}, nil
+	return &raftStores{Log: bolt, Stable: bolt, Snapshot: snaps}, nil
 }
 
 // Close shuts the node down (it stays a voter; see Leave).
@@ -412,14 +444,8 @@ func (s *Store) toLeader(ctx context.Context, req *raftstore.ForwardRequest,
 		if s.raft.State() == raft.Leader {
 			resp, err = local(ctx, req)
 		} else if addr, id := s.raft.LeaderWithID(); addr != "" && id != raft.ServerID(s.cfg.NodeID) {
-			resp, err = s.forwarder.Forward(ctx, addr, req)
-			switch {
-			case err == nil && resp.GetError() == ErrUnauthenticated.Error():
-				err = ErrUnauthenticated
-			case err == nil && resp.GetNotLeader():
-				err = fmt.Errorf("%w: %s is no longer leader", ErrNoLeader, id)
-			case err == nil && resp.GetError() != "":
-				err = fmt.Errorf("%w: %s", ErrForward, resp.GetError())
+			if resp, err = s.forwarder.Forward(ctx, string(addr), req); err == nil {
+				err = faultError(resp, string(id))
 			}
 		} else {
 			err = ErrNoLeader
@@ -440,19 +466,12 @@ func (s *Store) toLeader(ctx context.Context, req *raftstore.ForwardRequest,
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("%w after %d attempts: %v", ErrNoLeader, attempt+1, last)
-		case <-s.closed():
+		case <-s.done:
 			t.Stop()
 			return nil, ErrClosed
 		case <-t.C:
 		}
 	}
-}
-
-func (s *Store) closed() <-chan struct{} {
-	if s.ctx == nil {
-		return nil
-	}
-	return s.ctx.Done()
 }
 
 // applyLocal proposes an apply request on this (leader) node.
@@ -477,20 +496,15 @@ func deadlineOr(ctx context.Context, d time.Time) time.Time {
 	return d
 }
 
-// ServeRPC handles a forwarding request arriving from another router. It
-// is exported for in-process Forwarders (tests); the network path calls it
-// from the Raft port.
-func (s *Store) ServeRPC(ctx context.Context, req *raftstore.ForwardRequest) *raftstore.ForwardResponse {
-	return s.serveRPC(ctx, req)
-}
-
+// serveRPC handles a forwarding request arriving from another router,
+// over the Raft port or from the in-process harness.
 func (s *Store) serveRPC(ctx context.Context, req *raftstore.ForwardRequest) *raftstore.ForwardResponse {
 	if !hmac.Equal(req.GetMac(), rpcMAC(s.cfg.InternalToken, req)) {
 		s.log.Warn("raft: rejected unauthenticated forwarding request", "from", req.GetNodeId())
-		return &raftstore.ForwardResponse{Error: ErrUnauthenticated.Error()}
+		return &raftstore.ForwardResponse{Fault: raftstore.Fault_FAULT_UNAUTHENTICATED, Error: ErrUnauthenticated.Error()}
 	}
 	if s.raft.State() != raft.Leader {
-		return &raftstore.ForwardResponse{NotLeader: true}
+		return notLeader()
 	}
 	var resp *raftstore.ForwardResponse
 	var err error
@@ -500,15 +514,49 @@ func (s *Store) serveRPC(ctx context.Context, req *raftstore.ForwardRequest) *ra
 	case raftstore.RPCKind_RPC_JOIN:
 		resp, err = s.joinLocal(ctx, req)
 	default:
-		err = fmt.Errorf("unknown rpc kind %d", req.GetKind())
+		err = fmt.Errorf("%w: unknown rpc kind %d", errBadRequest, req.GetKind())
 	}
-	if err != nil {
-		if errors.Is(err, ErrNoLeader) {
-			return &raftstore.ForwardResponse{NotLeader: true}
+	switch {
+	case err == nil:
+		return resp
+	case errors.Is(err, ErrNoLeader):
+		return notLeader()
+	case errors.Is(err, errBadRequest):
+		return &raftstore.ForwardResponse{Fault: raftstore.Fault_FAULT_BAD_REQUEST, Error: err.Error()}
+	default:
+		return &raftstore.ForwardResponse{Fault: raftstore.Fault_FAULT_FAILED, Error: err.Error()}
+	}
+}
+
+// notLeader answers a request that reached a router which does not lead.
+func notLeader() *raftstore.ForwardResponse {
+	return &raftstore.ForwardResponse{Fault: raftstore.Fault_FAULT_NOT_LEADER, NotLeader: true}
+}
+
+// errBadRequest marks a forwarding request the leader cannot act on.
+var errBadRequest = errors.New("bad forwarding request")
+
+// faultError is the error a forwarding response from node carries: nil,
+// ErrUnauthenticated, ErrNoLeader (retry) or ErrForward. The fault code
+// decides, never the error text, which is only the detail. A response
+// from a router older than the fault field has only not_leader and text.
+func faultError(resp *raftstore.ForwardResponse, node string) error {
+	switch resp.GetFault() {
+	case raftstore.Fault_FAULT_NONE:
+		switch {
+		case resp.GetNotLeader():
+			return fmt.Errorf("%w: %s is no longer leader", ErrNoLeader, node)
+		case resp.GetError() != "":
+			return fmt.Errorf("%w: %s: %s", ErrForward, node, resp.GetError())
 		}
-		return &raftstore.ForwardResponse{Error: err.Error()}
+		return nil
+	case raftstore.Fault_FAULT_UNAUTHENTICATED:
+		return fmt.Errorf("%w (by %s)", ErrUnauthenticated, node)
+	case raftstore.Fault_FAULT_NOT_LEADER:
+		return fmt.Errorf("%w: %s is no longer leader", ErrNoLeader, node)
+	default:
+		return fmt.Errorf("%w: %s: %s: %s", ErrForward, node, strings.ToLower(resp.GetFault().String()), resp.GetError())
 	}
-	return resp
 }
 
 // hclogger adapts slog to raft's hclog, at warn level and above.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -320,5 +321,20 @@ func TestStateConfigCarriesEverySection(t *testing.T) {
 	}
 	if cfg.AdaptiveRouting.MinSamples != 50 {
 		t.Errorf("policy default min_samples %d", cfg.AdaptiveRouting.MinSamples)
+	}
+}
+
+func TestOpenRefusesInconsistentRaftTiming(t *testing.T) {
+	// A leader lease longer than the heartbeat timeout would let a
+	// deposed leader keep answering after a new one is elected.
+	cfg := StoreConfig{NodeID: "r1", InsecureDev: true, RaftAddr: "127.0.0.1:0", InternalToken: testInternal,
+		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: time.Second}
+	s, err := Open(t.Context(), cfg)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open accepted a leader lease longer than the heartbeat timeout")
+	}
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "raft timing") {
+		t.Fatalf("Open: %v, want an ErrConfig about raft timing", err)
 	}
 }

@@ -204,9 +204,9 @@ func (m *muxLayer) dial(ctx context.Context, address string, timeout time.Durati
 	return c, nil
 }
 
-// Forward implements Forwarder over the Raft port.
-func (m *muxLayer) Forward(ctx context.Context, addr raft.ServerAddress, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error) {
-	c, err := m.dial(ctx, string(addr), 5*time.Second, muxRPC)
+// Forward implements forwarder over the Raft port.
+func (m *muxLayer) Forward(ctx context.Context, addr string, req *raftstore.ForwardRequest) (*raftstore.ForwardResponse, error) {
+	c, err := m.dial(ctx, addr, 5*time.Second, muxRPC)
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %v", ErrForward, addr, err)
 	}

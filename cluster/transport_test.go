@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rolter/rolter/cluster/raftstore"
 )
@@ -54,7 +53,8 @@ func TestTLSClusterJoinsAndForwards(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	base := StoreConfig{RaftAddr: "127.0.0.1:0", TLS: conf, InternalToken: testInternal, SuperadminToken: testSuperadmin,
-		Seed: seedConfig(), RaftConfig: FastRaft, ReconcileInterval: 50 * time.Millisecond}
+		Seed: seedConfig(), ReconcileInterval: 50 * time.Millisecond}
+	fastRaft(&base)
 	c1 := base
 	c1.NodeID, c1.DataDir = "r1", t.TempDir()
 	s1, err := Open(ctx, c1)
@@ -100,7 +100,7 @@ func TestTLSClusterJoinsAndForwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	_, err = m.Forward(ctx, raft.ServerAddress(s1.RaftAddr()), &raftstore.ForwardRequest{Kind: raftstore.RPCKind_RPC_JOIN, NodeId: "intruder", RaftAddr: "127.0.0.1:1"})
+	_, err = m.Forward(ctx, s1.RaftAddr(), &raftstore.ForwardRequest{Kind: raftstore.RPCKind_RPC_JOIN, NodeId: "intruder", RaftAddr: "127.0.0.1:1"})
 	if err == nil {
 		t.Fatal("plaintext forward to a TLS raft port succeeded")
 	}

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	iradix "github.com/hashicorp/go-immutable-radix"
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
-	"github.com/rolter/rolter/strategies"
 )
 
 // This file converts between the Go state types and their protobuf wire
@@ -113,13 +113,13 @@ func tokenFromPB(t *raftstore.AdminToken) AdminToken {
 }
 
 // PolicyToPB converts an adaptive policy to its wire form.
-func PolicyToPB(p strategies.AdaptivePolicy) *raftstore.Policy {
+func PolicyToPB(p adaptive.Policy) *raftstore.Policy {
 	return &raftstore.Policy{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
 		LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: int64(p.MinSamples)}
 }
 
 func policyFromPB(p *raftstore.Policy) Policy {
-	return Policy{AdaptivePolicy: strategies.AdaptivePolicy{Enabled: p.GetEnabled(), LatencyWeight: p.GetLatencyWeight(),
+	return Policy{Policy: adaptive.Policy{Enabled: p.GetEnabled(), LatencyWeight: p.GetLatencyWeight(),
 		CostWeight: p.GetCostWeight(), LoadWeight: p.GetLoadWeight(), ExplorationRatio: p.GetExplorationRatio(),
 		MinSamples: int(p.GetMinSamples())}, UpdatedAt: fromNanos(p.GetUpdatedUnixNano())}
 }
@@ -203,7 +203,7 @@ func (s *State) toSnapshot() *raftstore.Snapshot {
 	for _, t := range sortedValues(s.Tokens) {
 		out.Tokens = append(out.Tokens, TokenToPB(t))
 	}
-	pol := PolicyToPB(s.Policy.AdaptivePolicy)
+	pol := PolicyToPB(s.Policy.Policy)
 	if !s.Policy.UpdatedAt.IsZero() {
 		pol.UpdatedUnixNano = s.Policy.UpdatedAt.UnixNano()
 	}

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rolter/rolter/strategies"
+	"github.com/rolter/rolter/adaptive"
 )
 
 // Config is a parsed, defaulted rolter.toml.
@@ -175,8 +175,8 @@ type AdaptiveRouting struct {
 }
 
 // Policy converts the section to the strategies' policy type.
-func (a AdaptiveRouting) Policy() strategies.AdaptivePolicy {
-	return strategies.AdaptivePolicy{
+func (a AdaptiveRouting) Policy() adaptive.Policy {
+	return adaptive.Policy{
 		Enabled: a.Enabled, LatencyWeight: a.LatencyWeight, CostWeight: a.CostWeight,
 		LoadWeight: a.LoadWeight, ExplorationRatio: a.ExplorationRatio, MinSamples: a.MinSamples,
 	}
@@ -292,7 +292,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // Default returns the configuration used for everything rolter.toml leaves
 // unset (compat.md).
 func Default() Config {
-	p := strategies.DefaultAdaptivePolicy()
+	p := adaptive.DefaultPolicy()
 	return Config{
 		AdaptiveRouting: AdaptiveRouting{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
 			LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: p.MinSamples},

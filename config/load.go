@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -411,7 +412,7 @@ func CheckMaxLoRAs(n int) error {
 
 // ValidatePolicy applies compat.md's rules for the adaptive routing policy.
 // They hold whether or not the policy is enabled.
-func ValidatePolicy(p strategies.AdaptivePolicy) error {
+func ValidatePolicy(p adaptive.Policy) error {
 	for _, w := range []struct {
 		name string
 		v    float64

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/strategies"
 )
@@ -106,13 +107,13 @@ type fakeTelemetryTarget struct {
 }
 
 type fakeTelemetryNode struct {
-	NodeID     string                    `json:"node_id"`
-	Engaged    bool                      `json:"engaged"`
-	Observed   int                       `json:"observed"`
-	Decisions  map[string]int            `json:"decisions"`
-	Policy     strategies.AdaptivePolicy `json:"policy"`
-	ReportedAt string                    `json:"reported_at"`
-	Targets    []fakeTelemetryTarget     `json:"targets"`
+	NodeID     string                `json:"node_id"`
+	Engaged    bool                  `json:"engaged"`
+	Observed   int                   `json:"observed"`
+	Decisions  map[string]int        `json:"decisions"`
+	Policy     adaptive.Policy       `json:"policy"`
+	ReportedAt string                `json:"reported_at"`
+	Targets    []fakeTelemetryTarget `json:"targets"`
 }
 
 type fakeTelemetryRoute struct {
@@ -136,7 +137,7 @@ type fakeAdmin struct {
 	routes        []fakeRoute
 	groups        []fakeGroup
 	providers     []fakeProvider
-	policy        strategies.AdaptivePolicy
+	policy        adaptive.Policy
 	policyUpdated time.Time
 	telemetry     []fakeTelemetryRoute
 	audit         []fakeAudit
@@ -158,7 +159,7 @@ func newFakeAdmin(token string) *fakeAdmin {
 		configVersion: 42,
 		leader:        "router-1",
 		pinned:        map[string][2]int{},
-		policy:        strategies.DefaultAdaptivePolicy(),
+		policy:        adaptive.DefaultPolicy(),
 		policyUpdated: time.Date(2026, 11, 28, 9, 30, 0, 0, time.UTC),
 	}
 	f.routers = []fakeRouter{
@@ -465,7 +466,7 @@ func (f *fakeAdmin) putPolicy(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p := strategies.AdaptivePolicy{Enabled: *in.Enabled, LatencyWeight: *in.LatencyWeight, CostWeight: *in.CostWeight,
+	p := adaptive.Policy{Enabled: *in.Enabled, LatencyWeight: *in.LatencyWeight, CostWeight: *in.CostWeight,
 		LoadWeight: *in.LoadWeight, ExplorationRatio: *in.ExplorationRatio, MinSamples: *in.MinSamples}
 	if err := config.ValidatePolicy(p); err != nil {
 		writeError(w, 400, err.Error(), "invalid_request_error", "invalid_policy")
@@ -485,7 +486,7 @@ func readBody(r *http.Request) ([]byte, error) {
 // sampleTelemetry is a realistic report: chat-adaptive blending on
 // router-1 and still warming up on router-2; support-bot blending on
 // router-1.
-func sampleTelemetry(now time.Time, p strategies.AdaptivePolicy) []fakeTelemetryRoute {
+func sampleTelemetry(now time.Time, p adaptive.Policy) []fakeTelemetryRoute {
 	ts := now.UTC().Add(-4 * time.Second).Format(time.RFC3339)
 	const llama = "meta-llama/Llama-3.1-8B-Instruct"
 	return []fakeTelemetryRoute{

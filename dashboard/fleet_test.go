@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/config"
@@ -36,9 +37,9 @@ type fleetRouter struct {
 // statsOf is the pusher's source: no adaptive routes, the ring's stats.
 type statsOf struct{ srv *router.Server }
 
-func (s statsOf) AdaptiveTelemetry() []adminapi.RouteSample { return nil }
-func (s statsOf) RouteStats() []routestats.Route            { return s.srv.RouteStats() }
-func (s statsOf) ConfigVersion() uint64                     { return s.srv.ConfigVersion() }
+func (s statsOf) AdaptiveTelemetry() []adaptive.RouteTelemetry { return nil }
+func (s statsOf) RouteStats() []routestats.Route               { return s.srv.RouteStats() }
+func (s statsOf) ConfigVersion() uint64                        { return s.srv.ConfigVersion() }
 
 // engine is a fake OpenAI-compatible engine counting the chats it served,
 // each after delay; usage, when set, is the completion's usage object.

@@ -10,7 +10,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
-	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
 )
 
@@ -31,23 +30,24 @@ func TestAgainstRealAdminAPI(t *testing.T) {
 	seed.Routes = []config.Route{
 		{Model: "embed", Strategy: "round_robin", Targets: []config.Target{{Provider: "gpu-b", Model: "embed", Weight: 1}}},
 	}
-	apiMade := []*raftstore.Command{
-		{Op: raftstore.Op_OP_CREATE_ROUTE, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(config.Route{Model: "chat", Strategy: "adaptive",
-			Targets: []config.Target{{Provider: "gpu-a", Model: "chat", Weight: 3}, {Provider: "gpu-b", Model: "chat", Weight: 1}}})}},
-		{Op: raftstore.Op_OP_CREATE_ROUTE, Payload: &raftstore.Command_Route{Route: cluster.RouteToPB(config.Route{Model: "plain", Strategy: "round_robin",
-			Targets: []config.Target{{Provider: "gpu-a", Model: "plain", Weight: 1}}})}},
-		{Op: raftstore.Op_OP_CREATE_GROUP, Payload: &raftstore.Command_Group{Group: cluster.GroupToPB(config.ProviderGroup{Name: "fleet", Slug: "fleet",
-			Strategy: "adaptive", Members: []config.Target{{Provider: "gpu-a", Weight: 1}, {Provider: "gpu-b", Weight: 1}}})}},
-	}
+	chat := config.Route{Model: "chat", Strategy: "adaptive",
+		Targets: []config.Target{{Provider: "gpu-a", Model: "chat", Weight: 3}, {Provider: "gpu-b", Model: "chat", Weight: 1}}}
+	plain := config.Route{Model: "plain", Strategy: "round_robin", Targets: []config.Target{{Provider: "gpu-a", Model: "plain", Weight: 1}}}
+	fleet := config.ProviderGroup{Name: "fleet", Slug: "fleet",
+		Strategy: "adaptive", Members: []config.Target{{Provider: "gpu-a", Weight: 1}, {Provider: "gpu-b", Weight: 1}}}
 
 	p := newPage(t, newFakeAdmin(super)) // only the fake's token is used: the page signs in with it
 	// Served from a follower, so writes go through leader forwarding.
 	c, node := realCluster(t, &seed, super, internal)
-	for _, cmd := range apiMade {
-		cmd.ActorTokenSha256 = cluster.HashToken(super)
-		if res, err := c.Node(node).Apply(t.Context(), cmd); err != nil || res.GetCode() != raftstore.Code_CODE_OK {
-			t.Fatalf("%s: %v %v", cmd.GetOp(), res, err)
-		}
+	store, by := c.Node(node), cluster.Author{Name: "test", TokenSHA256: cluster.HashToken(super)}
+	if _, err := store.CreateRoute(t.Context(), by, chat); err != nil {
+		t.Fatalf("route chat: %v", err)
+	}
+	if _, err := store.CreateRoute(t.Context(), by, plain); err != nil {
+		t.Fatalf("route plain: %v", err)
+	}
+	if _, err := store.CreateGroup(t.Context(), by, fleet); err != nil {
+		t.Fatalf("group fleet: %v", err)
 	}
 	api := adminapi.New(adminapi.Deps{Store: c.Node(node), Cluster: c.Node(node), InternalToken: internal})
 	mux := http.NewServeMux()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
@@ -214,7 +215,7 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 // noAdaptive is a telemetry source with no adaptive route.
 type noAdaptive struct{}
 
-func (noAdaptive) AdaptiveTelemetry() []adminapi.RouteSample { return nil }
+func (noAdaptive) AdaptiveTelemetry() []adaptive.RouteTelemetry { return nil }
 
 // meshScreenshot lets the live sidecars' queues move for a while, so the
 // charts draw from real polls, then saves the Mesh screen.

@@ -4,37 +4,29 @@ import (
 	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rolter/rolter/strategies"
+	"github.com/rolter/rolter/adaptive"
 )
 
 // adaptiveBalancer is what the router reads from an adaptive pool's
 // balancer (strategies.(*Adaptive)) for telemetry and metrics.
 type adaptiveBalancer interface {
-	Telemetry() strategies.AdaptiveTelemetry
-}
-
-// AdaptiveRoute is one adaptively balanced pool of the running snapshot:
-// Model is its key (the route's public model name, or "slug/*" for a
-// provider group).
-type AdaptiveRoute struct {
-	Model string
-	strategies.AdaptiveTelemetry
+	Telemetry() adaptive.Telemetry
 }
 
 // AdaptiveTelemetry returns the current state of every adaptive balancer
 // in the running snapshot (routes and provider groups), sorted by model.
 // Scores are computed here, off the request path; nil when the snapshot
 // has no adaptive pool.
-func (s *Server) AdaptiveTelemetry() []AdaptiveRoute {
+func (s *Server) AdaptiveTelemetry() []adaptive.RouteTelemetry {
 	sn := s.snap.Load()
 	if sn == nil {
 		return nil
 	}
-	var out []AdaptiveRoute
+	var out []adaptive.RouteTelemetry
 	add := func(pools map[string]*pool) {
 		for _, p := range pools {
 			if a, ok := p.lb.(adaptiveBalancer); ok {
-				out = append(out, AdaptiveRoute{Model: p.key, AdaptiveTelemetry: a.Telemetry()})
+				out = append(out, adaptive.RouteTelemetry{Model: p.key, Telemetry: a.Telemetry()})
 			}
 		}
 	}
@@ -45,7 +37,7 @@ func (s *Server) AdaptiveTelemetry() []AdaptiveRoute {
 }
 
 // Policy returns the adaptive routing policy the balancers read now.
-func (s *Server) Policy() strategies.AdaptivePolicy { return s.policy.Load() }
+func (s *Server) Policy() adaptive.Policy { return s.policy.Load() }
 
 // adaptiveCollector exports the rolter_adaptive_routing_* series of
 // compat.md, read from the balancers at scrape time.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/routestats"
 	"github.com/rolter/rolter/strategies"
@@ -129,7 +130,7 @@ func New(o Options) *Server {
 		learn: o.Learn,
 		base:  o.Base, ready: o.Ready, extra: o.AdminExtra,
 		tracker:    strategies.NewTracker(),
-		policy:     strategies.NewPolicyHolder(strategies.DefaultAdaptivePolicy()),
+		policy:     strategies.NewPolicyHolder(adaptive.DefaultPolicy()),
 		upstreams:  map[string]*upstream{},
 		configWait: o.ConfigWait, configured: make(chan struct{}),
 	}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rolter/rolter/adaptive"
 )
 
 // WarmupBudget is how many picks adaptive's warm-up steers to each target
@@ -124,11 +126,11 @@ func (a *Adaptive) Served(target int) {
 	}
 }
 
-func blendable(p AdaptivePolicy) bool {
+func blendable(p adaptive.Policy) bool {
 	return p.Enabled && (p.LatencyWeight > 0 || p.CostWeight > 0 || p.LoadWeight > 0)
 }
 
-func (a *Adaptive) engaged(p AdaptivePolicy) (engaged, thin bool) {
+func (a *Adaptive) engaged(p adaptive.Policy) (engaged, thin bool) {
 	if !blendable(p) {
 		return false, false
 	}
@@ -192,7 +194,7 @@ func (a *Adaptive) pick(ctx *RouteContext, loads []uint64, eligible Eligible, ex
 
 // explainDecision completes ex with the decision's label and the reason
 // the blend did not decide.
-func (a *Adaptive) explainDecision(ex *Explanation, p AdaptivePolicy, thin bool, label string, eligible Eligible) {
+func (a *Adaptive) explainDecision(ex *Explanation, p adaptive.Policy, thin bool, label string, eligible Eligible) {
 	if label == "exploration" || label == "warmup" {
 		*ex = Explanation{RunnerUp: -1}
 		for i := range a.n {
@@ -257,7 +259,7 @@ func (a *Adaptive) components(i int, minLat, minCost float64, load, maxLoad uint
 
 // blend returns the argmax of the blended score over the eligible targets;
 // a non-nil ex gets the chosen target's terms and the runner-up.
-func (a *Adaptive) blend(p AdaptivePolicy, loads []uint64, eligible Eligible, ex *Explanation) (int, bool) {
+func (a *Adaptive) blend(p adaptive.Policy, loads []uint64, eligible Eligible, ex *Explanation) (int, bool) {
 	c := a.pool.Get().(*Cycle)
 	defer a.pool.Put(c)
 	cands := c.cands[:0]
@@ -302,63 +304,20 @@ func (a *Adaptive) blend(p AdaptivePolicy, loads []uint64, eligible Eligible, ex
 // Observe implements LoadBalancer: the fallback stack always learns.
 func (a *Adaptive) Observe(target int, ctx *RouteContext) { a.fallback.Observe(target, ctx) }
 
-// AdaptiveDecisions is the decision split of one adaptive balancer.
-type AdaptiveDecisions struct {
-	Blend       uint64 `json:"blend"`
-	Exploration uint64 `json:"exploration"`
-	Fallback    uint64 `json:"fallback"`
-}
-
-// AdaptiveTargetTelemetry is one target's row of the telemetry report.
-// Score = LatencyScore + CostScore + LoadScore, each component being the
-// policy-weighted share of its signal (a zero-weight signal scores 0 while
-// its raw value is still reported).
-type AdaptiveTargetTelemetry struct {
-	Target        string  `json:"target"`
-	Provider      string  `json:"provider"`
-	UpstreamModel string  `json:"upstream_model"`
-	Score         float64 `json:"score"`
-	LatencyScore  float64 `json:"latency_score"`
-	CostScore     float64 `json:"cost_score"`
-	LoadScore     float64 `json:"load_score"`
-	// LatencyMs is the target's latency EWMA; nil before its first
-	// successful completion.
-	LatencyMs   *float64 `json:"latency_ms"`
-	CostPerMtok float64  `json:"cost_per_mtok"`
-	InFlight    uint64   `json:"in_flight"`
-	// Samples is how many picks this route's balancer made of the target
-	// (seed 000: "how many picks that target has served").
-	Samples uint64 `json:"samples"`
-	// LastSampleAgeMs is how long ago the balancer last picked the target;
-	// nil when it never has.
-	LastSampleAgeMs *int64 `json:"last_sample_age_ms"`
-}
-
-// AdaptiveTelemetry is the current state of one adaptive balancer, for
-// the telemetry report and metrics. It is computed on demand, off the
-// request path.
-type AdaptiveTelemetry struct {
-	Engaged   bool                      `json:"engaged"`
-	Observed  uint64                    `json:"observed"`
-	Decisions AdaptiveDecisions         `json:"decisions"`
-	Policy    AdaptivePolicy            `json:"policy"`
-	Targets   []AdaptiveTargetTelemetry `json:"targets"`
-}
-
 // Telemetry computes the balancer's current scores, using each target's
 // in-flight count (TargetStats.InFlight) as its load.
-func (a *Adaptive) Telemetry() AdaptiveTelemetry {
+func (a *Adaptive) Telemetry() adaptive.Telemetry {
 	p := a.policy.Load()
 	engaged, _ := a.engaged(p)
 	served, _ := a.evidence()
-	out := AdaptiveTelemetry{
+	out := adaptive.Telemetry{
 		Engaged: engaged, Observed: served, Policy: p,
-		Decisions: AdaptiveDecisions{
+		Decisions: adaptive.Decisions{
 			Blend:       a.decisions[decBlend].Load(),
 			Exploration: a.decisions[decExploration].Load(),
 			Fallback:    a.decisions[decFallback].Load(),
 		},
-		Targets: make([]AdaptiveTargetTelemetry, a.n),
+		Targets: make([]adaptive.TargetTelemetry, a.n),
 	}
 	minLat, minCost := math.Inf(1), math.Inf(1)
 	var maxLoad uint64
@@ -374,7 +333,7 @@ func (a *Adaptive) Telemetry() AdaptiveTelemetry {
 	for i, s := range a.stats {
 		tg := a.targets[i]
 		lat, cost, ld := a.components(i, minLat, minCost, s.InFlight(), maxLoad)
-		row := AdaptiveTargetTelemetry{
+		row := adaptive.TargetTelemetry{
 			Target: tg.ID, Provider: tg.Provider, UpstreamModel: tg.UpstreamModel,
 			CostPerMtok: a.costs.costs[i], InFlight: s.InFlight(), Samples: a.picks[i].Load(),
 		}

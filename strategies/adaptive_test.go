@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/adaptive"
 )
 
 type adaptiveRig struct {
@@ -15,7 +17,7 @@ type adaptiveRig struct {
 	clock  *fakeClock
 }
 
-func newAdaptiveRig(t *testing.T, n int, p AdaptivePolicy, r Rand) *adaptiveRig {
+func newAdaptiveRig(t *testing.T, n int, p adaptive.Policy, r Rand) *adaptiveRig {
 	t.Helper()
 	tr := NewTracker()
 	ph := NewPolicyHolder(p)
@@ -38,8 +40,8 @@ func (r *adaptiveRig) sample(i, k int, ms float64) {
 	}
 }
 
-func enabledPolicy(minSamples int) AdaptivePolicy {
-	p := DefaultAdaptivePolicy()
+func enabledPolicy(minSamples int) adaptive.Policy {
+	p := adaptive.DefaultPolicy()
 	p.Enabled, p.MinSamples, p.ExplorationRatio = true, minSamples, 0
 	return p
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/adaptive"
 )
 
 // benchSizes are the pool sizes every strategy is benchmarked at.
@@ -48,7 +50,7 @@ func benchBalancer(b testing.TB, name string, n int) (LoadBalancer, *RouteContex
 		idx.add(i, keys[:benchRun(i)]...)
 		sig[i] = [3]float64{float64(i%9) / 10, 1, 1}
 	}
-	p := DefaultAdaptivePolicy()
+	p := adaptive.DefaultPolicy()
 	p.Enabled = true
 	spec := Spec{Targets: ts, Tracker: tr, Rand: NewRand(1), Clock: newClock(), Residency: idx, Cache: sig,
 		Policy: NewPolicyHolder(p), MaxLoRAs: 4}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/adaptive"
 )
 
 // fullSpec returns a Spec with every external source wired, so each
@@ -22,7 +24,7 @@ func fullSpec(n int, seed uint64) (Spec, *Tracker) {
 		idx.add(i, keys[:(i*13)%64]...)
 		sig[i] = [3]float64{float64(i%5) / 5, 1, float64(i % 2)}
 	}
-	p := DefaultAdaptivePolicy()
+	p := adaptive.DefaultPolicy()
 	p.Enabled, p.MinSamples, p.ExplorationRatio = true, 20, 0.3
 	return Spec{
 		Targets: ts, Rand: NewRand(seed), Clock: newClock(), Tracker: tr,

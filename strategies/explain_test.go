@@ -3,6 +3,8 @@ package strategies
 import (
 	"math"
 	"testing"
+
+	"github.com/rolter/rolter/adaptive"
 )
 
 // The explanation of a pipeline pick names the scorers' terms of the
@@ -58,11 +60,11 @@ func TestPickExplainedAllNeutral(t *testing.T) {
 func TestPickExplainedAdaptiveFallback(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		policy AdaptivePolicy
+		policy adaptive.Policy
 		want   string
 	}{
-		{"kill switch", AdaptivePolicy{Enabled: false, LatencyWeight: 1}, "kill_switch"},
-		{"cold", AdaptivePolicy{Enabled: true, LatencyWeight: 1, MinSamples: 100}, "cold"},
+		{"kill switch", adaptive.Policy{Enabled: false, LatencyWeight: 1}, "kill_switch"},
+		{"cold", adaptive.Policy{Enabled: true, LatencyWeight: 1, MinSamples: 100}, "cold"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Spec{Targets: targets(2), Rand: NewRand(1), Clock: newClock(), Policy: NewPolicyHolder(tc.policy)}

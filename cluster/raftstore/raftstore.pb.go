@@ -284,6 +284,67 @@ func (RPCKind) EnumDescriptor() ([]byte, []int) {
 	return file_raftstore_proto_rawDescGZIP(), []int{3}
 }
 
+// Fault is why a forwarding RPC failed before any command ran. The
+// receiver matches on it, never on the error text.
+type Fault int32
+
+const (
+	Fault_FAULT_NONE Fault = 0
+	// The request's mac does not match the internal token.
+	Fault_FAULT_UNAUTHENTICATED Fault = 1
+	// The receiver is not (or no longer) the leader: retry elsewhere.
+	Fault_FAULT_NOT_LEADER Fault = 2
+	// The request was malformed (unknown kind, missing node id).
+	Fault_FAULT_BAD_REQUEST Fault = 3
+	// The leader failed to carry it out (raft error); error says how.
+	Fault_FAULT_FAILED Fault = 4
+)
+
+// Enum value maps for Fault.
+var (
+	Fault_name = map[int32]string{
+		0: "FAULT_NONE",
+		1: "FAULT_UNAUTHENTICATED",
+		2: "FAULT_NOT_LEADER",
+		3: "FAULT_BAD_REQUEST",
+		4: "FAULT_FAILED",
+	}
+	Fault_value = map[string]int32{
+		"FAULT_NONE":            0,
+		"FAULT_UNAUTHENTICATED": 1,
+		"FAULT_NOT_LEADER":      2,
+		"FAULT_BAD_REQUEST":     3,
+		"FAULT_FAILED":          4,
+	}
+)
+
+func (x Fault) Enum() *Fault {
+	p := new(Fault)
+	*p = x
+	return p
+}
+
+func (x Fault) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Fault) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftstore_proto_enumTypes[4].Descriptor()
+}
+
+func (Fault) Type() protoreflect.EnumType {
+	return &file_raftstore_proto_enumTypes[4]
+}
+
+func (x Fault) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Fault.Descriptor instead.
+func (Fault) EnumDescriptor() ([]byte, []int) {
+	return file_raftstore_proto_rawDescGZIP(), []int{4}
+}
+
 type Target struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Provider      string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
@@ -1947,11 +2008,14 @@ func (x *ForwardRequest) GetMac() []byte {
 }
 
 type ForwardResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	NotLeader     bool                   `protobuf:"varint,4,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Index  uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// error is a human-readable detail of fault, for logs.
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// not_leader duplicates FAULT_NOT_LEADER for routers older than fault.
+	NotLeader     bool  `protobuf:"varint,4,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	Fault         Fault `protobuf:"varint,5,opt,name=fault,proto3,enum=rolter.raftstore.v1.Fault" json:"fault,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2012,6 +2076,13 @@ func (x *ForwardResponse) GetNotLeader() bool {
 		return x.NotLeader
 	}
 	return false
+}
+
+func (x *ForwardResponse) GetFault() Fault {
+	if x != nil {
+		return x.Fault
+	}
+	return Fault_FAULT_NONE
 }
 
 var File_raftstore_proto protoreflect.FileDescriptor
@@ -2168,13 +2239,14 @@ const file_raftstore_proto_rawDesc = "" +
 	"\acommand\x18\x02 \x01(\fR\acommand\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x04 \x01(\tR\braftAddr\x12\x10\n" +
-	"\x03mac\x18\x05 \x01(\fR\x03mac\"\x91\x01\n" +
+	"\x03mac\x18\x05 \x01(\fR\x03mac\"\xc3\x01\n" +
 	"\x0fForwardResponse\x123\n" +
 	"\x06result\x18\x01 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"not_leader\x18\x04 \x01(\bR\tnotLeader*R\n" +
+	"not_leader\x18\x04 \x01(\bR\tnotLeader\x120\n" +
+	"\x05fault\x18\x05 \x01(\x0e2\x1a.rolter.raftstore.v1.FaultR\x05fault*R\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_VIEWER\x10\x01\x12\x0e\n" +
@@ -2213,7 +2285,14 @@ const file_raftstore_proto_rawDesc = "" +
 	"\aRPCKind\x12\x13\n" +
 	"\x0fRPC_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tRPC_APPLY\x10\x01\x12\f\n" +
-	"\bRPC_JOIN\x10\x02B,Z*github.com/rolter/rolter/cluster/raftstoreb\x06proto3"
+	"\bRPC_JOIN\x10\x02*q\n" +
+	"\x05Fault\x12\x0e\n" +
+	"\n" +
+	"FAULT_NONE\x10\x00\x12\x19\n" +
+	"\x15FAULT_UNAUTHENTICATED\x10\x01\x12\x14\n" +
+	"\x10FAULT_NOT_LEADER\x10\x02\x12\x15\n" +
+	"\x11FAULT_BAD_REQUEST\x10\x03\x12\x10\n" +
+	"\fFAULT_FAILED\x10\x04B,Z*github.com/rolter/rolter/cluster/raftstoreb\x06proto3"
 
 var (
 	file_raftstore_proto_rawDescOnce sync.Once
@@ -2227,79 +2306,81 @@ func file_raftstore_proto_rawDescGZIP() []byte {
 	return file_raftstore_proto_rawDescData
 }
 
-var file_raftstore_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_raftstore_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_raftstore_proto_goTypes = []any{
 	(Role)(0),                 // 0: rolter.raftstore.v1.Role
 	(Code)(0),                 // 1: rolter.raftstore.v1.Code
 	(Op)(0),                   // 2: rolter.raftstore.v1.Op
 	(RPCKind)(0),              // 3: rolter.raftstore.v1.RPCKind
-	(*Target)(nil),            // 4: rolter.raftstore.v1.Target
-	(*Provider)(nil),          // 5: rolter.raftstore.v1.Provider
-	(*Route)(nil),             // 6: rolter.raftstore.v1.Route
-	(*ProviderGroup)(nil),     // 7: rolter.raftstore.v1.ProviderGroup
-	(*ModelPrice)(nil),        // 8: rolter.raftstore.v1.ModelPrice
-	(*Key)(nil),               // 9: rolter.raftstore.v1.Key
-	(*AdminToken)(nil),        // 10: rolter.raftstore.v1.AdminToken
-	(*Policy)(nil),            // 11: rolter.raftstore.v1.Policy
-	(*AuditEntry)(nil),        // 12: rolter.raftstore.v1.AuditEntry
-	(*Result)(nil),            // 13: rolter.raftstore.v1.Result
-	(*Seed)(nil),              // 14: rolter.raftstore.v1.Seed
-	(*FileRevision)(nil),      // 15: rolter.raftstore.v1.FileRevision
-	(*FileSync)(nil),          // 16: rolter.raftstore.v1.FileSync
-	(*Command)(nil),           // 17: rolter.raftstore.v1.Command
-	(*IdempotencyRecord)(nil), // 18: rolter.raftstore.v1.IdempotencyRecord
-	(*Snapshot)(nil),          // 19: rolter.raftstore.v1.Snapshot
-	(*ForwardRequest)(nil),    // 20: rolter.raftstore.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 21: rolter.raftstore.v1.ForwardResponse
+	(Fault)(0),                // 4: rolter.raftstore.v1.Fault
+	(*Target)(nil),            // 5: rolter.raftstore.v1.Target
+	(*Provider)(nil),          // 6: rolter.raftstore.v1.Provider
+	(*Route)(nil),             // 7: rolter.raftstore.v1.Route
+	(*ProviderGroup)(nil),     // 8: rolter.raftstore.v1.ProviderGroup
+	(*ModelPrice)(nil),        // 9: rolter.raftstore.v1.ModelPrice
+	(*Key)(nil),               // 10: rolter.raftstore.v1.Key
+	(*AdminToken)(nil),        // 11: rolter.raftstore.v1.AdminToken
+	(*Policy)(nil),            // 12: rolter.raftstore.v1.Policy
+	(*AuditEntry)(nil),        // 13: rolter.raftstore.v1.AuditEntry
+	(*Result)(nil),            // 14: rolter.raftstore.v1.Result
+	(*Seed)(nil),              // 15: rolter.raftstore.v1.Seed
+	(*FileRevision)(nil),      // 16: rolter.raftstore.v1.FileRevision
+	(*FileSync)(nil),          // 17: rolter.raftstore.v1.FileSync
+	(*Command)(nil),           // 18: rolter.raftstore.v1.Command
+	(*IdempotencyRecord)(nil), // 19: rolter.raftstore.v1.IdempotencyRecord
+	(*Snapshot)(nil),          // 20: rolter.raftstore.v1.Snapshot
+	(*ForwardRequest)(nil),    // 21: rolter.raftstore.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 22: rolter.raftstore.v1.ForwardResponse
 }
 var file_raftstore_proto_depIdxs = []int32{
-	4,  // 0: rolter.raftstore.v1.Route.targets:type_name -> rolter.raftstore.v1.Target
-	4,  // 1: rolter.raftstore.v1.ProviderGroup.members:type_name -> rolter.raftstore.v1.Target
+	5,  // 0: rolter.raftstore.v1.Route.targets:type_name -> rolter.raftstore.v1.Target
+	5,  // 1: rolter.raftstore.v1.ProviderGroup.members:type_name -> rolter.raftstore.v1.Target
 	0,  // 2: rolter.raftstore.v1.AdminToken.role:type_name -> rolter.raftstore.v1.Role
 	1,  // 3: rolter.raftstore.v1.Result.code:type_name -> rolter.raftstore.v1.Code
-	5,  // 4: rolter.raftstore.v1.Seed.providers:type_name -> rolter.raftstore.v1.Provider
-	6,  // 5: rolter.raftstore.v1.Seed.routes:type_name -> rolter.raftstore.v1.Route
-	7,  // 6: rolter.raftstore.v1.Seed.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	9,  // 7: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
-	10, // 8: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	11, // 9: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
-	15, // 10: rolter.raftstore.v1.Seed.revision:type_name -> rolter.raftstore.v1.FileRevision
-	8,  // 11: rolter.raftstore.v1.Seed.models:type_name -> rolter.raftstore.v1.ModelPrice
-	15, // 12: rolter.raftstore.v1.FileSync.revision:type_name -> rolter.raftstore.v1.FileRevision
-	15, // 13: rolter.raftstore.v1.FileSync.base:type_name -> rolter.raftstore.v1.FileRevision
-	5,  // 14: rolter.raftstore.v1.FileSync.put_providers:type_name -> rolter.raftstore.v1.Provider
-	6,  // 15: rolter.raftstore.v1.FileSync.put_routes:type_name -> rolter.raftstore.v1.Route
-	7,  // 16: rolter.raftstore.v1.FileSync.put_groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	9,  // 17: rolter.raftstore.v1.FileSync.put_keys:type_name -> rolter.raftstore.v1.Key
+	6,  // 4: rolter.raftstore.v1.Seed.providers:type_name -> rolter.raftstore.v1.Provider
+	7,  // 5: rolter.raftstore.v1.Seed.routes:type_name -> rolter.raftstore.v1.Route
+	8,  // 6: rolter.raftstore.v1.Seed.groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 7: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
+	11, // 8: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	12, // 9: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
+	16, // 10: rolter.raftstore.v1.Seed.revision:type_name -> rolter.raftstore.v1.FileRevision
+	9,  // 11: rolter.raftstore.v1.Seed.models:type_name -> rolter.raftstore.v1.ModelPrice
+	16, // 12: rolter.raftstore.v1.FileSync.revision:type_name -> rolter.raftstore.v1.FileRevision
+	16, // 13: rolter.raftstore.v1.FileSync.base:type_name -> rolter.raftstore.v1.FileRevision
+	6,  // 14: rolter.raftstore.v1.FileSync.put_providers:type_name -> rolter.raftstore.v1.Provider
+	7,  // 15: rolter.raftstore.v1.FileSync.put_routes:type_name -> rolter.raftstore.v1.Route
+	8,  // 16: rolter.raftstore.v1.FileSync.put_groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 17: rolter.raftstore.v1.FileSync.put_keys:type_name -> rolter.raftstore.v1.Key
 	2,  // 18: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
-	5,  // 19: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
-	6,  // 20: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
-	7,  // 21: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
-	9,  // 22: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
-	10, // 23: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
-	11, // 24: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
-	14, // 25: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
-	16, // 26: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
-	8,  // 27: rolter.raftstore.v1.Command.model_price:type_name -> rolter.raftstore.v1.ModelPrice
-	13, // 28: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
-	5,  // 29: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
-	6,  // 30: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
-	7,  // 31: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	9,  // 32: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
-	10, // 33: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	11, // 34: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
-	12, // 35: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
-	18, // 36: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
-	15, // 37: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
-	8,  // 38: rolter.raftstore.v1.Snapshot.models:type_name -> rolter.raftstore.v1.ModelPrice
+	6,  // 19: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
+	7,  // 20: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
+	8,  // 21: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 22: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
+	11, // 23: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
+	12, // 24: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
+	15, // 25: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
+	17, // 26: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
+	9,  // 27: rolter.raftstore.v1.Command.model_price:type_name -> rolter.raftstore.v1.ModelPrice
+	14, // 28: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
+	6,  // 29: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
+	7,  // 30: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
+	8,  // 31: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 32: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
+	11, // 33: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	12, // 34: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
+	13, // 35: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
+	19, // 36: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
+	16, // 37: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
+	9,  // 38: rolter.raftstore.v1.Snapshot.models:type_name -> rolter.raftstore.v1.ModelPrice
 	3,  // 39: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
-	13, // 40: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	14, // 40: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
+	4,  // 41: rolter.raftstore.v1.ForwardResponse.fault:type_name -> rolter.raftstore.v1.Fault
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_raftstore_proto_init() }
@@ -2326,7 +2407,7 @@ func file_raftstore_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftstore_proto_rawDesc), len(file_raftstore_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
@@ -159,9 +159,7 @@ func (f *clusterFlags) storeConfig(seed *config.Config, getenv func(string) stri
 			return sc, fmt.Errorf("%w: --raft-timeout %v is below 20ms", errFlags, f.raftTimeout)
 		}
 		t := f.raftTimeout
-		sc.RaftConfig = func(c *raft.Config) {
-			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = t, t, t/2
-		}
+		sc.HeartbeatTimeout, sc.ElectionTimeout, sc.LeaderLeaseTimeout = t, t, t/2
 	}
 	if f.raftAddr == "" {
 		return sc, fmt.Errorf("%w: --raft is required (or run --standalone)", errFlags)
@@ -422,23 +420,8 @@ func (cp *controlPlane) applyState() {
 
 // AdaptiveTelemetry implements adminapi.TelemetrySource over the running
 // snapshot's adaptive balancers.
-func (cp *controlPlane) AdaptiveTelemetry() []adminapi.RouteSample {
-	routes := cp.srv.AdaptiveTelemetry()
-	out := make([]adminapi.RouteSample, 0, len(routes))
-	for _, r := range routes {
-		rs := adminapi.RouteSample{Model: r.Model, Engaged: r.Engaged, Observed: int64(r.Observed), Policy: r.Policy,
-			Decisions: adminapi.Decisions{Blend: int64(r.Decisions.Blend), Exploration: int64(r.Decisions.Exploration),
-				Fallback: int64(r.Decisions.Fallback)},
-			Targets: make([]adminapi.TargetSample, len(r.Targets))}
-		for i, t := range r.Targets {
-			rs.Targets[i] = adminapi.TargetSample{Target: t.Target, Provider: t.Provider, UpstreamModel: t.UpstreamModel,
-				Score: t.Score, LatencyScore: t.LatencyScore, CostScore: t.CostScore, LoadScore: t.LoadScore,
-				LatencyMs: t.LatencyMs, CostPerMtok: t.CostPerMtok, InFlight: int64(t.InFlight), Samples: int64(t.Samples),
-				LastSampleAgeMs: t.LastSampleAgeMs}
-		}
-		out = append(out, rs)
-	}
-	return out
+func (cp *controlPlane) AdaptiveTelemetry() []adaptive.RouteTelemetry {
+	return cp.srv.AdaptiveTelemetry()
 }
 
 // RouteStats implements adminapi.StatsSource: the data plane's route

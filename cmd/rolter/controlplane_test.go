@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/routestats"
@@ -288,8 +289,8 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 			Routes []struct {
 				Model string `json:"model"`
 				Nodes []struct {
-					NodeID  string                  `json:"node_id"`
-					Targets []adminapi.TargetSample `json:"targets"`
+					NodeID  string                     `json:"node_id"`
+					Targets []adaptive.TargetTelemetry `json:"targets"`
 				} `json:"nodes"`
 			} `json:"routes"`
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/sim/engine"
 	"github.com/rolter/rolter/strategies"
@@ -234,7 +235,7 @@ func (r *run) buildRouters() error {
 				Tracker:   tr,
 				Residency: view{r},
 				Adapters:  view{r},
-				Policy:    strategies.NewPolicyHolder(strategies.DefaultAdaptivePolicy()),
+				Policy:    strategies.NewPolicyHolder(adaptive.DefaultPolicy()),
 				MaxLoRAs:  r.cfg.Engine.MaxLoras,
 			}
 			if r.cfg.Engine.CPUTierBlocks > 0 {
