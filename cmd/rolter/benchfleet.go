@@ -10,6 +10,7 @@ import (
 
 	benchfleet "github.com/rolter/rolter/bench/fleet"
 	"github.com/rolter/rolter/data/mooncake"
+	"github.com/rolter/rolter/localfleet"
 	"github.com/rolter/rolter/sim/workload"
 )
 
@@ -46,7 +47,7 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if limit <= 0 {
 		return fmt.Errorf("%w: --limit must be positive", errUsage)
 	}
-	if !cgoBuild() {
+	if !localfleet.CgoBuild() {
 		return fmt.Errorf("%w: bench fleet needs a cgo build (the sims' KV events use ZMQ)", errUsage)
 	}
 	var err error

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	benchfleet "github.com/rolter/rolter/bench/fleet"
+	"github.com/rolter/rolter/localfleet"
 	"github.com/rolter/rolter/sim/workload"
 )
 
@@ -23,7 +24,7 @@ import (
 // stdout, the JSON shape, and that the engines' own counters saw the
 // shared prefix hit (a broken replay, counter scrape or KV path reads 0).
 func TestBenchFleetPlumbing(t *testing.T) {
-	if !cgoBuild() {
+	if !localfleet.CgoBuild() {
 		t.Skip("bench fleet needs a cgo build (ZMQ KV events)")
 	}
 	t.Setenv(execEnv, "1") // the children this test starts run as rolter
