@@ -9,6 +9,7 @@ import (
 	"time"
 
 	benchfleet "github.com/rolter/rolter/bench/fleet"
+	benchrouting "github.com/rolter/rolter/bench/routing"
 	"github.com/rolter/rolter/data/mooncake"
 	"github.com/rolter/rolter/localfleet"
 	"github.com/rolter/rolter/sim/workload"
@@ -73,7 +74,7 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	cfg.Requests = workload.FromTrace(recs, false)
 	if spread {
-		spreadBatches(cfg.Requests, cfg.Seed)
+		benchrouting.SpreadBatches(cfg.Requests, cfg.Seed)
 	}
 	if cfg.Bin, err = os.Executable(); err != nil {
 		return fmt.Errorf("finding the rolter binary: %w", err)
