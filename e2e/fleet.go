@@ -86,15 +86,17 @@ func serveInprocSim(t testing.TB, s *sim.Server) string {
 // taps, with the route "chat" (round robin over all of them) and extra
 // appended (sections such as [timeouts] or [limits]).
 func FleetTOML(engines []*Engine, extra string) string {
+	c := config.Default()
+	chat := config.Route{Model: "chat", Strategy: "round_robin"}
+	for _, e := range engines {
+		c.Providers = append(c.Providers, config.Provider{Name: e.Name, APIBase: e.Tap.URL})
+		chat.Targets = append(chat.Targets, config.Target{Provider: e.Name, Model: sim.DefaultModelName})
+	}
+	c.Routes = []config.Route{chat}
 	var b strings.Builder
-	for _, e := range engines {
-		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", e.Name, e.Tap.URL)
-	}
-	b.WriteString("[[routes]]\nmodel = \"chat\"\nstrategy = \"round_robin\"\ntargets = [\n")
-	for _, e := range engines {
-		fmt.Fprintf(&b, "  { provider = %q, model = %q },\n", e.Name, sim.DefaultModelName)
-	}
-	b.WriteString("]\n\n")
+	// A typed config of providers and one route always encodes.
+	_ = config.Encode(&b, &c, "")
+	b.WriteString("\n")
 	b.WriteString(extra)
 	return b.String()
 }

@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/supervise"
 )
 
 // Binary is how to run `rolter`: the executable and the arguments and
@@ -97,69 +99,21 @@ func FreeAddrs(t testing.TB, n int) []string {
 	return out
 }
 
-// Proc is a child process whose output goes to a log file.
-type Proc struct {
-	Name string
-	Log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
+// Proc is a child process whose output goes to a log file (package
+// supervise's: Kill, Signal, Exited, Done, Tail).
+type Proc = supervise.Proc
 
-// Start runs bin with args; t.Cleanup kills it (SIGKILL) and waits.
+// Start runs bin with args, in the test's process group (an interrupted
+// test run takes it along); t.Cleanup kills it (SIGKILL) and waits.
 func Start(t testing.TB, bin Binary, name, logDir string, args ...string) *Proc {
 	t.Helper()
-	logPath := filepath.Join(logDir, name+".log")
-	f, err := os.Create(logPath)
+	p, err := supervise.Start(supervise.Cmd{Name: name, Path: bin.Path, Args: append(append([]string{}, bin.Args...), args...),
+		Env: bin.Env, LogDir: logDir, SameGroup: true})
 	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin.Path, append(append([]string{}, bin.Args...), args...)...)
-	cmd.Env = append(os.Environ(), bin.Env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
 		t.Fatalf("start %s: %v", name, err)
 	}
-	p := &Proc{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
 	t.Cleanup(p.Kill)
 	return p
-}
-
-// Kill sends SIGKILL and waits for the process to exit.
-func (p *Proc) Kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-	}
-}
-
-// Signal sends sig to the process.
-func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
-
-// Exited reports whether the process has ended.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// Tail returns the last n bytes of the process log, for failure messages.
-func (p *Proc) Tail(n int) string {
-	b, _ := os.ReadFile(p.Log)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }
 
 // Client talks HTTP to the processes with a bounded timeout.
@@ -331,7 +285,7 @@ func (c *Cluster) Restart(t testing.TB, r *Router, config string) {
 	t.Helper()
 	_ = r.Proc.Signal(syscall.SIGTERM)
 	select {
-	case <-r.Proc.done:
+	case <-r.Proc.Done():
 	case <-time.After(40 * time.Second):
 		r.Proc.Kill()
 	}

@@ -53,6 +53,14 @@ func child(mode string, args []string) int {
 		fmt.Println("grandchild", gc.Process.Pid)
 		time.Sleep(time.Hour)
 		return 0
+	case "hup": // print the pid's group, exit 0 on SIGHUP; SIGTERM is ignored
+		signal.Ignore(syscall.SIGTERM)
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGHUP)
+		fmt.Println("pgrp", syscall.Getpgrp(), "args", strings.Join(args, " "))
+		<-sig
+		fmt.Println("got SIGHUP")
+		return 0
 	case "sleep":
 		signal.Ignore(syscall.SIGTERM)
 		time.Sleep(time.Hour)
@@ -184,5 +192,49 @@ func TestWaitReadyTimesOut(t *testing.T) {
 	err := g.WaitReady(ctx, "a closed port answers", HTTPOK(&http.Client{Timeout: time.Second}, "http://"+freeAddr(t)+"/"))
 	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "a closed port answers") {
 		t.Fatalf("WaitReady = %v; want ErrNotReady saying what it waited for", err)
+	}
+}
+
+func TestCmdStopSignalEnvAndSameGroup(t *testing.T) {
+	p, err := Start(Cmd{Name: "hup", Path: os.Args[0], Args: []string{"a", "b"}, Env: []string{childEnv + "=hup"},
+		LogDir: t.TempDir(), StopSignal: syscall.SIGHUP, SameGroup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	g := &Group{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = g.WaitReady(ctx, "the child prints its group", func(context.Context) error {
+		if !strings.Contains(p.Tail(256), "pgrp") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("pgrp %d args a b", syscall.Getpgrp())
+	if got := strings.TrimSpace(p.Tail(256)); got != want {
+		t.Fatalf("child says %q, want %q (the parent's group, Env and Args applied)", got, want)
+	}
+	// The child ignores SIGTERM: only the configured stop signal ends it
+	// without a kill.
+	if killed := p.Stop(10 * time.Second); killed || p.Err() != nil || !strings.Contains(p.Tail(256), "got SIGHUP") {
+		t.Fatalf("Stop with SIGHUP: killed %v, err %v, log %q", killed, p.Err(), p.Tail(256))
+	}
+}
+
+func TestKillEndsAChildIgnoringSIGTERM(t *testing.T) {
+	p, err := Start(Cmd{Name: "sleep", Path: os.Args[0], Env: []string{childEnv + "=sleep"}, LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Kill()
+	if !p.Exited() {
+		t.Fatal("child still running after Kill")
+	}
+	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("exit error %v, want killed", err)
 	}
 }

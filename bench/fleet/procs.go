@@ -3,13 +3,9 @@ package fleet
 import (
 	"bufio"
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/localfleet"
 	"github.com/rolter/rolter/sim"
 	"github.com/rolter/rolter/sim/workload"
 	"github.com/rolter/rolter/supervise"
@@ -27,108 +25,23 @@ import (
 // default model behind it.
 const model = "bench"
 
-// routerPorts and enginePorts are one child's loopback ports.
-type routerPorts struct {
-	id                       string
-	api, admin, raft, gossip int
-}
-
-type enginePorts struct {
-	id                                    string
-	http, kv, replay, gossip, sideMetrics int
-}
-
-type layout struct {
-	routers []routerPorts
-	engines []enginePorts
-}
-
-// newLayout takes free loopback ports for every child. The listeners are
-// held until all ports are chosen so no two children get the same one;
-// gossip ports are free on UDP too (memberlist listens on both).
-func newLayout(engines, routers int) (layout, error) {
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	port := func(udp bool) (int, error) {
-		for range 20 {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return 0, err
-			}
-			closers = append(closers, ln)
-			p := ln.Addr().(*net.TCPAddr).Port
-			if !udp {
-				return p, nil
-			}
-			if pc, err := net.ListenPacket("udp", addr(p)); err == nil {
-				closers = append(closers, pc)
-				return p, nil
-			}
-		}
-		return 0, errors.New("no free UDP+TCP port")
-	}
-	var l layout
-	var err error
-	for i := range routers {
-		r := routerPorts{id: fmt.Sprintf("r%d", i+1)}
-		for _, p := range []struct {
-			dst *int
-			udp bool
-		}{{&r.api, false}, {&r.admin, false}, {&r.raft, false}, {&r.gossip, true}} {
-			if *p.dst, err = port(p.udp); err != nil {
-				return l, err
-			}
-		}
-		l.routers = append(l.routers, r)
-	}
-	for j := range engines {
-		e := enginePorts{id: fmt.Sprintf("engine-%d", j+1)}
-		for _, p := range []struct {
-			dst *int
-			udp bool
-		}{{&e.http, false}, {&e.kv, false}, {&e.replay, false}, {&e.gossip, true}, {&e.sideMetrics, false}} {
-			if *p.dst, err = port(p.udp); err != nil {
-				return l, err
-			}
-		}
-		l.engines = append(l.engines, e)
-	}
-	return l, nil
-}
-
-func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-
-func engineURL(e enginePorts) string { return "http://" + addr(e.http) }
-
-// configTOML is the routers' seed config: one provider per engine and
+// seedConfig is the routers' seed config: one provider per engine and
 // the bench route over all of them with strategy.
-func (l layout) configTOML(strategy string) string {
-	var b strings.Builder
-	for _, e := range l.engines {
-		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", e.id, engineURL(e))
+func seedConfig(p localfleet.Plan, strategy string) *config.Config {
+	c := config.Default()
+	r := config.Route{Model: model, Strategy: strategy}
+	for _, e := range p.Engines {
+		c.Providers = append(c.Providers, config.Provider{Name: e.ID, APIBase: e.URL()})
+		r.Targets = append(r.Targets, config.Target{Provider: e.ID, Model: sim.DefaultModelName})
 	}
-	fmt.Fprintf(&b, "[[routes]]\nmodel = %q\nstrategy = %q\ntargets = [\n", model, strategy)
-	for _, e := range l.engines {
-		fmt.Fprintf(&b, "  { provider = %q, model = %q },\n", e.id, sim.DefaultModelName)
-	}
-	b.WriteString("]\n")
-	return b.String()
-}
-
-func token() string {
-	var b [24]byte
-	_, _ = crand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	c.Routes = []config.Route{r}
+	return &c
 }
 
 // fleetRun is one started fleet.
 type fleetRun struct {
 	cfg    Config
-	l      layout
+	l      localfleet.Plan
 	dir    string
 	admin  string // admin token
 	group  *supervise.Group
@@ -138,48 +51,24 @@ type fleetRun struct {
 // start writes the config and tokens into dir and starts every engine,
 // sidecar and router.
 func (f *fleetRun) start(strategy string) error {
-	files := map[string]string{"rolter.toml": f.l.configTOML(strategy), "admin-token": f.admin, "internal-token": token()}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(f.dir, name), []byte(content), 0o600); err != nil {
-			return err
-		}
+	files, err := localfleet.WriteFiles(f.dir, seedConfig(f.l, strategy), "", f.admin)
+	if err != nil {
+		return err
 	}
-	var raftPeers, seeds []string
-	for _, r := range f.l.routers {
-		raftPeers = append(raftPeers, r.id+"="+addr(r.raft))
-		seeds = append(seeds, addr(r.gossip))
-	}
-	speed := strconv.FormatFloat(f.cfg.Speed, 'g', -1, 64)
-	for j, e := range f.l.engines {
-		args := []string{"sim", "--http", addr(e.http), "--speed", speed, "--seed", strconv.Itoa(j + 1),
-			"--kv-events", "tcp://" + addr(e.kv), "--kv-events-dial", "bind", "--kv-events-replay", "tcp://" + addr(e.replay)}
+	for j, e := range f.l.Engines {
+		var extra []string
 		if f.cfg.KVBlocks > 0 {
-			args = append(args, "--kv-blocks", strconv.Itoa(f.cfg.KVBlocks))
+			extra = []string{"--kv-blocks", strconv.Itoa(f.cfg.KVBlocks)}
 		}
-		if _, err := f.group.Start(e.id, args...); err != nil {
+		if _, err := f.group.Start(e.ID, f.l.SimArgs(j, f.cfg.Speed, true, extra...)...); err != nil {
 			return err
 		}
-		sargs := []string{"sidecar", "--engine", engineURL(e), "--node-id", e.id,
-			"--models", sim.DefaultModelName, "--gossip", addr(e.gossip), "--join", strings.Join(seeds, ","), "--insecure-dev",
-			"--metrics-addr", addr(e.sideMetrics),
-			"--kv-events", "tcp://" + addr(e.kv), "--kv-events-replay", "tcp://" + addr(e.replay)}
-		_, err := f.group.Start(e.id+"-sidecar", sargs...)
-		if err != nil {
+		if _, err := f.group.Start(e.ID+"-sidecar", f.l.SidecarArgs(j, true)...); err != nil {
 			return err
 		}
 	}
-	for i, r := range f.l.routers {
-		join := append(append([]string{}, raftPeers...), append(seeds[:i:i], seeds[i+1:]...)...)
-		_, err := f.group.Start(r.id, "router", "--config", filepath.Join(f.dir, "rolter.toml"), "--node-id", r.id,
-			"--http", addr(r.api), "--admin", addr(r.admin), "--raft", addr(r.raft), "--gossip", addr(r.gossip),
-			"--join", strings.Join(join, ","), "--bootstrap-expect", strconv.Itoa(len(f.l.routers)),
-			"--data-dir", filepath.Join(f.dir, "data", r.id), "--insecure-dev",
-			// A loaded 2-core machine must not see the leader step down
-			// whenever the replay peaks.
-			"--raft-timeout", "1s",
-			"--admin-token-file", filepath.Join(f.dir, "admin-token"),
-			"--internal-token-file", filepath.Join(f.dir, "internal-token"))
-		if err != nil {
+	for i, r := range f.l.Routers {
+		if _, err := f.group.Start(r.ID, f.l.RouterArgs(i, files)...); err != nil {
 			return err
 		}
 	}
@@ -201,22 +90,22 @@ type clusterView struct {
 func (f *fleetRun) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.ReadyTimeout)
 	defer cancel()
-	for _, e := range f.l.engines {
-		if err := f.group.WaitReady(ctx, e.id+" answers /health", supervise.HTTPOK(f.client, engineURL(e)+"/health")); err != nil {
+	for _, e := range f.l.Engines {
+		if err := f.group.WaitReady(ctx, e.ID+" answers /health", supervise.HTTPOK(f.client, e.URL()+"/health")); err != nil {
 			return err
 		}
-		if err := f.group.WaitReady(ctx, e.id+"'s sidecar answers /healthz",
-			supervise.HTTPOK(f.client, "http://"+addr(e.sideMetrics)+"/healthz")); err != nil {
+		if err := f.group.WaitReady(ctx, e.ID+"'s sidecar answers /healthz",
+			supervise.HTTPOK(f.client, "http://"+localfleet.Addr(e.SideMetrics)+"/healthz")); err != nil {
 			return err
 		}
 	}
-	for _, r := range f.l.routers {
-		if err := f.group.WaitReady(ctx, r.id+" answers /readyz", supervise.HTTPOK(f.client, "http://"+addr(r.admin)+"/readyz")); err != nil {
+	for _, r := range f.l.Routers {
+		if err := f.group.WaitReady(ctx, r.ID+" answers /readyz", supervise.HTTPOK(f.client, r.AdminURL()+"/readyz")); err != nil {
 			return err
 		}
-		err := f.group.WaitReady(ctx, r.id+" sees the whole mesh", func(ctx context.Context) error {
+		err := f.group.WaitReady(ctx, r.ID+" sees the whole mesh", func(ctx context.Context) error {
 			var c clusterView
-			if err := f.getJSON(ctx, "http://"+addr(r.admin)+"/api/v1/cluster", &c); err != nil {
+			if err := f.getJSON(ctx, r.AdminURL()+"/api/v1/cluster", &c); err != nil {
 				return err
 			}
 			live := 0
@@ -225,7 +114,7 @@ func (f *fleetRun) ready(ctx context.Context) error {
 					live++
 				}
 			}
-			if c.Leader == "" || len(c.Routers) < len(f.l.routers) || live < len(f.l.engines) {
+			if c.Leader == "" || len(c.Routers) < len(f.l.Routers) || live < len(f.l.Engines) {
 				return fmt.Errorf("leader %q, %d routers, %d live engines", c.Leader, len(c.Routers), live)
 			}
 			return nil
@@ -273,16 +162,16 @@ func (c engineCounters) minus(o engineCounters) engineCounters {
 
 // counters scrapes every engine's counters.
 func (f *fleetRun) counters(ctx context.Context) ([]engineCounters, error) {
-	out := make([]engineCounters, len(f.l.engines))
-	for i, e := range f.l.engines {
-		m, err := scrape(ctx, f.client, engineURL(e)+"/metrics")
+	out := make([]engineCounters, len(f.l.Engines))
+	for i, e := range f.l.Engines {
+		m, err := scrape(ctx, f.client, e.URL()+"/metrics")
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", e.id, err)
+			return nil, fmt.Errorf("%s: %w", e.ID, err)
 		}
 		q, okQ := m["vllm:prefix_cache_queries_total"]
 		h, okH := m["vllm:prefix_cache_hits_total"]
 		if !okQ || !okH {
-			return nil, fmt.Errorf("%s exports no vllm:prefix_cache_queries/hits", e.id)
+			return nil, fmt.Errorf("%s exports no vllm:prefix_cache_queries/hits", e.ID)
 		}
 		out[i] = engineCounters{queries: q, hits: h, requests: m["vllm:request_success_total"],
 			ttftSum: m["vllm:time_to_first_token_seconds_sum"], ttftCount: m["vllm:time_to_first_token_seconds_count"]}
@@ -349,11 +238,11 @@ func measure(ctx context.Context, cfg Config, plan Plan, strategy string, router
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return m, err
 	}
-	l, err := newLayout(cfg.Engines, routers)
+	l, err := localfleet.Free(routers, cfg.Engines)
 	if err != nil {
 		return m, fmt.Errorf("ports: %w", err)
 	}
-	f := &fleetRun{cfg: cfg, l: l, dir: dir, admin: token(),
+	f := &fleetRun{cfg: cfg, l: l, dir: dir, admin: localfleet.Token(),
 		group:  &supervise.Group{Bin: cfg.Bin, LogDir: filepath.Join(dir, "logs")},
 		client: &http.Client{Timeout: 5 * time.Second}}
 	defer f.group.StopAll(supervise.DefaultGrace)
@@ -414,26 +303,24 @@ func measure(ctx context.Context, cfg Config, plan Plan, strategy string, router
 // plan's rate in engine time and divided by the engines' speed in wall
 // time; the R replayers start together.
 func (f *fleetRun) replay(ctx context.Context, plan Plan) []workload.Result {
-	n := len(f.l.routers)
+	n := len(f.l.Routers)
 	parts := make([][]workload.Request, n)
 	index := make([][]int, n)
 	for i, r := range f.cfg.Requests {
 		parts[i%n] = append(parts[i%n], r)
 		index[i%n] = append(index[i%n], i)
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 1024
-	client := &http.Client{Timeout: 10 * time.Minute, Transport: t}
-	defer t.CloseIdleConnections()
+	client := localfleet.ReplayClient(10 * time.Minute)
+	defer client.CloseIdleConnections()
 	out := make([]workload.Result, len(f.cfg.Requests))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for k, r := range f.l.routers {
+	for k, r := range f.l.Routers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			res := workload.Replay(ctx, workload.ReplayConfig{Target: "http://" + addr(r.api), Mode: workload.ModeCompletions,
+			res := workload.Replay(ctx, workload.ReplayConfig{Target: r.APIURL(), Mode: workload.ModeCompletions,
 				Model: model, Speed: f.cfg.Speed / plan.Stretch, Client: client}, parts[k])
 			for j, x := range res {
 				out[index[k][j]] = x

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	benchrouting "github.com/rolter/rolter/bench/routing"
 	"github.com/rolter/rolter/data/mooncake"
 	"github.com/rolter/rolter/sim/workload"
 )
@@ -72,7 +73,7 @@ func TestBenchRoutingWritesRowsAndPlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []routingRow
+	var rows []benchrouting.Row
 	if err := json.Unmarshal(b, &rows); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	benchfleet "github.com/rolter/rolter/bench/fleet"
+	benchrouting "github.com/rolter/rolter/bench/routing"
 	"github.com/rolter/rolter/data/mooncake"
+	"github.com/rolter/rolter/localfleet"
 	"github.com/rolter/rolter/sim/workload"
 )
 
@@ -46,7 +48,7 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if limit <= 0 {
 		return fmt.Errorf("%w: --limit must be positive", errUsage)
 	}
-	if !cgoBuild() {
+	if !localfleet.CgoBuild() {
 		return fmt.Errorf("%w: bench fleet needs a cgo build (the sims' KV events use ZMQ)", errUsage)
 	}
 	var err error
@@ -72,7 +74,7 @@ func runBenchFleet(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	cfg.Requests = workload.FromTrace(recs, false)
 	if spread {
-		spreadBatches(cfg.Requests, cfg.Seed)
+		benchrouting.SpreadBatches(cfg.Requests, cfg.Seed)
 	}
 	if cfg.Bin, err = os.Executable(); err != nil {
 		return fmt.Errorf("finding the rolter binary: %w", err)

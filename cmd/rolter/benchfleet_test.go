@@ -14,6 +14,8 @@ import (
 	"time"
 
 	benchfleet "github.com/rolter/rolter/bench/fleet"
+	benchrouting "github.com/rolter/rolter/bench/routing"
+	"github.com/rolter/rolter/localfleet"
 	"github.com/rolter/rolter/sim/workload"
 )
 
@@ -23,7 +25,7 @@ import (
 // stdout, the JSON shape, and that the engines' own counters saw the
 // shared prefix hit (a broken replay, counter scrape or KV path reads 0).
 func TestBenchFleetPlumbing(t *testing.T) {
-	if !cgoBuild() {
+	if !localfleet.CgoBuild() {
 		t.Skip("bench fleet needs a cgo build (ZMQ KV events)")
 	}
 	t.Setenv(execEnv, "1") // the children this test starts run as rolter
@@ -106,7 +108,7 @@ func TestBenchFleetPredictsWhatBenchRoutingSimulates(t *testing.T) {
 		t.Fatal(err)
 	}
 	reqs := workload.FromTrace(recs, false)
-	spreadBatches(reqs, 3)
+	benchrouting.SpreadBatches(reqs, 3)
 	cfg := benchfleet.Config{Requests: reqs, Engines: 2, Load: 0.8, Seed: 3, GossipDelay: 450 * time.Millisecond,
 		PeerDelay: 75 * time.Millisecond}
 	plan, err := benchfleet.NewPlan(cfg)
@@ -124,7 +126,7 @@ func TestBenchFleetPredictsWhatBenchRoutingSimulates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []routingRow
+	var rows []benchrouting.Row
 	if err := json.Unmarshal(raw, &rows); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +136,7 @@ func TestBenchFleetPredictsWhatBenchRoutingSimulates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			i := slices.IndexFunc(rows, func(r routingRow) bool { return r.Strategy == s && r.Routers == routers })
+			i := slices.IndexFunc(rows, func(r benchrouting.Row) bool { return r.Strategy == s && r.Routers == routers })
 			if i < 0 {
 				t.Fatalf("bench routing has no %s row at %d routers", s, routers)
 			}

@@ -23,8 +23,9 @@ import (
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 
-	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/demo"
 	"github.com/rolter/rolter/e2e"
+	"github.com/rolter/rolter/localfleet"
 )
 
 // demoOutput collects a running demo's stdout line by line.
@@ -76,7 +77,7 @@ func freeDemoBase(t *testing.T) int {
 		if base+200 > 60000 {
 			base -= 40000
 		}
-		if checkPorts(newDemoLayout(base).ports()) == nil {
+		if localfleet.Check(demo.Plan(base).Ports()) == nil {
 			return base
 		}
 	}
@@ -222,7 +223,7 @@ func TestDemo(t *testing.T) {
 	})
 
 	t.Run("cluster shows three routers and four engines", func(t *testing.T) {
-		var last demoCluster
+		var last demo.Cluster
 		err := e2e.Eventually(20*time.Second, 100*time.Millisecond, func() error {
 			code, body, err := e2e.Do(ctx, http.MethodGet, admin+"/api/v1/cluster", token, "")
 			if err != nil {
@@ -231,7 +232,7 @@ func TestDemo(t *testing.T) {
 			if code != http.StatusOK {
 				return fmt.Errorf("GET /api/v1/cluster: %d %s", code, body)
 			}
-			last = demoCluster{}
+			last = demo.Cluster{}
 			if err := json.Unmarshal(body, &last); err != nil {
 				return err
 			}
@@ -284,8 +285,8 @@ func TestDemo(t *testing.T) {
 	})
 
 	children := childPIDs(t, cmd.Process.Pid)
-	if len(children) != demoRouters+2*demoEngines {
-		t.Errorf("demo has %d children, want %d routers + %d engines + %d sidecars", len(children), demoRouters, demoEngines, demoEngines)
+	if len(children) != demo.Routers+2*demo.Engines {
+		t.Errorf("demo has %d children, want %d routers + %d engines + %d sidecars", len(children), demo.Routers, demo.Engines, demo.Engines)
 	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -310,17 +311,4 @@ func TestDemo(t *testing.T) {
 		t.Errorf("no 'removed %s' in the output:\n%s", dir, out.text())
 	}
 	t.Logf("shutdown: %s", out.text()[strings.LastIndex(out.text(), "rolter demo: stopped"):])
-}
-
-func TestDemoConfigResumesBrokenStreams(t *testing.T) {
-	d := &demo{layout: newDemoLayout(20000)}
-	cfg, err := config.Parse("rolter.toml", []byte(d.configTOML()), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range cfg.Routes {
-		if !cfg.Retry.Resumes(r.ResumeStreams) {
-			t.Errorf("demo route %s does not resume broken streams", r.Model)
-		}
-	}
 }

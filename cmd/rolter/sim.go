@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/rolter/rolter/localfleet"
 	"github.com/rolter/rolter/sim"
 	"github.com/rolter/rolter/sim/kvevents"
 	"github.com/rolter/rolter/sim/workload"
@@ -157,7 +157,7 @@ func runSimReplay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	q0, h0, haveCounters := workload.PrefixCacheCounters(ctx, nil, *target)
 	results := workload.Replay(ctx, workload.ReplayConfig{
 		Target: *target, Mode: m, Model: *model, Speed: *speed, ConcurrencyCap: *capFlag,
-		Client: newReplayClient(*timeout),
+		Client: localfleet.ReplayClient(*timeout),
 	}, reqs)
 	rep := workload.Summarize(results)
 	rep.Print(stdout, *speed)
@@ -167,10 +167,4 @@ func runSimReplay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	return nil
-}
-
-func newReplayClient(timeout time.Duration) *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 1024
-	return &http.Client{Timeout: timeout, Transport: t}
 }
