@@ -2,6 +2,7 @@ package localfleet
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -42,14 +43,29 @@ func TestFreeGivesDistinctPorts(t *testing.T) {
 }
 
 func TestCheckNamesTheBusyPort(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// Hold a port whose neighbour below is free, so the plan's r1 API port
+	// (busy-1) is not itself taken by something else on a shared machine.
+	var ln net.Listener
+	var busy int
+	for try := 0; ; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if below, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port-1)); err == nil {
+			below.Close()
+			ln, busy = l, port
+			break
+		}
+		l.Close()
+		if try == 50 {
+			t.Fatal("found no free port pair")
+		}
 	}
 	defer ln.Close()
-	busy := ln.Addr().(*net.TCPAddr).Port
 	p := AtBase(busy-1, 1, 0) // the busy port is r1's admin
-	err = Check(p.Ports())
+	err := Check(p.Ports())
 	if !errors.Is(err, ErrPortBusy) || !strings.Contains(err.Error(), "r1 admin (--admin)") || !strings.Contains(err.Error(), "already in use") {
 		t.Fatalf("Check = %v, want the busy r1 admin port named", err)
 	}

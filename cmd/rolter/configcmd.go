@@ -12,6 +12,7 @@ import (
 
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
+	"github.com/rolter/rolter/routerd"
 )
 
 // runConfig is `rolter config diff|apply`: the GitOps pair. Both post
@@ -31,7 +32,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	token, err := readToken(*tokenFile, "ROLTER_ADMIN_TOKEN", os.Getenv)
+	token, err := routerd.ReadToken(*tokenFile, "ROLTER_ADMIN_TOKEN", os.Getenv)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

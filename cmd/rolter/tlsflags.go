@@ -2,19 +2,16 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rolter/rolter/certs"
+	"github.com/rolter/rolter/routerd"
 )
 
 // tlsFlags are the TLS flags of the commands that listen: the same names
@@ -37,20 +34,14 @@ func (f *tlsFlags) register(fs *flag.FlagSet, api bool, adminWhat string) {
 		"(mutual TLS; needs --admin-tls-cert)")
 }
 
-// tlsSources are the loaded listeners' TLS material; nil fields serve
-// plaintext.
-type tlsSources struct {
-	api, admin *certs.Source
-}
-
 // load reads the files the flags name.
-func (f *tlsFlags) load() (tlsSources, error) {
-	var out tlsSources
+func (f *tlsFlags) load() (routerd.TLS, error) {
+	out := routerd.TLS{AdminClientCA: f.admin.ClientCA}
 	for _, l := range []struct {
 		name  string
 		files certs.Files
 		dst   **certs.Source
-	}{{"--api-tls", f.api, &out.api}, {"--admin-tls", f.admin, &out.admin}} {
+	}{{"--api-tls", f.api, &out.API}, {"--admin-tls", f.admin, &out.Admin}} {
 		if !l.files.Enabled() {
 			continue
 		}
@@ -64,43 +55,6 @@ func (f *tlsFlags) load() (tlsSources, error) {
 		*l.dst = src
 	}
 	return out, nil
-}
-
-// wrap serves ln over TLS from src; nil src leaves it plaintext.
-func wrap(ln net.Listener, src *certs.Source) net.Listener {
-	if src == nil {
-		return ln
-	}
-	return src.Listen(ln)
-}
-
-// scheme is the URL scheme of a listener served from src.
-func scheme(src *certs.Source) string {
-	if src == nil {
-		return "http"
-	}
-	return "https"
-}
-
-// peerClient is the HTTP client a router uses to call the other routers'
-// admin ports (the telemetry push) when its own admin port has TLS: it
-// accepts a peer whose certificate chains to ca (the --tls-ca of Raft,
-// which signs every router, else --admin-client-ca) whatever address it
-// was found at, or without ca verifies names against the system roots;
-// it presents its admin certificate when asked. nil: plain HTTP.
-func (s tlsSources) peerClient(ca string) (*http.Client, error) {
-	if s.admin == nil {
-		return nil, nil
-	}
-	conf := s.admin.ClientConfig(nil)
-	if ca != "" {
-		roots, err := certs.LoadPool(ca)
-		if err != nil {
-			return nil, err
-		}
-		conf = s.admin.PeerConfig(roots)
-	}
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: conf}}, nil
 }
 
 // certCheckInterval is how often the certificate files are checked for a
@@ -146,47 +100,4 @@ func reloadCertsOnHUP(ctx context.Context, log *slog.Logger, srcs ...*certs.Sour
 				"serial", s.Leaf().SerialNumber.String(), "not_after", s.Leaf().NotAfter.Format(time.RFC3339))
 		}
 	}
-}
-
-// tlsConfig is src's server config, nil without TLS.
-func tlsConfig(src *certs.Source) *tls.Config {
-	if src == nil {
-		return nil
-	}
-	return src.ServerConfig()
-}
-
-// scheme is the scheme of the pool's admin URLs.
-func (m *meshInventory) scheme() string {
-	if m.adminScheme == "" {
-		return "http"
-	}
-	return m.adminScheme
-}
-
-// tlsPeers makes every --peer-admin URL https when this router's admin
-// port has TLS: the routers of one cluster share the setting, and the
-// internal token must not travel in plaintext to a peer that has it.
-func tlsPeers(peers []string, admin *certs.Source) []string {
-	if admin == nil {
-		return peers
-	}
-	out := make([]string, len(peers))
-	for i, p := range peers {
-		if rest, ok := strings.CutPrefix(p, "http://"); ok {
-			p = "https://" + rest
-		}
-		out[i] = p
-	}
-	return out
-}
-
-// peerCA is the CA a router verifies the other routers' admin
-// certificates with: Raft's --tls-ca (it signs every router), else
-// --admin-client-ca, else none (the system roots).
-func peerCA(raftCA, adminClientCA string) string {
-	if raftCA != "" {
-		return raftCA
-	}
-	return adminClientCA
 }

@@ -1,4 +1,4 @@
-package main
+package routerd
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -115,7 +113,7 @@ func chatBody(model string) string {
 // inprocRouter is one router with its Raft store, started in-process the
 // way `rolter router` starts it.
 type inprocRouter struct {
-	cp         *controlPlane
+	r          *Router
 	api, admin string // base URLs
 	token      string
 }
@@ -131,32 +129,20 @@ func startInprocRouter(t *testing.T, toml string) *inprocRouter {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf := clusterFlags{nodeID: "r1", raftAddr: "127.0.0.1:0", dataDir: filepath.Join(dir, "data"),
-		insecureDev: true, adminTokenFile: tokFile}
-	sc, err := cf.storeConfig(cfg, func(string) string { return "" }, slog.New(slog.DiscardHandler))
+	file, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cp, err := openControlPlane(ctx, sc, cfg, nil, nil, nil, nil)
+	rt, err := Open(ctx, Config{File: file, NodeID: "r1", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+		RaftAddr: "127.0.0.1:0", DataDir: filepath.Join(dir, "data"), InsecureDev: true, AdminTokenFile: tokFile,
+		Getenv: func(string) string { return "" }})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	api, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	done := make(chan error, 1)
-	go func() { done <- cp.run(ctx, api, admin) }()
+	go func() { done <- rt.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -168,7 +154,7 @@ func startInprocRouter(t *testing.T, toml string) *inprocRouter {
 			t.Error("router did not stop")
 		}
 	})
-	r := &inprocRouter{cp: cp, api: "http://" + api.Addr().String(), admin: "http://" + admin.Addr().String(), token: token}
+	r := &inprocRouter{r: rt, api: "http://" + rt.api.Addr().String(), admin: "http://" + rt.admin.Addr().String(), token: token}
 	eventually(t, 15*time.Second, "readyz", func() error {
 		code, body, err := call(http.MethodGet, r.admin+"/readyz", "", "")
 		if err == nil && code != http.StatusOK {
@@ -214,7 +200,7 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 
 	t.Run("route added through the admin API serves without restart", func(t *testing.T) {
 		expectStatus(t, http.StatusNotFound, http.MethodPost, r.api+"/v1/chat/completions", "", chatBody("added"))
-		before := r.cp.srv.ConfigVersion()
+		before := r.r.srv.ConfigVersion()
 		expectStatus(t, http.StatusCreated, http.MethodPost, r.admin+"/api/v1/routes", r.token,
 			`{"model":"added","strategy":"round_robin","targets":[{"provider":"up2","model":"added-upstream"}]}`)
 		n := up2.calls.Load()
@@ -228,23 +214,23 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 		if up2.calls.Load() <= n {
 			t.Fatal("the new route did not reach its upstream")
 		}
-		if v := r.cp.srv.ConfigVersion(); v <= before || v != r.cp.store.State().ConfigVersion {
-			t.Fatalf("data plane at config_version %d, store at %d (before %d)", v, r.cp.store.State().ConfigVersion, before)
+		if v := r.r.srv.ConfigVersion(); v <= before || v != r.r.store.State().ConfigVersion {
+			t.Fatalf("data plane at config_version %d, store at %d (before %d)", v, r.r.store.State().ConfigVersion, before)
 		}
 		metrics := expectStatus(t, http.StatusOK, http.MethodGet, r.admin+"/metrics", "", "")
-		if want := fmt.Sprintf("rolter_config_version %d", r.cp.srv.ConfigVersion()); !strings.Contains(metrics, want) {
+		if want := fmt.Sprintf("rolter_config_version %d", r.r.srv.ConfigVersion()); !strings.Contains(metrics, want) {
 			t.Fatalf("/metrics lacks %q", want)
 		}
 	})
 
 	t.Run("policy PUT reaches the PolicyHolder", func(t *testing.T) {
-		if r.cp.srv.Policy().Enabled {
+		if r.r.srv.Policy().Enabled {
 			t.Fatal("seed policy already enabled")
 		}
 		expectStatus(t, http.StatusOK, http.MethodPut, r.admin+"/api/v1/adaptive-routing-policy", r.token,
 			`{"enabled":true,"latency_weight":1,"cost_weight":0,"load_weight":0.5,"exploration_ratio":0,"min_samples":4}`)
 		eventually(t, 5*time.Second, "policy applied", func() error {
-			if p := r.cp.srv.Policy(); !p.Enabled || p.MinSamples != 4 || p.CostWeight != 0 || p.LoadWeight != 0.5 {
+			if p := r.r.srv.Policy(); !p.Enabled || p.MinSamples != 4 || p.CostWeight != 0 || p.LoadWeight != 0.5 {
 				return fmt.Errorf("policy %+v", p)
 			}
 			return nil
@@ -282,7 +268,7 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 		}
 		// The router's own pusher reports every 15 s; a second one over the
 		// same source and table reports now.
-		now := &adminapi.Pusher{NodeID: "r1", Source: r.cp, Local: r.cp.api.Telemetry()}
+		now := &adminapi.Pusher{NodeID: "r1", Source: adminSource{r.r}, Local: r.r.api0.Telemetry()}
 		now.PushOnce(context.Background())
 		out := expectStatus(t, http.StatusOK, http.MethodGet, r.admin+"/api/v1/adaptive-routing-telemetry", r.token, "")
 		var view struct {

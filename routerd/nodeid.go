@@ -1,13 +1,13 @@
-package main
+package routerd
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/rolter/rolter/cluster/mesh"
 )
 
 // Node ids. A router and a sidecar started on one host with no --node-id
@@ -25,19 +25,6 @@ import (
 
 // nodeIDFile holds a defaulted router id inside its data dir.
 const nodeIDFile = "node-id"
-
-// defaultNodeID is <hostname>-<role>-<port of addr>.
-func defaultNodeID(role, addr string) (string, error) {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		return "", fmt.Errorf("no hostname (%v): pass --node-id or set ROLTER_NODE_ID", err)
-	}
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil || port == "" {
-		return "", fmt.Errorf("cannot derive a node id from %q: pass --node-id or set ROLTER_NODE_ID", addr)
-	}
-	return host + "-" + role + "-" + port, nil
-}
 
 // routerNodeID resolves a router's id and its data dir: --node-id, else
 // $ROLTER_NODE_ID, else the id remembered in the data dir, else the
@@ -61,7 +48,7 @@ func routerNodeID(flagID, dataDir, raftAddr string, getenv func(string) string, 
 	if dataDir == "" && host != "" {
 		candidates = []string{filepath.Join("rolter-data", host)}
 	}
-	def, derr := defaultNodeID("router", raftAddr)
+	def, derr := mesh.DefaultNodeID("router", raftAddr)
 	if derr == nil && dataDir == "" {
 		candidates = append([]string{withDir(def)}, candidates...)
 	}
@@ -98,4 +85,18 @@ func rememberNodeID(dir, id string) error {
 		return err
 	}
 	return os.WriteFile(path, []byte(id+"\n"), 0o600)
+}
+
+// standaloneNodeID names a standalone router in x-rolter-node-id and its
+// spans: --node-id, then $ROLTER_NODE_ID, then <hostname>-router-<--http
+// port> ("" when none can be made: the header is then left out).
+func standaloneNodeID(flagID, httpAddr string, getenv func(string) string) string {
+	if flagID != "" {
+		return flagID
+	}
+	if id := getenv("ROLTER_NODE_ID"); id != "" {
+		return id
+	}
+	id, _ := mesh.DefaultNodeID("router", httpAddr)
+	return id
 }

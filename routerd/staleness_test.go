@@ -1,4 +1,4 @@
-package main
+package routerd
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // p50, p99 and max over b.N changes, and the bytes and messages router a
 // sent per second meanwhile (BENCHMARKS.md §3).
 //
-//	go test -run '^$' -bench PeerLoadStaleness -benchtime 300x ./cmd/rolter/
+//	go test -run '^$' -bench PeerLoadStaleness -benchtime 300x ./routerd/
 func BenchmarkPeerLoadStaleness(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -28,8 +28,8 @@ func BenchmarkPeerLoadStaleness(b *testing.B) {
 	}
 	defer h.Close()
 	const base = "http://engine-1:8000/v1"
-	ra := newMeshRouter(h.Routers[0].View(), time.Now)
-	rb := newMeshRouter(h.Routers[1].View(), time.Now)
+	ra := newMeshHooks(h.Routers[0].View(), time.Now)
+	rb := newMeshHooks(h.Routers[1].View(), time.Now)
 	ra.Sources([]string{base})
 	rb.Sources([]string{base})
 	var sum atomic.Uint64

@@ -1,13 +1,10 @@
-package main
+package routerd
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +15,6 @@ import (
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/router"
 	"github.com/rolter/rolter/router/meshstate"
-	"github.com/rolter/rolter/sidecar"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -34,68 +30,6 @@ func TestEngineKey(t *testing.T) {
 		if got := engineKey(in); got != want {
 			t.Errorf("engineKey(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func TestGossipFlags(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "key")
-	if err := os.WriteFile(keyFile, []byte("MDEyMzQ1Njc4OWFiY2RlZg==\n"), 0o600); err != nil { // 16 bytes
-		t.Fatal(err)
-	}
-	noenv := func(string) string { return "" }
-	for _, tc := range []struct {
-		name      string
-		g         gossipFlags
-		insecure  bool
-		getenv    func(string) string
-		wantError string
-		check     func(t *testing.T, c mesh.Config)
-	}{
-		{name: "key from file", g: gossipFlags{addr: "127.0.0.1:7946", keyFile: keyFile}, getenv: noenv,
-			check: func(t *testing.T, c mesh.Config) {
-				if len(c.Key) != 16 || c.BindAddr != "127.0.0.1" || c.BindPort != 7946 || c.InsecureDev {
-					t.Fatalf("%+v", c)
-				}
-			}},
-		{name: "key from env", g: gossipFlags{addr: "0.0.0.0:7946", advertise: "10.0.0.5:7000"},
-			getenv: func(k string) string {
-				if k == mesh.KeyEnv {
-					return "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" // 32 bytes
-				}
-				return ""
-			},
-			check: func(t *testing.T, c mesh.Config) {
-				if len(c.Key) != 32 || c.AdvertiseAddr != "10.0.0.5" || c.AdvertisePort != 7000 {
-					t.Fatalf("%+v", c)
-				}
-			}},
-		{name: "no key refused", g: gossipFlags{addr: "127.0.0.1:7946"}, getenv: noenv, wantError: "--insecure-dev"},
-		{name: "no key with insecure-dev", g: gossipFlags{addr: "127.0.0.1:0"}, insecure: true, getenv: noenv,
-			check: func(t *testing.T, c mesh.Config) {
-				if !c.InsecureDev || c.Key != nil {
-					t.Fatalf("%+v", c)
-				}
-			}},
-		{name: "bad key", g: gossipFlags{addr: "127.0.0.1:7946"}, insecure: true,
-			getenv: func(string) string { return "not base64!" }, wantError: "base64"},
-		{name: "bad address", g: gossipFlags{addr: "7946"}, insecure: true, getenv: noenv, wantError: "--gossip"},
-		{name: "bad advertise", g: gossipFlags{addr: "127.0.0.1:1", advertise: "x:y"}, insecure: true, getenv: noenv,
-			wantError: "--gossip-advertise"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := tc.g.meshConfig("n1", mesh.Meta{Role: mesh.RoleRouter}, tc.insecure, tc.getenv, slog.New(slog.DiscardHandler))
-			if tc.wantError != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
-					t.Fatalf("err %v, want one mentioning %q", err, tc.wantError)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.check(t, c)
-		})
 	}
 }
 
@@ -161,66 +95,6 @@ func startPool(t *testing.T, routers, sidecars int) *mesh.Harness {
 	return h
 }
 
-// TestMeshPublisherStates: what `rolter sidecar` hands the gossip reaches a
-// router with the right state — never EXACT before the event stream says
-// so, EXACT with the stream's keys once it does.
-func TestMeshPublisherStates(t *testing.T) {
-	h := startPool(t, 1, 1)
-	pub := &meshPublisher{pub: h.Sidecars[0].Publisher()}
-	pub.pub.Apply(mesh.ResidencyDelta{State: mesh.StateDegraded}) // as runSidecar does at start
-	tg := h.Routers[0].View().Targets([]string{mesh.EngineURL(0)})
-	keys := []uint64{11, 22, 33}
-	state := func(want mesh.ResidencyState) func() error {
-		return func() error {
-			if got := tg.State(0); got != want {
-				return fmt.Errorf("state %v, want %v", got, want)
-			}
-			return nil
-		}
-	}
-	pub.PublishStatus(sidecar.EngineStatus{State: sidecar.StateUnknown, MetricsOK: true, Running: 2, Waiting: 3,
-		PrefixHits: 30, PrefixQueries: 120})
-	eventually(t, 5*time.Second, "gossip", state(mesh.StateDegraded))
-	if n, ok := tg.ResidentPrefix(0, keys); ok || n != 0 {
-		t.Fatalf("no stream yet: ResidentPrefix = %d, %v; want neutral", n, ok)
-	}
-	eventually(t, 5*time.Second, "gossip", func() error {
-		if q, ok := h.Routers[0].View().Load(mesh.EngineURL(0)); !ok || q != 5 {
-			return fmt.Errorf("load %d %v, want 5 (running + waiting)", q, ok)
-		}
-		return nil
-	})
-
-	inv := newMeshInventory(h.Routers[0].View(), h.Routers[0].Name(), nil, nil)
-	eventually(t, 5*time.Second, "engine in the admin inventory", func() error {
-		es := inv.Engines()
-		if len(es) != 1 || es[0].Running != 2 || es[0].Waiting != 3 || es[0].PrefixCacheHitRate == nil ||
-			*es[0].PrefixCacheHitRate != 0.25 || es[0].State != "DEGRADED" || es[0].KVEvents {
-			return fmt.Errorf("engines %+v", es)
-		}
-		return nil
-	})
-	pub.PublishResidency(sidecar.Delta{Added: keys, State: sidecar.StateExact})
-	eventually(t, 5*time.Second, "gossip", state(mesh.StateExact))
-	eventually(t, 5*time.Second, "gossip", func() error {
-		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 3 {
-			return fmt.Errorf("ResidentPrefix = %d, %v; want 3, true", n, ok)
-		}
-		return nil
-	})
-	// A status composed before the stream started must not undo it.
-	pub.PublishStatus(sidecar.EngineStatus{State: sidecar.StateUnknown})
-	pub.PublishSnapshot(sidecar.Snapshot{Keys: keys[:1], State: sidecar.StateDegraded})
-	eventually(t, 5*time.Second, "gossip", state(mesh.StateDegraded))
-	pub.PublishSnapshot(sidecar.Snapshot{Keys: keys[:1], State: sidecar.StateExact})
-	eventually(t, 5*time.Second, "gossip", func() error {
-		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 1 {
-			return fmt.Errorf("after the snapshot ResidentPrefix = %d, %v; want 1, true", n, ok)
-		}
-		return nil
-	})
-}
-
 // recorder is a balancer with the mesh hooks, recording what it imports.
 type recorder struct {
 	strategies.LoadBalancer
@@ -246,8 +120,8 @@ func (r *recorder) PinSession(key string, target int, _ time.Time) {
 // index of the engine there, and only for prompts that share the prefix.
 func TestLearnedSharing(t *testing.T) {
 	h := startPool(t, 2, 0)
-	a := newMeshRouter(h.Routers[0].View(), time.Now)
-	b := newMeshRouter(h.Routers[1].View(), time.Now)
+	a := newMeshHooks(h.Routers[0].View(), time.Now)
+	b := newMeshHooks(h.Routers[1].View(), time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go b.follow(ctx)
@@ -349,9 +223,9 @@ func TestMeshInventory(t *testing.T) {
 // herd onto one engine; once the router is gone, they expire.
 func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 	h := startPool(t, 2, 0)
-	a := newMeshRouter(h.Routers[0].View(), time.Now)
-	b := newMeshRouter(h.Routers[1].View(), time.Now)
-	for _, m := range []*meshRouter{a, b} {
+	a := newMeshHooks(h.Routers[0].View(), time.Now)
+	b := newMeshHooks(h.Routers[1].View(), time.Now)
+	for _, m := range []*meshHooks{a, b} {
 		m.Sources([]string{"http://engine-1:8000/v1"}) // a route targets it
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -394,56 +268,15 @@ func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 	})
 }
 
-// A sidecar started before its seed (the router) is up joins later; if
-// the router turns out to have its node id, the sidecar is stopped with
-// the conflict instead of running on, ignored by the pool.
-func TestLateJoinWithATakenNodeIDStops(t *testing.T) {
-	addr := loopbackAddr(t)
-	host, port, _ := splitHostPort(addr)
-	ctx, stop := context.WithCancelCause(t.Context())
-	defer stop(nil)
-	log := slog.New(slog.DiscardHandler)
-	joiner, err := startMesh(ctx, mesh.Config{Name: "host-1", Meta: mesh.Meta{Role: mesh.RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
-		BindAddr: "127.0.0.1", InsecureDev: true, Tune: mesh.FastTune}, []string{addr}, log, stop)
-	if err != nil {
-		t.Fatalf("a sidecar whose seed is not up yet must start alone: %v", err)
-	}
-	defer joiner.Close()
-	incumbent, err := mesh.Start(t.Context(), mesh.Config{Name: "host-1", Meta: mesh.Meta{Role: mesh.RoleRouter},
-		BindAddr: host, BindPort: port, InsecureDev: true, Tune: mesh.FastTune}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer incumbent.Close()
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the late joiner kept running with a taken node id")
-	}
-	if cause := context.Cause(ctx); !errors.Is(cause, mesh.ErrNameConflict) || !strings.Contains(cause.Error(), addr) {
-		t.Fatalf("stopped by %v, want the name conflict naming %s", cause, addr)
-	}
-}
-
-func loopbackAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// TestRouterRunsMeshState: rolter router's mesh is router/meshstate's
+// TestRouterRunsMeshState: rolter router's mesh hooks run router/meshstate's
 // State, the type the fleet simulator's replicas hold
 // (sim/fleet TestReplicasRunTheRoutersMeshState), so `rolter bench
 // routing` measures the sharing code that ships.
 func TestRouterRunsMeshState(t *testing.T) {
 	h := startPool(t, 1, 0)
-	m := newMeshRouter(h.Routers[0].View(), time.Now)
+	m := newMeshHooks(h.Routers[0].View(), time.Now)
 	var st *meshstate.State = m.state
 	if st == nil {
-		t.Fatal("meshRouter holds no meshstate.State")
+		t.Fatal("meshHooks holds no meshstate.State")
 	}
 }

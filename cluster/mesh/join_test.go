@@ -1,0 +1,116 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAddrsConfig(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	if err := os.WriteFile(keyFile, []byte("MDEyMzQ1Njc4OWFiY2RlZg==\n"), 0o600); err != nil { // 16 bytes
+		t.Fatal(err)
+	}
+	noenv := func(string) string { return "" }
+	for _, tc := range []struct {
+		name      string
+		g         Addrs
+		insecure  bool
+		getenv    func(string) string
+		wantError string
+		check     func(t *testing.T, c Config)
+	}{
+		{name: "key from file", g: Addrs{Bind: "127.0.0.1:7946", KeyFile: keyFile}, getenv: noenv,
+			check: func(t *testing.T, c Config) {
+				if len(c.Key) != 16 || c.BindAddr != "127.0.0.1" || c.BindPort != 7946 || c.InsecureDev {
+					t.Fatalf("%+v", c)
+				}
+			}},
+		{name: "key from env", g: Addrs{Bind: "0.0.0.0:7946", Advertise: "10.0.0.5:7000"},
+			getenv: func(k string) string {
+				if k == KeyEnv {
+					return "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" // 32 bytes
+				}
+				return ""
+			},
+			check: func(t *testing.T, c Config) {
+				if len(c.Key) != 32 || c.AdvertiseAddr != "10.0.0.5" || c.AdvertisePort != 7000 {
+					t.Fatalf("%+v", c)
+				}
+			}},
+		{name: "no key refused", g: Addrs{Bind: "127.0.0.1:7946"}, getenv: noenv, wantError: "--insecure-dev"},
+		{name: "no key with insecure-dev", g: Addrs{Bind: "127.0.0.1:0"}, insecure: true, getenv: noenv,
+			check: func(t *testing.T, c Config) {
+				if !c.InsecureDev || c.Key != nil {
+					t.Fatalf("%+v", c)
+				}
+			}},
+		{name: "bad key", g: Addrs{Bind: "127.0.0.1:7946"}, insecure: true,
+			getenv: func(string) string { return "not base64!" }, wantError: "base64"},
+		{name: "bad address", g: Addrs{Bind: "7946"}, insecure: true, getenv: noenv, wantError: "--gossip"},
+		{name: "bad advertise", g: Addrs{Bind: "127.0.0.1:1", Advertise: "x:y"}, insecure: true, getenv: noenv,
+			wantError: "--gossip-advertise"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.g.Config("n1", Meta{Role: RoleRouter}, tc.insecure, tc.getenv, slog.New(slog.DiscardHandler))
+			if tc.wantError != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+					t.Fatalf("err %v, want one mentioning %q", err, tc.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+// A sidecar started before its seed (the router) is up joins later; if
+// the router turns out to have its node id, the sidecar is stopped with
+// the conflict instead of running on, ignored by the pool.
+func TestLateJoinWithATakenNodeIDStops(t *testing.T) {
+	addr := loopbackAddr(t)
+	host, port, _ := splitHostPort(addr)
+	ctx, stop := context.WithCancelCause(t.Context())
+	defer stop(nil)
+	log := slog.New(slog.DiscardHandler)
+	joiner, err := StartJoining(ctx, Config{Name: "host-1", Meta: Meta{Role: RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
+		BindAddr: "127.0.0.1", InsecureDev: true, Tune: FastTune}, []string{addr}, log, stop)
+	if err != nil {
+		t.Fatalf("a sidecar whose seed is not up yet must start alone: %v", err)
+	}
+	defer joiner.Close()
+	incumbent, err := Start(t.Context(), Config{Name: "host-1", Meta: Meta{Role: RoleRouter},
+		BindAddr: host, BindPort: port, InsecureDev: true, Tune: FastTune}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer incumbent.Close()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late joiner kept running with a taken node id")
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, ErrNameConflict) || !strings.Contains(cause.Error(), addr) {
+		t.Fatalf("stopped by %v, want the name conflict naming %s", cause, addr)
+	}
+}
+
+func loopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

@@ -1,0 +1,154 @@
+package routerd
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rolter/rolter/cluster/mesh"
+	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/router/meshstate"
+	"github.com/rolter/rolter/strategies"
+)
+
+// The mesh hooks: what router's request path calls through the
+// interfaces router/mesh.go declares (EngineView, PrefillView,
+// EngineReporter, SourceFactory, Learner) when the router is in a gossip
+// pool.
+
+var (
+	_ router.EngineView     = (*meshHooks)(nil)
+	_ router.PrefillView    = (*meshHooks)(nil)
+	_ router.EngineReporter = (*meshHooks)(nil)
+	_ router.SourceFactory  = (*meshHooks)(nil)
+	_ router.Learner        = (*meshHooks)(nil)
+)
+
+// meshHooks connects one router's data plane to the gossip view: it is
+// the router's EngineView (with PrefillView), SourceFactory and Learner.
+// What routers share and how it becomes routing input is
+// router/meshstate's (the code the fleet simulator runs too); this type
+// maps api_bases to engine keys and carries meshstate over the view
+// (viewTransport).
+type meshHooks struct {
+	view  *mesh.View
+	keys  sync.Map // api_base → engine key (engineKey allocates; Load must not)
+	state *meshstate.State
+}
+
+func newMeshHooks(view *mesh.View, now func() time.Time) *meshHooks {
+	m := &meshHooks{view: view}
+	m.state = meshstate.New(viewTransport{view: view, now: now}, now, meshstate.Options{EngineKey: m.key})
+	return m
+}
+
+func (m *meshHooks) key(apiBase string) string {
+	if k, ok := m.keys.Load(apiBase); ok {
+		return k.(string)
+	}
+	k := engineKey(apiBase)
+	m.keys.Store(apiBase, k)
+	return k
+}
+
+// Load implements router.EngineView.
+func (m *meshHooks) Load(apiBase string) (uint64, bool) { return m.state.Load(apiBase) }
+
+// PeerPrefill implements router.PrefillView.
+func (m *meshHooks) PeerPrefill(apiBase string) uint64 { return m.state.PeerPrefill(apiBase) }
+
+// Reported implements router.EngineReporter: a live sidecar reports the
+// engine, so it wins over the router's own [metrics_scrape].
+func (m *meshHooks) Reported(apiBase string) bool { return m.view.Reported(m.key(apiBase)) }
+
+// Sources implements router.SourceFactory over the view's Targets.
+func (m *meshHooks) Sources(apiBases []string) (strategies.Residency, strategies.CacheSignal, strategies.AdapterResidency) {
+	urls := make([]string, len(apiBases))
+	for i, b := range apiBases {
+		urls[i] = m.key(b)
+	}
+	t := m.view.Targets(urls)
+	return t, t, t
+}
+
+// Recall implements router.Learner.
+func (m *meshHooks) Recall(pool string, lb strategies.LoadBalancer, apiBases []string, rc *strategies.RouteContext) {
+	m.state.Recall(pool, lb, apiBases, rc)
+}
+
+// Observed implements router.Learner.
+func (m *meshHooks) Observed(pool, apiBase string, rc *strategies.RouteContext) {
+	m.state.Observed(pool, apiBase, rc)
+}
+
+// publish runs meshstate's publish loop over the router's per-api_base
+// loads until ctx ends.
+func (m *meshHooks) publish(ctx context.Context, loads func() map[string]router.BaseLoad) {
+	var out []meshstate.EngineLoad
+	m.state.Run(ctx, func() []meshstate.EngineLoad {
+		out = out[:0]
+		for base, l := range loads() {
+			k := m.key(base)
+			i := slices.IndexFunc(out, func(e meshstate.EngineLoad) bool { return e.Engine == k })
+			if i < 0 {
+				out = append(out, meshstate.EngineLoad{Engine: k})
+				i = len(out) - 1
+			}
+			out[i].Inflight += l.Inflight
+			out[i].Prefill += l.Prefill
+		}
+		slices.SortFunc(out, func(a, b meshstate.EngineLoad) int { return strings.Compare(a.Engine, b.Engine) })
+		return out
+	})
+}
+
+// follow files every record other routers share until ctx ends.
+func (m *meshHooks) follow(ctx context.Context) {
+	in := m.view.Learned()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-in:
+			m.state.File(meshstate.Record{Kind: meshstate.Kind(r.Kind), Pool: r.Model, Target: engineKey(r.Target),
+				Key: r.Key, TTL: r.TTL})
+		}
+	}
+}
+
+// viewTransport is meshstate.Transport over cluster/mesh's View.
+type viewTransport struct {
+	view *mesh.View
+	now  func() time.Time
+}
+
+var _ meshstate.Transport = viewTransport{}
+
+// Share implements meshstate.Transport.
+func (t viewTransport) Share(r meshstate.Record) {
+	t.view.Share(mesh.Learned{Kind: mesh.LearnedKind(r.Kind), Model: r.Pool, Target: r.Target, Key: r.Key, TTL: r.TTL})
+}
+
+// Publish implements meshstate.Transport.
+func (t viewTransport) Publish(loads []meshstate.EngineLoad) {
+	m := make(map[string]mesh.Load, len(loads))
+	for _, l := range loads {
+		m[l.Engine] = mesh.Load{Inflight: l.Inflight, Prefill: l.Prefill}
+	}
+	t.view.PublishLoads(m)
+}
+
+// Engine implements meshstate.Transport.
+func (t viewTransport) Engine(key string) (meshstate.Remote, bool) {
+	r, ok := t.view.Remote(key)
+	if !ok {
+		return meshstate.Remote{}, false
+	}
+	out := meshstate.Remote{Queue: r.Queue, QueueOK: r.QueueOK, Inflight: r.Inflight, Prefill: r.Prefill, PeersOK: r.PeersOK}
+	if r.PeersOK && !r.Updated.IsZero() {
+		out.Age = t.now().Sub(r.Updated)
+	}
+	return out, true
+}
