@@ -280,3 +280,49 @@ func TestRouterRunsMeshState(t *testing.T) {
 		t.Fatal("meshHooks holds no meshstate.State")
 	}
 }
+
+// fakePool is the gossip view's announcements, set by the test.
+type fakePool struct{ routers []mesh.RouterInfo }
+
+func (p *fakePool) Snapshot() mesh.Snapshot { return mesh.Snapshot{Routers: slices.Clone(p.routers)} }
+
+// TestInventoryForgetsRoutersADayAfterTheyLeft: a router that left the
+// pool stays a Raft peer, not alive (so the leader removes it after its
+// grace), and in the admin inventory, but not a telemetry endpoint; a
+// day later it is forgotten; a router that comes back is alive again.
+func TestInventoryForgetsRoutersADayAfterTheyLeft(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	pool := &fakePool{routers: []mesh.RouterInfo{
+		{NodeID: "self", Address: "10.0.0.1:7946", RaftAddr: "10.0.0.1:7947", AdminAddr: "10.0.0.1:4001"},
+		{NodeID: "r2", Address: "10.0.0.2:7946", RaftAddr: "0.0.0.0:7947", AdminAddr: ":4001", Build: "v2"},
+	}}
+	inv := &meshInventory{view: pool, self: "self", now: func() time.Time { return now }, seen: map[string]seenRouter{}}
+	peers := func() []cluster.Peer { return inv.RaftPeers() }
+	if got := peers(); len(got) != 1 || got[0] != (cluster.Peer{ID: "r2", Addr: "10.0.0.2:7947", Alive: true}) {
+		t.Fatalf("peers %+v, want r2 alive at its gossip host", got)
+	}
+	if got := inv.TelemetryEndpoints(); !slices.Equal(got, []string{"http://10.0.0.2:4001"}) {
+		t.Fatalf("endpoints %v", got)
+	}
+
+	pool.routers = pool.routers[:1] // r2 left
+	now = now.Add(time.Hour)
+	if got := peers(); len(got) != 1 || got[0].ID != "r2" || got[0].Alive {
+		t.Fatalf("peers after r2 left: %+v, want r2 not alive", got)
+	}
+	if got := inv.TelemetryEndpoints(); len(got) != 0 {
+		t.Fatalf("endpoints after r2 left: %v", got)
+	}
+	if rs := inv.Routers(); len(rs) != 2 || rs[1].NodeID != "r2" || rs[1].Alive || rs[1].Build != "v2" {
+		t.Fatalf("inventory after r2 left: %+v", rs)
+	}
+
+	now = now.Add(forgetAfter + time.Minute)
+	if got := peers(); len(got) != 0 {
+		t.Fatalf("peers a day after r2 left: %+v, want none", got)
+	}
+	pool.routers = append(pool.routers, mesh.RouterInfo{NodeID: "r2", Address: "10.0.0.2:7946", RaftAddr: "10.0.0.2:7947"})
+	if got := peers(); len(got) != 1 || !got[0].Alive {
+		t.Fatalf("peers after r2 came back: %+v", got)
+	}
+}
