@@ -19,10 +19,10 @@ import (
 type meshInventory struct {
 	view    poolSnapshot
 	engines adminapi.EngineInventory
-	self   string
-	static cluster.StaticPeers // --join id=host:port, kept as given
-	admin  []string            // --peer-admin, kept as given
-	now    func() time.Time
+	self    string
+	static  cluster.StaticPeers // --join id=host:port, kept as given
+	admin   []string            // --peer-admin, kept as given
+	now     func() time.Time
 	// adminScheme is how the pool's routers serve their admin ports:
 	// "https" when this one has --admin-tls-cert ("" means "http").
 	adminScheme string
