@@ -13,6 +13,7 @@ import (
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/router"
 	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/strategies"
@@ -84,7 +85,7 @@ func startPool(t *testing.T, routers, sidecars int) *mesh.Harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close(); cancel() })
-	eventually(t, 10*time.Second, "gossip", func() error {
+	testwait.For(t, 10*time.Second, "gossip", func() error {
 		for _, n := range append(slices.Clone(h.Routers), h.Sidecars...) {
 			if n.NumMembers() != routers+sidecars {
 				return fmt.Errorf("%s sees %d members", n.Name(), n.NumMembers())
@@ -130,7 +131,7 @@ func TestLearnedSharing(t *testing.T) {
 	a.Observed("chat", "http://engine-2:8000/v1", &strategies.RouteContext{Prompt: system + "What is 2+2?", SessionKey: "s1"})
 	bases := []string{"http://engine-1:8000", "http://ENGINE-2:8000/"}
 	rec := &recorder{}
-	eventually(t, 5*time.Second, "gossip", func() error {
+	testwait.For(t, 5*time.Second, "gossip", func() error {
 		b.Recall("chat", rec, bases, &strategies.RouteContext{Prompt: system + "Tell me a joke.", SessionKey: "s1"})
 		if len(rec.prefixes) == 0 || len(rec.pins) == 0 {
 			return errors.New("nothing imported yet")
@@ -178,7 +179,7 @@ func TestMeshInventory(t *testing.T) {
 		}
 		return cluster.Peer{}, fmt.Errorf("router-1 not among %v", inv.RaftPeers())
 	}
-	eventually(t, 10*time.Second, "router-1 discovered", func() error {
+	testwait.For(t, 10*time.Second, "router-1 discovered", func() error {
 		p, err := peer()
 		if err == nil && (!p.Alive || p.Addr != "router-1.raft:7947") {
 			err = fmt.Errorf("peer %+v", p)
@@ -205,7 +206,7 @@ func TestMeshInventory(t *testing.T) {
 	if err := h.Routers[1].Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "router-1 reported dead", func() error {
+	testwait.For(t, 15*time.Second, "router-1 reported dead", func() error {
 		p, err := peer()
 		if err == nil && p.Alive {
 			err = errors.New("still alive")
@@ -237,7 +238,7 @@ func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 			return map[string]router.BaseLoad{"http://engine-1:8000/v1": {Inflight: 2, Prefill: 9000}, "http://ENGINE-1:8000": {Inflight: 1, Prefill: 500}}
 		})
 	}()
-	eventually(t, 5*time.Second, "loads gossiped", func() error {
+	testwait.For(t, 5*time.Second, "loads gossiped", func() error {
 		if q, ok := b.Load("http://engine-1:8000"); !ok || q != 3 {
 			return fmt.Errorf("router b sees load %d, %v; want 3", q, ok)
 		}
@@ -257,7 +258,7 @@ func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 	if err := h.Routers[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a's loads expire once it is gone", func() error {
+	testwait.For(t, 10*time.Second, "a's loads expire once it is gone", func() error {
 		if p := b.PeerPrefill("http://engine-1:8000"); p != 0 {
 			return fmt.Errorf("router b still sees queued prefill %d", p)
 		}

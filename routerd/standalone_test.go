@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 const standaloneTOML = `
@@ -86,7 +87,7 @@ func TestStandaloneReload(t *testing.T) {
 		}
 		return err
 	}
-	eventually(t, 5*time.Second, "first route served", func() error { return serves("first") })
+	testwait.For(t, 5*time.Second, "first route served", func() error { return serves("first") })
 
 	broken := parse("broken")
 	broken.Routes[0].Strategy = "no_such_strategy"
