@@ -1,7 +1,7 @@
 // Package certs owns the TLS material of rolter's HTTP listeners (the
 // router's API and admin ports, the sidecar's metrics port) and of the
 // routers' HTTP calls to each other: a key pair read from PEM files and
-// swapped atomically on Reload (the commands call it on SIGHUP and when
+// swapped atomically on Reload (Watch calls it on SIGHUP and when
 // Changed sees renewed files), an optional CA whose client certificates a
 // listener requires, and the server and client tls.Configs built on them. A handshake reads the
 // current pair through tls.Config.GetCertificate, so a reload changes what

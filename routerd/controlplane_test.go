@@ -19,25 +19,9 @@ import (
 	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/routestats"
 )
-
-// eventually polls check every 20 ms until it returns nil or timeout
-// passes, then fails the test with the last error.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // upstream is an OpenAI-compatible engine stand-in that records the
 // upstream model of every chat request.
@@ -155,7 +139,7 @@ func startInprocRouter(t *testing.T, toml string) *inprocRouter {
 		}
 	})
 	r := &inprocRouter{r: rt, api: "http://" + rt.api.Addr().String(), admin: "http://" + rt.admin.Addr().String(), token: token}
-	eventually(t, 15*time.Second, "readyz", func() error {
+	testwait.For(t, 15*time.Second, "readyz", func() error {
 		code, body, err := call(http.MethodGet, r.admin+"/readyz", "", "")
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("%d %s", code, body)
@@ -204,7 +188,7 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 		expectStatus(t, http.StatusCreated, http.MethodPost, r.admin+"/api/v1/routes", r.token,
 			`{"model":"added","strategy":"round_robin","targets":[{"provider":"up2","model":"added-upstream"}]}`)
 		n := up2.calls.Load()
-		eventually(t, 5*time.Second, "new route served", func() error {
+		testwait.For(t, 5*time.Second, "new route served", func() error {
 			code, out, err := call(http.MethodPost, r.api+"/v1/chat/completions", "", chatBody("added"))
 			if err == nil && (code != http.StatusOK || !strings.Contains(out, `"added-upstream"`)) {
 				err = fmt.Errorf("%d %s", code, out)
@@ -229,7 +213,7 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 		}
 		expectStatus(t, http.StatusOK, http.MethodPut, r.admin+"/api/v1/adaptive-routing-policy", r.token,
 			`{"enabled":true,"latency_weight":1,"cost_weight":0,"load_weight":0.5,"exploration_ratio":0,"min_samples":4}`)
-		eventually(t, 5*time.Second, "policy applied", func() error {
+		testwait.For(t, 5*time.Second, "policy applied", func() error {
 			if p := r.r.srv.Policy(); !p.Enabled || p.MinSamples != 4 || p.CostWeight != 0 || p.LoadWeight != 0.5 {
 				return fmt.Errorf("policy %+v", p)
 			}
@@ -240,7 +224,7 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 	t.Run("adaptive metrics and telemetry once an adaptive route has traffic", func(t *testing.T) {
 		expectStatus(t, http.StatusCreated, http.MethodPost, r.admin+"/api/v1/routes", r.token,
 			`{"model":"adapt","strategy":"adaptive","targets":[{"provider":"up","model":"a"},{"provider":"up2","model":"b"}]}`)
-		eventually(t, 10*time.Second, "adaptive route engaged", func() error {
+		testwait.For(t, 10*time.Second, "adaptive route engaged", func() error {
 			if code, out, err := call(http.MethodPost, r.api+"/v1/chat/completions", "", chatBody("adapt")); err != nil || code != 200 {
 				return fmt.Errorf("chat: %d %s %v", code, out, err)
 			}

@@ -17,11 +17,12 @@ import (
 // view. Routers that left or died stay listed as not alive (the Raft
 // leader removes them after its grace) until forget after they went.
 type meshInventory struct {
-	view   *mesh.View
-	self   string
-	static cluster.StaticPeers // --join id=host:port, kept as given
-	admin  []string            // --peer-admin, kept as given
-	now    func() time.Time
+	view    poolSnapshot
+	engines adminapi.EngineInventory
+	self    string
+	static  cluster.StaticPeers // --join id=host:port, kept as given
+	admin   []string            // --peer-admin, kept as given
+	now     func() time.Time
 	// adminScheme is how the pool's routers serve their admin ports:
 	// "https" when this one has --admin-tls-cert ("" means "http").
 	adminScheme string
@@ -39,8 +40,15 @@ type seenRouter struct {
 // forgetAfter is how long a router gone from the pool is still reported.
 const forgetAfter = 24 * time.Hour
 
+// poolSnapshot is the gossip view as the inventory reads it: every
+// member's announcement. Snapshot never blocks.
+type poolSnapshot interface {
+	Snapshot() mesh.Snapshot
+}
+
 func newMeshInventory(view *mesh.View, self string, static cluster.StaticPeers, admin []string) *meshInventory {
-	return &meshInventory{view: view, self: self, static: static, admin: admin, now: time.Now, seen: map[string]seenRouter{}}
+	return &meshInventory{view: view, engines: adminapi.MeshEngines{View: view}, self: self, static: static, admin: admin,
+		now: time.Now, seen: map[string]seenRouter{}}
 }
 
 // routers returns every router gossip knows or knew, this one excluded,
@@ -136,9 +144,7 @@ func (m *meshInventory) Routers() []adminapi.RouterInfo {
 }
 
 // Engines implements adminapi.EngineInventory.
-func (m *meshInventory) Engines() []adminapi.EngineInfo {
-	return adminapi.MeshEngines{View: m.view}.Engines()
-}
+func (m *meshInventory) Engines() []adminapi.EngineInfo { return m.engines.Engines() }
 
 // scheme is the scheme of the pool's admin URLs.
 func (m *meshInventory) scheme() string {

@@ -13,6 +13,7 @@ import (
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/router"
 	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/strategies"
@@ -84,7 +85,7 @@ func startPool(t *testing.T, routers, sidecars int) *mesh.Harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close(); cancel() })
-	eventually(t, 10*time.Second, "gossip", func() error {
+	testwait.For(t, 10*time.Second, "gossip", func() error {
 		for _, n := range append(slices.Clone(h.Routers), h.Sidecars...) {
 			if n.NumMembers() != routers+sidecars {
 				return fmt.Errorf("%s sees %d members", n.Name(), n.NumMembers())
@@ -130,7 +131,7 @@ func TestLearnedSharing(t *testing.T) {
 	a.Observed("chat", "http://engine-2:8000/v1", &strategies.RouteContext{Prompt: system + "What is 2+2?", SessionKey: "s1"})
 	bases := []string{"http://engine-1:8000", "http://ENGINE-2:8000/"}
 	rec := &recorder{}
-	eventually(t, 5*time.Second, "gossip", func() error {
+	testwait.For(t, 5*time.Second, "gossip", func() error {
 		b.Recall("chat", rec, bases, &strategies.RouteContext{Prompt: system + "Tell me a joke.", SessionKey: "s1"})
 		if len(rec.prefixes) == 0 || len(rec.pins) == 0 {
 			return errors.New("nothing imported yet")
@@ -178,7 +179,7 @@ func TestMeshInventory(t *testing.T) {
 		}
 		return cluster.Peer{}, fmt.Errorf("router-1 not among %v", inv.RaftPeers())
 	}
-	eventually(t, 10*time.Second, "router-1 discovered", func() error {
+	testwait.For(t, 10*time.Second, "router-1 discovered", func() error {
 		p, err := peer()
 		if err == nil && (!p.Alive || p.Addr != "router-1.raft:7947") {
 			err = fmt.Errorf("peer %+v", p)
@@ -205,7 +206,7 @@ func TestMeshInventory(t *testing.T) {
 	if err := h.Routers[1].Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "router-1 reported dead", func() error {
+	testwait.For(t, 15*time.Second, "router-1 reported dead", func() error {
 		p, err := peer()
 		if err == nil && p.Alive {
 			err = errors.New("still alive")
@@ -237,7 +238,7 @@ func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 			return map[string]router.BaseLoad{"http://engine-1:8000/v1": {Inflight: 2, Prefill: 9000}, "http://ENGINE-1:8000": {Inflight: 1, Prefill: 500}}
 		})
 	}()
-	eventually(t, 5*time.Second, "loads gossiped", func() error {
+	testwait.For(t, 5*time.Second, "loads gossiped", func() error {
 		if q, ok := b.Load("http://engine-1:8000"); !ok || q != 3 {
 			return fmt.Errorf("router b sees load %d, %v; want 3", q, ok)
 		}
@@ -257,7 +258,7 @@ func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 	if err := h.Routers[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a's loads expire once it is gone", func() error {
+	testwait.For(t, 10*time.Second, "a's loads expire once it is gone", func() error {
 		if p := b.PeerPrefill("http://engine-1:8000"); p != 0 {
 			return fmt.Errorf("router b still sees queued prefill %d", p)
 		}
@@ -278,5 +279,51 @@ func TestRouterRunsMeshState(t *testing.T) {
 	var st *meshstate.State = m.state
 	if st == nil {
 		t.Fatal("meshHooks holds no meshstate.State")
+	}
+}
+
+// fakePool is the gossip view's announcements, set by the test.
+type fakePool struct{ routers []mesh.RouterInfo }
+
+func (p *fakePool) Snapshot() mesh.Snapshot { return mesh.Snapshot{Routers: slices.Clone(p.routers)} }
+
+// TestInventoryForgetsRoutersADayAfterTheyLeft: a router that left the
+// pool stays a Raft peer, not alive (so the leader removes it after its
+// grace), and in the admin inventory, but not a telemetry endpoint; a
+// day later it is forgotten; a router that comes back is alive again.
+func TestInventoryForgetsRoutersADayAfterTheyLeft(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	pool := &fakePool{routers: []mesh.RouterInfo{
+		{NodeID: "self", Address: "10.0.0.1:7946", RaftAddr: "10.0.0.1:7947", AdminAddr: "10.0.0.1:4001"},
+		{NodeID: "r2", Address: "10.0.0.2:7946", RaftAddr: "0.0.0.0:7947", AdminAddr: ":4001", Build: "v2"},
+	}}
+	inv := &meshInventory{view: pool, self: "self", now: func() time.Time { return now }, seen: map[string]seenRouter{}}
+	peers := func() []cluster.Peer { return inv.RaftPeers() }
+	if got := peers(); len(got) != 1 || got[0] != (cluster.Peer{ID: "r2", Addr: "10.0.0.2:7947", Alive: true}) {
+		t.Fatalf("peers %+v, want r2 alive at its gossip host", got)
+	}
+	if got := inv.TelemetryEndpoints(); !slices.Equal(got, []string{"http://10.0.0.2:4001"}) {
+		t.Fatalf("endpoints %v", got)
+	}
+
+	pool.routers = pool.routers[:1] // r2 left
+	now = now.Add(time.Hour)
+	if got := peers(); len(got) != 1 || got[0].ID != "r2" || got[0].Alive {
+		t.Fatalf("peers after r2 left: %+v, want r2 not alive", got)
+	}
+	if got := inv.TelemetryEndpoints(); len(got) != 0 {
+		t.Fatalf("endpoints after r2 left: %v", got)
+	}
+	if rs := inv.Routers(); len(rs) != 2 || rs[1].NodeID != "r2" || rs[1].Alive || rs[1].Build != "v2" {
+		t.Fatalf("inventory after r2 left: %+v", rs)
+	}
+
+	now = now.Add(forgetAfter + time.Minute)
+	if got := peers(); len(got) != 0 {
+		t.Fatalf("peers a day after r2 left: %+v, want none", got)
+	}
+	pool.routers = append(pool.routers, mesh.RouterInfo{NodeID: "r2", Address: "10.0.0.2:7946", RaftAddr: "10.0.0.2:7947"})
+	if got := peers(); len(got) != 1 || !got[0].Alive {
+		t.Fatalf("peers after r2 came back: %+v", got)
 	}
 }

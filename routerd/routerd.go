@@ -134,7 +134,7 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return flagError(err)
 		}
-		if r.node, err = mesh.StartJoining(stopped, mcfg, join.seeds, log, stop); err != nil {
+		if r.node, err = mesh.StartJoining(stopped, mesh.Start, mcfg, join.seeds, log, stop); err != nil {
 			return err
 		}
 		node := r.node

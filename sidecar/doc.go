@@ -3,7 +3,10 @@
 // interfaces), sequence tracking with replay, the residency Tracker that
 // turns events into block keys (package kvblock), the engine /metrics
 // scraper, the LMCache poller, the sidecar's own /metrics and /healthz, and
-// the Publisher interface through which summaries leave for gossip.
+// the Publisher interface through which summaries leave for gossip, and
+// the `rolter sidecar` process around them: ProcessConfig → Open → Run
+// (process.go) announces the engine's models, joins the gossip pool and
+// publishes into this process's cluster/mesh member (meshpub.go).
 //
 // The event decoder lives in sidecar/kvevents. See DESIGN.md for the
 // residency states and what a full resync is.

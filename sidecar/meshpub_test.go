@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster/mesh"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // startPool runs an in-process pool of one router and one sidecar on
@@ -20,7 +22,7 @@ func startPool(t *testing.T) *mesh.Harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close(); cancel() })
-	waitFor(t, "gossip", func() error {
+	testwait.For(t, 10*time.Second, "gossip", func() error {
 		for _, n := range []*mesh.Node{h.Routers[0], h.Sidecars[0]} {
 			if n.NumMembers() != 2 {
 				return fmt.Errorf("%s sees %d members", n.Name(), n.NumMembers())
@@ -29,19 +31,6 @@ func startPool(t *testing.T) *mesh.Harness {
 		return nil
 	})
 	return h
-}
-
-// waitFor is eventually over a check that says what is missing; a
-// timeout logs the last answer.
-func waitFor(t *testing.T, what string, check func() error) {
-	t.Helper()
-	var last error
-	defer func() {
-		if t.Failed() && last != nil {
-			t.Logf("%s: %v", what, last)
-		}
-	}()
-	eventually(t, what, func() bool { last = check(); return last == nil })
 }
 
 // TestMeshPublisherStates: what a sidecar process hands the gossip reaches a
@@ -63,11 +52,11 @@ func TestMeshPublisherStates(t *testing.T) {
 	}
 	pub.PublishStatus(EngineStatus{State: StateUnknown, MetricsOK: true, Running: 2, Waiting: 3,
 		PrefixHits: 30, PrefixQueries: 120})
-	waitFor(t, "gossip", state(mesh.StateDegraded))
+	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateDegraded))
 	if n, ok := tg.ResidentPrefix(0, keys); ok || n != 0 {
 		t.Fatalf("no stream yet: ResidentPrefix = %d, %v; want neutral", n, ok)
 	}
-	waitFor(t, "gossip", func() error {
+	testwait.For(t, 10*time.Second, "gossip", func() error {
 		if q, ok := h.Routers[0].View().Load(mesh.EngineURL(0)); !ok || q != 5 {
 			return fmt.Errorf("load %d %v, want 5 (running + waiting)", q, ok)
 		}
@@ -75,7 +64,7 @@ func TestMeshPublisherStates(t *testing.T) {
 	})
 
 	inv := adminapi.MeshEngines{View: h.Routers[0].View()}
-	waitFor(t, "engine in the admin inventory", func() error {
+	testwait.For(t, 10*time.Second, "engine in the admin inventory", func() error {
 		es := inv.Engines()
 		if len(es) != 1 || es[0].Running != 2 || es[0].Waiting != 3 || es[0].PrefixCacheHitRate == nil ||
 			*es[0].PrefixCacheHitRate != 0.25 || es[0].State != "DEGRADED" || es[0].KVEvents {
@@ -84,8 +73,8 @@ func TestMeshPublisherStates(t *testing.T) {
 		return nil
 	})
 	pub.PublishResidency(Delta{Added: keys, State: StateExact})
-	waitFor(t, "gossip", state(mesh.StateExact))
-	waitFor(t, "gossip", func() error {
+	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateExact))
+	testwait.For(t, 10*time.Second, "gossip", func() error {
 		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 3 {
 			return fmt.Errorf("ResidentPrefix = %d, %v; want 3, true", n, ok)
 		}
@@ -94,9 +83,9 @@ func TestMeshPublisherStates(t *testing.T) {
 	// A status composed before the stream started must not undo it.
 	pub.PublishStatus(EngineStatus{State: StateUnknown})
 	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: StateDegraded})
-	waitFor(t, "gossip", state(mesh.StateDegraded))
+	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateDegraded))
 	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: StateExact})
-	waitFor(t, "gossip", func() error {
+	testwait.For(t, 10*time.Second, "gossip", func() error {
 		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 1 {
 			return fmt.Errorf("after the snapshot ResidentPrefix = %d, %v; want 1, true", n, ok)
 		}

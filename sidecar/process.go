@@ -120,7 +120,7 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	}
 	p := &Process{log: log}
 	p.stopped, p.stop = context.WithCancelCause(ctx)
-	if p.node, err = mesh.StartJoining(p.stopped, mcfg, seeds, log, p.stop); err != nil {
+	if p.node, err = mesh.StartJoining(p.stopped, mesh.Start, mcfg, seeds, log, p.stop); err != nil {
 		p.stop(nil)
 		return nil, err
 	}

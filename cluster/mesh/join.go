@@ -81,23 +81,31 @@ func ParseSeeds(s string) ([]string, error) {
 	return out, nil
 }
 
+// joiner is what StartJoining needs of a started member.
+type joiner interface {
+	NumMembers() int
+	Join(seeds []string) error
+	Conflict() error
+}
+
 // JoinRetry is how often StartJoining retries seeds that did not answer.
 const JoinRetry = time.Second
 
-// StartJoining starts the member and joins seeds. Seeds that are not up
+// StartJoining starts the member with start and joins seeds. Seeds that are not up
 // yet (a pool starting in any order) do not stop it: it starts alone and
 // keeps trying to join every JoinRetry until one answers, someone joins
 // it, or ctx ends. A node id already taken in the pool is an error: at
 // once when the seeds answer at start, else through stop when the late
 // join reveals it.
-func StartJoining(ctx context.Context, cfg Config, seeds []string, log *slog.Logger, stop context.CancelCauseFunc) (*Node, error) {
-	n, err := Start(ctx, cfg, seeds)
+func StartJoining[M joiner](ctx context.Context, start func(context.Context, Config, []string) (M, error),
+	cfg Config, seeds []string, log *slog.Logger, stop context.CancelCauseFunc) (M, error) {
+	n, err := start(ctx, cfg, seeds)
 	if err == nil || len(seeds) == 0 || errors.Is(err, ErrNameConflict) {
 		return n, err
 	}
 	log.Warn("gossip seeds not reachable yet; starting alone and retrying", "join", seeds, "err", err)
-	if n, err = Start(ctx, cfg, nil); err != nil {
-		return nil, err
+	if n, err = start(ctx, cfg, nil); err != nil {
+		return n, err
 	}
 	go func() {
 		t := time.NewTicker(JoinRetry)

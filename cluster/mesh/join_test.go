@@ -83,7 +83,7 @@ func TestLateJoinWithATakenNodeIDStops(t *testing.T) {
 	ctx, stop := context.WithCancelCause(t.Context())
 	defer stop(nil)
 	log := slog.New(slog.DiscardHandler)
-	joiner, err := StartJoining(ctx, Config{Name: "host-1", Meta: Meta{Role: RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
+	joiner, err := StartJoining(ctx, Start, Config{Name: "host-1", Meta: Meta{Role: RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
 		BindAddr: "127.0.0.1", InsecureDev: true, Tune: FastTune}, []string{addr}, log, stop)
 	if err != nil {
 		t.Fatalf("a sidecar whose seed is not up yet must start alone: %v", err)

@@ -1,7 +1,8 @@
 // Command rolter is the single binary of the rolter mesh: the router, the
 // sidecar, the engine simulator, the demo and the benchmarks are its
 // subcommands. This package parses flags and wires packages together; it
-// holds no logic of its own.
+// holds no logic of its own: the router process is package routerd's, the
+// sidecar's is sidecar.Open's.
 package main
 
 import (

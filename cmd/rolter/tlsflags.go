@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
-	"time"
 
 	"github.com/rolter/rolter/certs"
 	"github.com/rolter/rolter/routerd"
@@ -57,47 +57,15 @@ func (f *tlsFlags) load() (routerd.TLS, error) {
 	return out, nil
 }
 
-// certCheckInterval is how often the certificate files are checked for a
-// renewal written without a SIGHUP (a Kubernetes Secret volume update).
-const certCheckInterval = 30 * time.Second
-
-// reloadCertsOnHUP re-reads every source's files on SIGHUP, and any whose
-// files changed every certCheckInterval, until ctx ends. A source whose
-// files fail to load keeps serving what it had.
+// reloadCertsOnHUP reloads the sources on SIGHUP and when their files
+// change (certs.Watch) until ctx ends. Without a source SIGHUP keeps its
+// default.
 func reloadCertsOnHUP(ctx context.Context, log *slog.Logger, srcs ...*certs.Source) {
-	var live []*certs.Source
-	for _, s := range srcs {
-		if s != nil {
-			live = append(live, s)
-		}
-	}
-	if len(live) == 0 {
+	if !slices.ContainsFunc(srcs, func(s *certs.Source) bool { return s != nil }) {
 		return
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	check := time.NewTicker(certCheckInterval)
-	defer check.Stop()
-	for {
-		signalled := false
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			signalled = true
-		case <-check.C:
-		}
-		for _, s := range live {
-			if !signalled && !s.Changed() {
-				continue
-			}
-			if err := s.Reload(); err != nil {
-				log.Error("certificate reload failed; keeping the running certificate", "err", err)
-				continue
-			}
-			log.Info("certificate reloaded", "subject", s.Leaf().Subject.String(),
-				"serial", s.Leaf().SerialNumber.String(), "not_after", s.Leaf().NotAfter.Format(time.RFC3339))
-		}
-	}
+	certs.Watch(ctx, log, hup, certs.CheckInterval, srcs...)
 }
