@@ -169,3 +169,29 @@ func TestEncodeLeavesDefaultsOut(t *testing.T) {
 		t.Errorf("route came back as %+v", r)
 	}
 }
+
+// TestEncodeKnowsEveryKey fails when a key is added to the schema but not
+// to what Encode writes, which would drop it from every written file.
+func TestEncodeKnowsEveryKey(t *testing.T) {
+	keys := func(typ reflect.Type) map[string]bool {
+		out := map[string]bool{}
+		for i := range typ.NumField() {
+			if name, _, _ := strings.Cut(typ.Field(i).Tag.Get("toml"), ","); name != "" {
+				out[name] = true
+			}
+		}
+		return out
+	}
+	for _, pair := range []struct{ schema, written any }{
+		{Config{}, file{}}, {Provider{}, encProvider{}}, {LMCache{}, encLMCache{}}, {Target{}, encTarget{}},
+		{Route{}, encRoute{}}, {ProviderGroup{}, encGroup{}}, {ModelPrice{}, encModelPrice{}}, {Key{}, encKey{}},
+	} {
+		s, w := reflect.TypeOf(pair.schema), reflect.TypeOf(pair.written)
+		have := keys(w)
+		for k := range keys(s) {
+			if !have[k] {
+				t.Errorf("%s key %q is not written by Encode (%s)", s.Name(), k, w.Name())
+			}
+		}
+	}
+}

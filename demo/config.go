@@ -31,7 +31,7 @@ func Config(p localfleet.Plan, sidecars bool) *config.Config {
 	var targets, members []config.Target
 	for j, e := range p.Engines {
 		c.Providers = append(c.Providers, config.Provider{Name: e.ID, APIBase: e.URL(),
-			PriceInPerMtok: 0.10 * float64(j+1), PriceOutPerMtok: 0.30 * float64(j+1)})
+			PriceInPerMtok: float64(j+1) / 10, PriceOutPerMtok: 3 * float64(j+1) / 10})
 		targets = append(targets, config.Target{Provider: e.ID, Model: sim.DefaultModelName})
 		members = append(members, config.Target{Provider: e.ID})
 	}

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"strconv"
 	"testing"
 
 	"github.com/rolter/rolter/config"
@@ -34,6 +35,14 @@ func TestConfigServesEveryStrategyOverEveryEngine(t *testing.T) {
 	cfg := seedConfig(t, true)
 	if len(cfg.Providers) != Engines {
 		t.Fatalf("%d providers, want one per engine (%d)", len(cfg.Providers), Engines)
+	}
+	for _, p := range cfg.Providers {
+		// The file a user opens reads "0.3", not 0.30000000000000004.
+		for _, v := range []float64{p.PriceInPerMtok, p.PriceOutPerMtok} {
+			if s := strconv.FormatFloat(v, 'f', -1, 64); v <= 0 || len(s) > 4 {
+				t.Errorf("provider %s price %s", p.Name, s)
+			}
+		}
 	}
 	byModel := map[string]config.Route{}
 	for _, r := range cfg.Routes {
