@@ -11,6 +11,7 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+	"github.com/rolter/rolter/kvblock"
 )
 
 func TestSocketsLiveAndReplayOverZMQ(t *testing.T) {
@@ -33,7 +34,7 @@ func TestSocketsLiveAndReplayOverZMQ(t *testing.T) {
 			if err := sub.Connect(pubEP); err != nil {
 				t.Fatal(err)
 			}
-			ev := []Event{{Kind: BlockStored, Hashes: []Digest{digestOf(9)}, TokenIDs: make([]uint32, 16), BlockSize: 16}}
+			ev := []Event{{Kind: kvblock.BlockStored, Hashes: []Digest{digestOf(9)}, TokenIDs: make([]uint32, 16), BlockSize: 16}}
 			// Publish until the subscriber has joined (slow joiner), bounded.
 			var first [][]byte
 			deadline := time.Now().Add(5 * time.Second)
