@@ -13,6 +13,7 @@ import (
 
 	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster"
+	gossip "github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 )
 
@@ -433,9 +434,9 @@ func TestClusterViewNamesTheLeader(t *testing.T) {
 	}
 }
 
-type fakeEngines []EngineInfo
+type fakeEngines []gossip.EngineSnapshot
 
-func (f fakeEngines) Engines() []EngineInfo { return f }
+func (f fakeEngines) Engines() []gossip.EngineSnapshot { return f }
 
 // TestClusterViewListsEngines: GET /api/v1/cluster carries the gossip
 // view's engines with the fields the dashboard reads, and an empty list

@@ -489,6 +489,6 @@ func (m *meshInventory) Routers() []adminapi.RouterInfo {
 }
 
 // Engines implements adminapi.EngineInventory.
-func (m *meshInventory) Engines() []adminapi.EngineInfo {
+func (m *meshInventory) Engines() []mesh.EngineSnapshot {
 	return adminapi.MeshEngines{View: m.view}.Engines()
 }
