@@ -6,8 +6,9 @@
 // reliability tests use (skipped sequence numbers, sequence restarts).
 //
 // The encoding and the Publisher are pure Go and testable without ZMQ; the
-// ZMQ PUB and ROUTER sockets live in cgo-only files (socket_cgo.go). A
-// build without cgo reports ErrNoCgo when sockets are asked for.
+// ZMQ PUB and ROUTER sockets (sockets.go) come from internal/zmqsock, the
+// module's only cgo code. A build without cgo reports ErrNoCgo when
+// sockets are asked for.
 package kvevents
 
 import "github.com/rolter/rolter/kvblock"
