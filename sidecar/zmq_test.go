@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/internal/zmqsock"
 )
 
@@ -151,14 +152,14 @@ func runSidecar(t *testing.T, cfg Config) (*Sidecar, *recorder, func()) {
 // (ZMQ drops messages sent before the subscription is up: the slow-joiner
 // effect, which replay from 0 must repair).
 func waitSubscribed(t *testing.T, p *testPublisher, e *fakeEngine, sc *Sidecar, before uint64) {
-	deadline := time.Now().Add(10 * time.Second)
-	for sc.stats.Messages.Load() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("sidecar never received a message over ZMQ")
+	t.Helper()
+	testwait.For(t, 10*time.Second, "the sidecar to receive a message over ZMQ", func() bool {
+		if sc.stats.Messages.Load() != before {
+			return true
 		}
 		p.send(e.step(), false)
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func TestZMQLiveStreamWithReplayAndRestart(t *testing.T) {
@@ -175,7 +176,7 @@ func TestZMQLiveStreamWithReplayAndRestart(t *testing.T) {
 	}
 	p.send(engine.step(), false)
 	want := engine.truth()
-	eventually(t, "the view over ZMQ to equal the engine, EXACT", func() bool {
+	testwait.For(t, 10*time.Second, "the view over ZMQ to equal the engine, EXACT", func() bool {
 		got, state := pub.keys()
 		return state == StateExact && slices.Equal(got, want)
 	})
@@ -195,7 +196,7 @@ func TestZMQLiveStreamWithReplayAndRestart(t *testing.T) {
 		p2.send(engine2.step(), false)
 	}
 	want2 := engine2.truth()
-	eventually(t, "the view to follow the restarted engine, EXACT", func() bool {
+	testwait.For(t, 10*time.Second, "the view to follow the restarted engine, EXACT", func() bool {
 		got, state := pub.keys()
 		return state == StateExact && slices.Equal(got, want2)
 	})
@@ -220,7 +221,7 @@ func TestZMQSubscriberBinds(t *testing.T) {
 		p.send(engine.step(), false)
 	}
 	want := engine.truth()
-	eventually(t, "the bound subscriber's view to equal the engine", func() bool {
+	testwait.For(t, 10*time.Second, "the bound subscriber's view to equal the engine", func() bool {
 		got, state := pub.keys()
 		return state == StateExact && slices.Equal(got, want)
 	})
