@@ -12,6 +12,7 @@ import (
 
 	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster"
+	gossip "github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 )
 
@@ -216,7 +217,7 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 		routers = append(routers, *rv)
 	}
 	sort.Slice(routers, func(i, j int) bool { return routers[i].NodeID < routers[j].NodeID })
-	engines := []EngineInfo{}
+	engines := []gossip.EngineSnapshot{}
 	if a.d.Engines != nil {
 		engines = append(engines, a.d.Engines.Engines()...)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster"
+	gossip "github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 )
 
@@ -89,39 +90,9 @@ type Inventory interface {
 	Routers() []RouterInfo
 }
 
-// EngineInfo is one engine as the gossip view sees it, for GET
-// /api/v1/cluster (the dashboard's mesh page reads these fields).
-type EngineInfo struct {
-	NodeID           string   `json:"node_id"`
-	EngineURL        string   `json:"engine_url"`
-	Models           []string `json:"models"`
-	State            string   `json:"state"`
-	AgeMS            int64    `json:"age_ms"`
-	ResidentBlocks   int      `json:"resident_blocks"`
-	Running          uint64   `json:"running"`
-	Waiting          uint64   `json:"waiting"`
-	KVUsage          float64  `json:"kv_usage"`
-	LMCacheOccupancy *float64 `json:"lmcache_occupancy"`
-	Adapters         []string `json:"adapters"`
-	MaxLoras         int      `json:"max_loras"`
-	RemoteInflight   int64    `json:"remote_inflight"`
-	// QueuedPrefillTokens is the answering router's estimate of the prompt
-	// tokens waiting for prefill on the engine (its own in-flight requests
-	// without a first token plus the other routers' gossiped sums): the
-	// load precise_cache_aware and pipeline weigh.
-	QueuedPrefillTokens uint64 `json:"queued_prefill_tokens"`
-	// KVEvents: the engine's residency comes from a KV-event stream
-	// (EXACT or DEGRADED); LMCache: an LMCache signal is fresh.
-	KVEvents bool `json:"kv_events"`
-	LMCache  bool `json:"lmcache"`
-	// PrefixCacheHitRate is the engine's prefix-cache hit rate in [0,1];
-	// nil when unknown.
-	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
-}
-
 // EngineInventory lists the engines gossip knows (optional).
 type EngineInventory interface {
-	Engines() []EngineInfo
+	Engines() []gossip.EngineSnapshot
 }
 
 // Deps is what New needs.

@@ -13,7 +13,9 @@ import (
 
 	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/cluster"
+	gossip "github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 const (
@@ -31,17 +33,6 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 type mesh struct {
@@ -72,7 +63,7 @@ func newMesh(t *testing.T) *mesh {
 	}
 	m := &mesh{c: c, clock: &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}}
 	for i := range 3 {
-		eventually(t, 5*time.Second, "seeded", func() bool { return c.Node(i).State().Seeded })
+		testwait.For(t, 5*time.Second, "seeded", func() bool { return c.Node(i).State().Seeded })
 		m.apis = append(m.apis, New(Deps{Store: c.Node(i), Cluster: c.Node(i), InternalToken: internalToken, Now: m.clock.Now}))
 	}
 	return m
@@ -165,7 +156,7 @@ func TestPolicyPutOnFollowerReachesEveryRouterAndIsAudited(t *testing.T) {
 		t.Fatalf("PUT: %d %s", r.code, r.raw)
 	}
 	for i := range 3 {
-		eventually(t, 3*time.Second, "policy on router "+fmt.Sprint(i), func() bool {
+		testwait.For(t, 3*time.Second, "policy on router "+fmt.Sprint(i), func() bool {
 			g := call(t, m.apis[i], http.MethodGet, "/api/v1/adaptive-routing-policy", superToken, "")
 			return g.body["enabled"] == true && g.body["min_samples"] == 20.0
 		})
@@ -433,9 +424,9 @@ func TestClusterViewNamesTheLeader(t *testing.T) {
 	}
 }
 
-type fakeEngines []EngineInfo
+type fakeEngines []gossip.EngineSnapshot
 
-func (f fakeEngines) Engines() []EngineInfo { return f }
+func (f fakeEngines) Engines() []gossip.EngineSnapshot { return f }
 
 // TestClusterViewListsEngines: GET /api/v1/cluster carries the gossip
 // view's engines with the fields the dashboard reads, and an empty list
@@ -546,7 +537,7 @@ func TestEnabledFlagOnRoutesAndGroups(t *testing.T) {
 	if r.code != http.StatusCreated {
 		t.Fatalf("create omega: %d %s", r.code, r.raw)
 	}
-	eventually(t, 5*time.Second, "omega replicated", func() bool {
+	testwait.For(t, 5*time.Second, "omega replicated", func() bool {
 		_, ok := m.c.Node(m.c.Leader()).State().Routes["omega"]
 		return ok
 	})
@@ -557,7 +548,7 @@ func TestEnabledFlagOnRoutesAndGroups(t *testing.T) {
 	if r.code != http.StatusOK || r.body["enabled"] != false {
 		t.Fatalf("disable omega: %d %s", r.code, r.raw)
 	}
-	eventually(t, 5*time.Second, "disabled route replicated", func() bool {
+	testwait.For(t, 5*time.Second, "disabled route replicated", func() bool {
 		for i := range 3 {
 			if m.c.Node(i).State().Routes["omega"].IsEnabled() {
 				return false
@@ -580,7 +571,7 @@ func TestEnabledFlagOnRoutesAndGroups(t *testing.T) {
 	if r.body["enabled"] != true {
 		t.Errorf("a route created without enabled reads %v", r.body["enabled"])
 	}
-	eventually(t, 5*time.Second, "group replicated", func() bool {
+	testwait.For(t, 5*time.Second, "group replicated", func() bool {
 		g, ok := m.c.Node(m.c.Leader()).State().Groups["g"]
 		return ok && !g.IsEnabled()
 	})
@@ -598,7 +589,7 @@ func TestKeyProviderAllowlistThroughTheAPI(t *testing.T) {
 	if r.code != http.StatusCreated || !strings.Contains(r.raw, `"providers":["vllm-a"]`) {
 		t.Fatalf("create: %d %s", r.code, r.raw)
 	}
-	eventually(t, 5*time.Second, "key replicated with its providers", func() bool {
+	testwait.For(t, 5*time.Second, "key replicated with its providers", func() bool {
 		for i := range 3 {
 			if k, ok := m.c.Node(i).State().Keys["k"]; !ok || len(k.Providers) != 1 || k.Providers[0] != "vllm-a" {
 				return false
@@ -631,7 +622,7 @@ func TestModelPriceCatalog(t *testing.T) {
 	if r.code != http.StatusOK || r.body["model"] != "meta-llama/Llama-3.1-8B" || r.body["price_out_per_mtok"] != 0.6 {
 		t.Fatalf("PUT: %d %s", r.code, r.raw)
 	}
-	eventually(t, 5*time.Second, "catalog replicated", func() bool {
+	testwait.For(t, 5*time.Second, "catalog replicated", func() bool {
 		for i := range 3 {
 			cfg := m.c.Node(i).State().Config(nil)
 			if len(cfg.Models) != 1 || cfg.Models[0].PriceInPerMtok != 0.2 {
@@ -698,7 +689,7 @@ func TestResumeStreamsReplicatesToEveryRouter(t *testing.T) {
 	}
 	want := map[string]string{"on": "true", "off": "false", "inherit": "unset"}
 	for i := range 3 {
-		eventually(t, 5*time.Second, "group replicated", func() bool { _, ok := m.c.Node(i).State().Groups["g"]; return ok })
+		testwait.For(t, 5*time.Second, "group replicated", func() bool { _, ok := m.c.Node(i).State().Groups["g"]; return ok })
 		st := m.c.Node(i).State()
 		for model, w := range want {
 			if got := str(st.Routes[model].ResumeStreams); got != w {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // meshFile is newMesh's seed as a rolter.toml at generation gen with
@@ -105,7 +106,7 @@ func TestConfigDiffAndApplyThroughTheClient(t *testing.T) {
 		t.Fatalf("apply: %+v %v (config_version was %d)", applied, err, version)
 	}
 	for i := range 3 {
-		eventually(t, 5*time.Second, "the new api_base on every router", func() bool {
+		testwait.For(t, 5*time.Second, "the new api_base on every router", func() bool {
 			return m.c.Node(i).State().Providers["vllm-a"].APIBase == "http://127.0.0.1:8100/v1"
 		})
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/config"
-	"github.com/rolter/rolter/strategies"
 )
 
 // JSON shapes of the CRUD resources.
@@ -240,8 +239,8 @@ func (a *API) getRoute(w http.ResponseWriter, r *http.Request, _ principal) {
 }
 
 func validStrategy(w http.ResponseWriter, name string) bool {
-	if !strategies.Known(name) {
-		badRequest(w, fmt.Sprintf("strategy: unknown strategy %q (known: %s)", name, strings.Join(strategies.Names(), ", ")))
+	if err := config.CheckStrategy(name); err != nil {
+		badRequest(w, "strategy: "+err.Error())
 		return false
 	}
 	return true

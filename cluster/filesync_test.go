@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // fileV1 is the rolter.toml a cluster is seeded from in these tests.
@@ -405,7 +406,7 @@ func TestRoutersSyncingOneFileAtOnceMakeOneChange(t *testing.T) {
 		}
 	}
 	for i := range c.Len() {
-		eventually(t, 5*time.Second, "generation 7 on every router", func() bool { return c.Node(i).State().File.Generation == 7 })
+		testwait.For(t, 5*time.Second, "generation 7 on every router", func() bool { return c.Node(i).State().File.Generation == 7 })
 	}
 	st := c.Node(0).State()
 	if applied != 1 || st.ConfigVersion != v0+1 || len(fileSyncAudits(st)) != 1 {
@@ -458,7 +459,7 @@ func TestFileSyncerSyncsOnStartAndKickAndCountsRefusals(t *testing.T) {
 	}
 	count := func(result string) float64 { return sample("rolter_config_file_sync_total", result) }
 	gauge := func() float64 { return sample("rolter_config_file_out_of_sync", "") }
-	eventually(t, 5*time.Second, "the file synced on start", func() bool {
+	testwait.For(t, 5*time.Second, "the file synced on start", func() bool {
 		return node.State().Providers["vllm-a"].APIBase == "http://127.0.0.1:8100/v1" && count(FileApplied) == 1
 	})
 	if g := gauge(); g != 0 {
@@ -468,7 +469,7 @@ func TestFileSyncerSyncsOnStartAndKickAndCountsRefusals(t *testing.T) {
 	older := seedConfig()
 	older.Providers[0].APIBase = "http://127.0.0.1:8200/v1" // generation 0 < 1
 	fs.Kick(older)
-	eventually(t, 5*time.Second, "the older file refused", func() bool { return count(FileRefused) == 1 })
+	testwait.For(t, 5*time.Second, "the older file refused", func() bool { return count(FileRefused) == 1 })
 	if g := gauge(); g != 1 {
 		t.Errorf("out_of_sync %v with an older file, want 1", g)
 	}
@@ -479,7 +480,7 @@ func TestFileSyncerSyncsOnStartAndKickAndCountsRefusals(t *testing.T) {
 	v2 := seedConfig()
 	v2.Generation = 2
 	fs.Kick(v2)
-	eventually(t, 5*time.Second, "generation 2 applied on SIGHUP", func() bool {
+	testwait.For(t, 5*time.Second, "generation 2 applied on SIGHUP", func() bool {
 		return node.State().File.Generation == 2 && count(FileApplied) == 2
 	})
 	if g := gauge(); g != 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rolter/rolter/cluster/raftstore"
+	"github.com/rolter/rolter/internal/testwait"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -123,7 +124,7 @@ func TestSnapshotRestoreInCluster(t *testing.T) {
 	}
 	want := c.Node(c.Leader()).State().ConfigVersion
 	for i := range 3 {
-		eventually(t, 3*time.Second, "replicated", func() bool { return c.Node(i).State().ConfigVersion == want })
+		testwait.For(t, 3*time.Second, "replicated", func() bool { return c.Node(i).State().ConfigVersion == want })
 		if err := c.Node(i).raft.Snapshot().Error(); err != nil {
 			t.Fatalf("snapshot on %d: %v", i, err)
 		}
@@ -138,7 +139,7 @@ func TestSnapshotRestoreInCluster(t *testing.T) {
 	if err := c.Start(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "restarted node restored", func() bool {
+	testwait.For(t, 5*time.Second, "restarted node restored", func() bool {
 		st := c.Node(f).State()
 		_, ok := st.Providers["s9"]
 		return ok && st.ConfigVersion == want

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rolter/rolter/cluster/raftstore"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 	"go.uber.org/goleak"
 )
 
@@ -24,18 +25,6 @@ const (
 )
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// eventually polls cond every 10 ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func seedConfig() *config.Config {
 	c := config.Default()
@@ -59,7 +48,7 @@ func newCluster(t *testing.T, n int) *InmemCluster {
 		t.Fatal(err)
 	}
 	for i := range n {
-		eventually(t, 5*time.Second, "seed applied on "+c.Node(i).NodeID(), func() bool { return c.Node(i).State().Seeded })
+		testwait.For(t, 5*time.Second, "seed applied on "+c.Node(i).NodeID(), func() bool { return c.Node(i).State().Seeded })
 	}
 	return c
 }
@@ -115,7 +104,7 @@ func TestForwardedWriteFromFollowerReplicates(t *testing.T) {
 		t.Fatalf("forwarded write: %v %s", res.GetCode(), res.GetMessage())
 	}
 	for i := range 3 {
-		eventually(t, 3*time.Second, "p1 on "+c.Node(i).NodeID(), func() bool {
+		testwait.For(t, 3*time.Second, "p1 on "+c.Node(i).NodeID(), func() bool {
 			_, ok := c.Node(i).State().Providers["p1"]
 			return ok && c.Node(i).State().ConfigVersion == res.GetConfigVersion()
 		})
@@ -166,7 +155,7 @@ func TestLeaderLossKeepsAcknowledgedWrites(t *testing.T) {
 	if err := c.Start(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "restarted node catches up", func() bool {
+	testwait.For(t, 5*time.Second, "restarted node catches up", func() bool {
 		return c.Node(old).State().ConfigVersion == c.Node(nl).State().ConfigVersion
 	})
 }
@@ -258,7 +247,7 @@ func TestFSMRejectsCommandsAboveTheTokenRole(t *testing.T) {
 			if res.GetCode() != tt.code {
 				t.Fatalf("code %v (%s), want %v", res.GetCode(), res.GetMessage(), tt.code)
 			}
-			eventually(t, 3*time.Second, "audit entry", func() bool {
+			testwait.For(t, 3*time.Second, "audit entry", func() bool {
 				a := s.State().Audit
 				return len(a) > 0 && a[len(a)-1].Outcome == tt.result && a[len(a)-1].Action == ActionName(tt.op)
 			})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rolter/rolter/cluster/raftstore"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // testTLS returns a mutual-TLS config for 127.0.0.1 signed by a fresh CA.
@@ -62,7 +63,7 @@ func TestTLSClusterJoinsAndForwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s1.Close()
-	eventually(t, 10*time.Second, "r1 leads and is seeded", func() bool { return s1.IsLeader() && s1.State().Seeded })
+	testwait.For(t, 10*time.Second, "r1 leads and is seeded", func() bool { return s1.IsLeader() && s1.State().Seeded })
 
 	c2 := base
 	c2.NodeID, c2.DataDir = "r2", t.TempDir()
@@ -72,7 +73,7 @@ func TestTLSClusterJoinsAndForwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	eventually(t, 10*time.Second, "r2 joined and replicated", func() bool { return s2.State().Seeded && len(s2.Info().Servers) == 2 })
+	testwait.For(t, 10*time.Second, "r2 joined and replicated", func() bool { return s2.State().Seeded && len(s2.Info().Servers) == 2 })
 
 	res := mustApply(t, s2, providerCmd("via-r2", testSuperadmin))
 	if res.GetCode() != raftstore.Code_CODE_OK {

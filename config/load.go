@@ -443,9 +443,17 @@ func (v *validator) add(entry, field, msg string) {
 }
 
 func (v *validator) strategy(entry, name string) {
-	if !strategies.Known(name) {
-		v.add(entry, "strategy", fmt.Sprintf("unknown strategy %q (known: %s)", name, strings.Join(strategies.Names(), ", ")))
+	if err := CheckStrategy(name); err != nil {
+		v.add(entry, "strategy", err.Error())
 	}
+}
+
+// CheckStrategy reports an unknown strategy name, listing the known ones.
+func CheckStrategy(name string) error {
+	if !strategies.Known(name) {
+		return fmt.Errorf("unknown strategy %q (known: %s)", name, strings.Join(strategies.Names(), ", "))
+	}
+	return nil
 }
 
 // target validates one route target or group member. A weight the file

@@ -19,6 +19,7 @@ import (
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/router"
 	"github.com/rolter/rolter/routestats"
 	"github.com/rolter/rolter/strategies"
@@ -155,16 +156,12 @@ func post(t *testing.T, api *httptest.Server, key, body string) (int, string) {
 // eventuallyStatus waits until a chat with key answers want.
 func eventuallyStatus(t *testing.T, api *httptest.Server, key, model string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var code int
-	var body string
-	for time.Now().Before(deadline) {
-		if code, body = chat(t, api, key, model); code == want {
-			return
+	testwait.For(t, 10*time.Second, fmt.Sprintf("chat %s with the key to answer %d", model, want), func() error {
+		if code, body := chat(t, api, key, model); code != want {
+			return fmt.Errorf("%d %s", code, body)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("chat %s with the key: %d %s, want %d", model, code, body, want)
+		return nil
+	})
 }
 
 // signInWith opens the dashboard and signs in with token.

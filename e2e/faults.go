@@ -205,12 +205,20 @@ type EngineKillResult struct {
 	Problems           []string
 }
 
+// routedProof is how many attempts the surviving engines must have served
+// after the first second past a kill before EngineKill trusts its count
+// of attempts at the dead engine: the routers were routing all along.
+const routedProof = 200
+
 // EngineKill opens `streams` long streams round-robin over apis, waits for
-// their first tokens, starts load at the routers, kills the victim engine
-// and checks how every stream ended, how soon the routers stopped sending
-// the victim work, and how the load fared.
-func EngineKill(ctx context.Context, apis []string, victim *Engine, streams, maxTokens int, load LoadFunc, after time.Duration) (EngineKillResult, error) {
+// their first tokens, starts load at the routers and waits until it reaches
+// every engine, kills engines[victim] and checks how every stream ended, how
+// soon the routers stopped sending the victim work (over at least `after`,
+// and only once the survivors served routedProof attempts after the first
+// second), and how the load fared.
+func EngineKill(ctx context.Context, apis []string, engines []*Engine, victimAt, streams, maxTokens int, load LoadFunc, after time.Duration) (EngineKillResult, error) {
 	var res EngineKillResult
+	victim := engines[victimAt]
 	type open struct {
 		id   string
 		s    *Stream
@@ -241,8 +249,21 @@ func EngineKill(ctx context.Context, apis []string, victim *Engine, streams, max
 	}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan LoadResult, 1)
+	loadStart := time.Now()
 	go func() { loadDone <- load(loadCtx, apis) }()
-	time.Sleep(time.Second) // load flowing to every engine before the kill
+	// The kill must hit an engine in use: wait until the load reached each.
+	if err := Eventually(30*time.Second, 20*time.Millisecond, func() error {
+		for _, e := range engines {
+			if e.Tap.AttemptsBetween(loadStart, time.Now()) == 0 {
+				return fmt.Errorf("no load attempt at %s yet", e.Name)
+			}
+		}
+		return nil
+	}); err != nil {
+		stopLoad()
+		<-loadDone
+		return res, fmt.Errorf("load before the kill: %w", err)
+	}
 	killed := time.Now()
 	victim.Proc.Kill()
 	for _, o := range all {
@@ -265,9 +286,24 @@ func EngineKill(ctx context.Context, apis []string, victim *Engine, streams, max
 			res.Problems = append(res.Problems, fmt.Sprintf("stream %s: error event %v, [DONE] %v, err %v", o.id, s.ErrorEv, s.Done, s.Err))
 		}
 	}
-	if rest := time.Until(killed.Add(after)); rest > 0 {
-		time.Sleep(rest)
-	}
+	// No attempts at the dead engine proves nothing unless the routers
+	// kept routing: the window ends once it lasted `after` and the
+	// survivors served routedProof attempts made after its first second.
+	err := Eventually(after+60*time.Second, 50*time.Millisecond, func() error {
+		if time.Since(killed) < after {
+			return errors.New("window still open")
+		}
+		n := 0
+		for _, e := range engines {
+			if e != victim {
+				n += e.Tap.AttemptsBetween(killed.Add(time.Second), time.Now())
+			}
+		}
+		if n < routedProof {
+			return fmt.Errorf("the surviving engines served %d attempts after the first second, want %d", n, routedProof)
+		}
+		return nil
+	})
 	stopLoad()
 	res.Load = <-loadDone
 	end := time.Now()
@@ -276,6 +312,9 @@ func EngineKill(ctx context.Context, apis []string, victim *Engine, streams, max
 	res.Later = victim.Tap.AttemptsBetween(killed.Add(time.Second), end)
 	if last := victim.Tap.LastAttempt(); last.After(killed) {
 		res.LastVictimAttempt = last.Sub(killed)
+	}
+	if err != nil {
+		return res, fmt.Errorf("after the kill: %w", err)
 	}
 	return res, nil
 }

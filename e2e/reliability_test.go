@@ -182,7 +182,7 @@ func TestReliability(t *testing.T) {
 
 	t.Run("02 engine killed mid-stream", func(t *testing.T) {
 		const breakerOpen = 30 * time.Second // the default [breaker] open
-		res, err := EngineKill(ctx, apis, engines[3], 12, 2000, RateLoad("chat", 100), 12*time.Second)
+		res, err := EngineKill(ctx, apis, engines, 3, 12, 2000, RateLoad("chat", 100), 12*time.Second)
 		ok := res.Load.Requests - res.Load.Failed
 		probes := len(apis) * (int((res.Window-time.Second)/breakerOpen) + 1)
 		t.Logf("%d streams open, %d on the killed engine: %d ended with an error event and no [DONE], %d others ended with [DONE]; "+

@@ -8,6 +8,9 @@
 // The hash is a fixed, documented function (64-bit multiply-xorshift over
 // each token, then a splitmix64 finaliser), stable across processes,
 // platforms and releases: changing it is a wire-protocol change.
+//
+// The package also names the three KV-cache event kinds (EventKind), the
+// one definition the simulator's encoder and the sidecar's decoder share.
 package kvblock
 
 // DefaultBlockSize is vLLM's default KV block size in tokens.

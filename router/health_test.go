@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // healthEngine answers /v1/models and /health with the codes held in
@@ -105,9 +107,9 @@ func TestHealthLoopRunsPerProviderAndStops(t *testing.T) {
 		ticks <- time.Time{}
 	}
 	up := h.srv.snap.Load().providers["a"].up
-	eventually(t, "provider marked down", func() bool { return !up.healthy.Load() })
+	testwait.For(t, 5*time.Second, "provider marked down", func() bool { return !up.healthy.Load() })
 	// 10 s while healthy, then the 2 s recovery cadence once it is down.
-	eventually(t, "recovery cadence", func() bool {
+	testwait.For(t, 5*time.Second, "recovery cadence", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(intervals) == 2
@@ -205,14 +207,14 @@ func TestOpenBreakerIsProbedInBackground(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.srv.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	eventually(t, "health loop started", func() bool { mu.Lock(); defer mu.Unlock(); return len(intervals) == 1 })
+	testwait.For(t, 5*time.Second, "health loop started", func() bool { mu.Lock(); defer mu.Unlock(); return len(intervals) == 1 })
 	for range 5 {
 		if code, _, _ := h.chat("m"); code != 503 {
 			t.Fatalf("status %d", code)
 		}
 	}
-	eventually(t, "a probe right after the breaker opened", func() bool { return probes.Load() == 1 })
-	eventually(t, "the recovery cadence", func() bool { mu.Lock(); defer mu.Unlock(); return len(intervals) == 2 })
+	testwait.For(t, 5*time.Second, "a probe right after the breaker opened", func() bool { return probes.Load() == 1 })
+	testwait.For(t, 5*time.Second, "the recovery cadence", func() bool { mu.Lock(); defer mu.Unlock(); return len(intervals) == 2 })
 	mu.Lock()
 	if intervals[0] != 10*time.Second || intervals[1] != 2*time.Second {
 		t.Errorf("probe intervals %v, want [10s 2s]", intervals)

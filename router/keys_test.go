@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 func sha(s string) string { b := sha256.Sum256([]byte(s)); return hex.EncodeToString(b[:]) }
@@ -163,7 +165,7 @@ max_streams_per_key = 1
 	close(hold)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	eventually(t, "stream slot released", func() bool {
+	testwait.For(t, 5*time.Second, "stream slot released", func() bool {
 		c, _, _ := h.post("/v1/chat/completions", `{"model":"m","stream":true}`, "Authorization", "Bearer sk-k")
 		return c == 200
 	})

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -99,14 +101,14 @@ targets = [{provider = "a"}]
 	}
 	wantQueued := func(step string, want uint64) {
 		t.Helper()
-		eventually(t, fmt.Sprintf("%s: queued prefill %d", step, want), func() bool { return queued() == want })
+		testwait.For(t, 5*time.Second, fmt.Sprintf("%s: queued prefill %d", step, want), func() bool { return queued() == want })
 	}
 
 	// Each request waits until the engine holds it: the engine hands out
 	// scripts in arrival order, so B must not overtake A on its way there.
 	arrived := func(n int64) {
 		t.Helper()
-		eventually(t, fmt.Sprintf("%d requests at the engine", n), func() bool { return eng.hits.Load() == n })
+		testwait.For(t, 5*time.Second, fmt.Sprintf("%d requests at the engine", n), func() bool { return eng.hits.Load() == n })
 	}
 	a := send()
 	wantQueued("A picked, no first token", 100)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rolter/rolter/internal/testwait"
 	"go.uber.org/goleak"
 )
 
@@ -268,7 +269,7 @@ attempts = 0
 	set("hold")
 	probe := make(chan int)
 	go func() { c, _, _ := h.chat("m"); probe <- c }()
-	eventually(t, "probe reaches the upstream", func() bool { return eng.hits.Load() == 7 })
+	testwait.For(t, 5*time.Second, "probe reaches the upstream", func() bool { return eng.hits.Load() == 7 })
 	if code, _, body := h.chat("m"); code != 503 || !strings.Contains(body, "half_open") {
 		t.Fatalf("second request during the probe: %d %s", code, body)
 	}
@@ -352,8 +353,8 @@ targets = [{provider = "a"}]
 	case <-time.After(5 * time.Second):
 		t.Fatal("upstream request was not cancelled after the client left")
 	}
-	eventually(t, "in-flight back to zero", func() bool { return h.srv.tracker.Target("a/m").InFlight() == 0 })
-	eventually(t, "canceled outcome", func() bool { return h.counter("targets", "a", "a/m", "canceled") == 1 })
+	testwait.For(t, 5*time.Second, "in-flight back to zero", func() bool { return h.srv.tracker.Target("a/m").InFlight() == 0 })
+	testwait.For(t, 5*time.Second, "canceled outcome", func() bool { return h.counter("targets", "a", "a/m", "canceled") == 1 })
 	h.api.Client().CloseIdleConnections()
 	h.api.Close()
 	h.srv.transport.(*http.Transport).CloseIdleConnections()

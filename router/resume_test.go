@@ -15,6 +15,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // die is the script step where the engine's connection breaks.
@@ -604,9 +605,9 @@ targets = [{provider = "a"}]
 			`{"model":"m","stream":true,"messages":[{"role":"user","content":`+quote(strings.Repeat("abcd", 100))+`}]}`)
 		done <- body
 	}()
-	eventually(t, "the pick queues the prompt's prefill", func() bool { return queued() == 100 })
+	testwait.For(t, 5*time.Second, "the pick queues the prompt's prefill", func() bool { return queued() == 100 })
 	close(first)
-	eventually(t, "the first event takes it off while the stream is open", func() bool { return queued() == 0 })
+	testwait.For(t, 5*time.Second, "the first event takes it off while the stream is open", func() bool { return queued() == 0 })
 	end()
 	if body := <-done; !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Errorf("stream %s", body)

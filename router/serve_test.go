@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 func TestServeDrainsStreamsOnShutdown(t *testing.T) {
@@ -67,7 +68,7 @@ enabled = false
 		t.Fatal(err)
 	}
 	stop() // SIGTERM
-	eventually(t, "/readyz turns 503 while draining", func() bool { return get(adminBase+"/readyz") == 503 })
+	testwait.For(t, 5*time.Second, "/readyz turns 503 while draining", func() bool { return get(adminBase+"/readyz") == 503 })
 	if _, err := net.DialTimeout("tcp", api.Addr().String(), time.Second); err == nil {
 		t.Error("the API still accepts connections while draining")
 	}

@@ -144,7 +144,7 @@ func (m *meshInventory) Routers() []adminapi.RouterInfo {
 }
 
 // Engines implements adminapi.EngineInventory.
-func (m *meshInventory) Engines() []adminapi.EngineInfo { return m.engines.Engines() }
+func (m *meshInventory) Engines() []mesh.EngineSnapshot { return m.engines.Engines() }
 
 // scheme is the scheme of the pool's admin URLs.
 func (m *meshInventory) scheme() string {

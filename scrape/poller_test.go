@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/router"
 	"github.com/rolter/rolter/strategies"
 )
@@ -50,17 +51,6 @@ func newFakeEngine(t *testing.T) *fakeEngine {
 	}))
 	t.Cleanup(e.Close)
 	return e
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 type clock struct {
@@ -115,9 +105,9 @@ stale_after = "1s"
 	go func() { p.Run(ctx); close(done) }()
 	defer func() { stop(); <-done }()
 
-	eventually(t, "the scraped queue beyond our own 2 requests", func() bool { q, ok := p.Load(base); return ok && q == 5 })
+	testwait.For(t, 5*time.Second, "the scraped queue beyond our own 2 requests", func() bool { q, ok := p.Load(base); return ok && q == 5 })
 	_, cache, _ := p.Sources([]string{base})
-	eventually(t, "the LMCache occupancy", func() bool { o, avail, ok := cache.Occupancy(0); return ok && avail && o == 0.25 })
+	testwait.For(t, 5*time.Second, "the LMCache occupancy", func() bool { o, avail, ok := cache.Occupancy(0); return ok && avail && o == 0.25 })
 	if _, ok := p.Load("http://elsewhere:8000"); ok {
 		t.Error("an engine nobody scrapes reported a load")
 	}
@@ -125,7 +115,7 @@ stale_after = "1s"
 	// An engine that stops answering keeps its last value until it is
 	// stale, then is neutral.
 	e.down.Store(true)
-	eventually(t, "a failed scrape and LMCache poll", func() bool {
+	testwait.For(t, 5*time.Second, "a failed scrape and LMCache poll", func() bool {
 		en := (*p.engines.Load())[base]
 		return en.metricsFailing.Load() && en.lmcacheFailing.Load()
 	})
@@ -188,7 +178,7 @@ enabled = false
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
 	defer func() { stop(); <-done }()
-	eventually(t, "both engines scraped", func() bool {
+	testwait.For(t, 5*time.Second, "both engines scraped", func() bool {
 		_, ok1 := p.Load(busy.URL)
 		_, ok2 := p.Load(idle.URL)
 		return ok1 && ok2

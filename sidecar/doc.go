@@ -1,6 +1,6 @@
 // Package sidecar owns what runs beside one engine: the KV-event subscriber
-// (ZMQ, the module's only cgo code, behind the Source and Replayer
-// interfaces), sequence tracking with replay, the residency Tracker that
+// (ZMQ sockets from internal/zmqsock, the module's only cgo code, behind
+// the Source and Replayer interfaces), sequence tracking with replay, the residency Tracker that
 // turns events into block keys (package kvblock), the engine /metrics
 // scraper, the LMCache poller, the sidecar's own /metrics and /healthz, and
 // the Publisher interface through which summaries leave for gossip, and

@@ -96,11 +96,11 @@ func (t *Tracker) Apply(b *kvevents.Batch) {
 			continue
 		}
 		switch ev.Kind {
-		case kvevents.BlockStored:
+		case kvblock.BlockStored:
 			t.stored(ev)
-		case kvevents.BlockRemoved:
+		case kvblock.BlockRemoved:
 			t.removed(ev)
-		case kvevents.AllBlocksCleared:
+		case kvblock.AllBlocksCleared:
 			t.clearLocked()
 		}
 	}

@@ -18,12 +18,12 @@ func toks(from uint32, n int) []uint32 {
 }
 
 func stored(hashes []uint64, parent uint64, tokens []uint32, medium string) kvevents.Event {
-	return kvevents.Event{Kind: kvevents.BlockStored, Hashes: hashes, Parent: parent, HasParent: parent != 0,
+	return kvevents.Event{Kind: kvblock.BlockStored, Hashes: hashes, Parent: parent, HasParent: parent != 0,
 		Tokens: tokens, BlockSize: 16, Medium: medium, OpaqueFrom: -1}
 }
 
 func removed(hashes ...uint64) kvevents.Event {
-	return kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: hashes, OpaqueFrom: -1}
+	return kvevents.Event{Kind: kvblock.BlockRemoved, Hashes: hashes, OpaqueFrom: -1}
 }
 
 func apply(tr *Tracker, evs ...kvevents.Event) {
@@ -119,7 +119,7 @@ func TestFlushNetsBatchesAndSplits(t *testing.T) {
 	}
 	v.apply(t, ds)
 	// A clear is one Cleared delta carrying what was stored after it.
-	apply(tr, kvevents.Event{Kind: kvevents.AllBlocksCleared}, stored([]uint64{50}, 0, toks(900, 16), "GPU"))
+	apply(tr, kvevents.Event{Kind: kvblock.AllBlocksCleared}, stored([]uint64{50}, 0, toks(900, 16), "GPU"))
 	ds = tr.Flush(0)
 	if len(ds) != 1 || !ds[0].Cleared || len(ds[0].Added) != 1 {
 		t.Fatalf("clear delta %+v", ds)

@@ -18,22 +18,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/scrape"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// eventually polls cond every 5ms for up to 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // recorder is a Publisher that keeps everything, applying deltas to a view
 // the way a router would.
@@ -158,11 +147,11 @@ func TestSidecarEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := engine.truth()
-	eventually(t, "the published view to equal the engine", func() bool {
+	testwait.For(t, 10*time.Second, "the published view to equal the engine", func() bool {
 		got, state := pub.keys()
 		return state == StateExact && slices.Equal(got, want)
 	})
-	eventually(t, "a fresh engine status", func() bool {
+	testwait.For(t, 10*time.Second, "a fresh engine status", func() bool {
 		s, ok := pub.lastStatus()
 		return ok && s.MetricsOK && s.LMCacheOK && s.Running == 5 && s.LMCacheOccupancy == 0.3 &&
 			slices.Equal(s.Adapters, []string{"chat-adapter", "loaded-adapter", "sql-adapter", "summarize"}) &&
@@ -198,7 +187,7 @@ func TestSidecarEndToEnd(t *testing.T) {
 
 	// The engine's /metrics fails: the status turns neutral.
 	eng.failing.Store(true)
-	eventually(t, "a failed scrape to turn the status neutral", func() bool {
+	testwait.For(t, 10*time.Second, "a failed scrape to turn the status neutral", func() bool {
 		s, ok := pub.lastStatus()
 		return ok && !s.MetricsOK && !s.LMCacheOK && len(s.Adapters) == 0
 	})
@@ -245,7 +234,7 @@ func TestSnapshotsPublishedPeriodically(t *testing.T) {
 		}
 	}
 	want := engine.truth()
-	eventually(t, "a snapshot holding the engine's keys", func() bool {
+	testwait.For(t, 10*time.Second, "a snapshot holding the engine's keys", func() bool {
 		pub.mu.Lock()
 		defer pub.mu.Unlock()
 		for _, s := range pub.snaps {

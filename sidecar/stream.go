@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter/rolter/kvblock"
 	"github.com/rolter/rolter/sidecar/kvevents"
 )
 
@@ -243,11 +244,11 @@ func (s *stream) apply(m Message) {
 	}
 	for i := range b.Events {
 		switch b.Events[i].Kind {
-		case kvevents.BlockStored:
+		case kvblock.BlockStored:
 			s.stats.Stored.Add(1)
-		case kvevents.BlockRemoved:
+		case kvblock.BlockRemoved:
 			s.stats.Removed.Add(1)
-		case kvevents.AllBlocksCleared:
+		case kvblock.AllBlocksCleared:
 			s.stats.Cleared.Add(1)
 			s.exact = true // full resync: the engine's cache is empty here
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/kvblock"
 )
 
@@ -415,7 +416,7 @@ func TestRunLoopCountsBadFramingAndSurvivesErrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- st.run(ctx) }()
-	eventually(t, "the message after the errors to be applied", func() bool { return stats.Messages.Load() == 1 })
+	testwait.For(t, 10*time.Second, "the message after the errors to be applied", func() bool { return stats.Messages.Load() == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("run returned %v", err)
@@ -478,7 +479,7 @@ func TestIdleEngineIsExactFromAnEmptyReplay(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- st.run(ctx) }()
 			if tc.want == StateExact {
-				eventually(t, "EXACT from the empty replay", func() bool { return tr.State() == StateExact })
+				testwait.For(t, 10*time.Second, "EXACT from the empty replay", func() bool { return tr.State() == StateExact })
 			}
 			cancel()
 			<-done

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rolter/rolter/certs"
 	"github.com/rolter/rolter/certs/certstest"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // With Options.TLS the sidecar's /metrics and /healthz are served over TLS
@@ -40,13 +41,10 @@ func TestMetricsListenerServesTLS(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Timeout: 5 * time.Second, Transport: tr}
 	var resp *http.Response
-	deadline := time.Now().Add(5 * time.Second)
-	for resp, err = client.Get("https://" + addr + "/healthz"); err != nil; resp, err = client.Get("https://" + addr + "/healthz") {
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics listener over TLS: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, 5*time.Second, "the metrics listener over TLS", func() error {
+		resp, err = client.Get("https://" + addr + "/healthz")
+		return err
+	})
 	resp.Body.Close()
 	if resp.TLS == nil || resp.TLS.PeerCertificates[0].SerialNumber.Cmp(leaf.Serial) != 0 {
 		t.Fatal("not served with the sidecar's certificate")

@@ -1,24 +1,23 @@
-//go:build cgo
-
 package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"syscall"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
-
+	"github.com/rolter/rolter/internal/zmqsock"
 	"github.com/rolter/rolter/sidecar/kvevents"
 )
 
-// ZMQ is the only cgo code of the module. A SUB socket receives the live
-// stream (connecting, or binding for publishers that connect); a fresh DEALER
-// per replay request talks to the engine's ROUTER. Receives use a short
-// timeout so that context cancellation is noticed; ZMQ reconnects on its own
-// after an engine restart, and the stream detects the new sequence.
+// The ZMQ sockets come from internal/zmqsock, the module's only cgo code.
+// A SUB socket receives the live stream (connecting, or binding for
+// publishers that connect); a fresh DEALER per replay request talks to the
+// engine's ROUTER. Receives use a short timeout so that context
+// cancellation is noticed; ZMQ reconnects on its own after an engine
+// restart, and the stream detects the new sequence. A build without cgo
+// reports ErrNoCGO.
 
 const (
 	zmqPoll       = 100 * time.Millisecond // receive timeout between ctx checks
@@ -32,7 +31,7 @@ const (
 
 // zmqSub is a Source over a ZMQ SUB socket. Only the stream goroutine uses it.
 type zmqSub struct {
-	sock *zmq.Socket
+	sock *zmqsock.Socket
 }
 
 var (
@@ -43,32 +42,18 @@ var (
 // openZMQ opens the subscriber (and the replayer when configured) in a
 // private ZMQ context; closeFn closes sockets and terminates the context.
 func openZMQ(cfg Config, log *slog.Logger) (Source, Replayer, func(), error) {
-	zctx, err := zmq.NewContext()
+	zctx, err := zmqsock.NewContext()
+	if errors.Is(err, zmqsock.ErrNoCgo) {
+		return nil, nil, nil, ErrNoCGO
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	sock, err := zctx.NewSocket(zmq.SUB)
+	sock, err := zctx.Socket(zmqsock.Sub, zmqsock.Options{RecvHWM: zmqRcvHWM, MaxMsgSize: maxFrameSize, RecvTimeout: zmqPoll,
+		ReconnectIvl: 100 * time.Millisecond, ReconnectIvlMax: 5 * time.Second, Subscribe: cfg.Topic})
 	if err != nil {
 		_ = zctx.Term()
 		return nil, nil, nil, err
-	}
-	fail := func(err error) (Source, Replayer, func(), error) {
-		_ = sock.Close()
-		_ = zctx.Term()
-		return nil, nil, nil, err
-	}
-	for _, set := range []func() error{
-		func() error { return sock.SetLinger(0) },
-		func() error { return sock.SetRcvhwm(zmqRcvHWM) },
-		func() error { return sock.SetMaxmsgsize(maxFrameSize) },
-		func() error { return sock.SetRcvtimeo(zmqPoll) },
-		func() error { return sock.SetReconnectIvl(100 * time.Millisecond) },
-		func() error { return sock.SetReconnectIvlMax(5 * time.Second) },
-		func() error { return sock.SetSubscribe(cfg.Topic) },
-	} {
-		if err := set(); err != nil {
-			return fail(err)
-		}
 	}
 	if cfg.KVEventsBind {
 		err = sock.Bind(cfg.KVEvents)
@@ -76,7 +61,9 @@ func openZMQ(cfg Config, log *slog.Logger) (Source, Replayer, func(), error) {
 		err = sock.Connect(cfg.KVEvents)
 	}
 	if err != nil {
-		return fail(err)
+		_ = sock.Close()
+		_ = zctx.Term()
+		return nil, nil, nil, err
 	}
 	var rep Replayer
 	if cfg.KVEventsReplay != "" {
@@ -89,21 +76,17 @@ func openZMQ(cfg Config, log *slog.Logger) (Source, Replayer, func(), error) {
 	return &zmqSub{sock: sock}, rep, closeFn, nil
 }
 
-func isTimeout(err error) bool {
-	return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN)
-}
-
 // Recv implements Source.
 func (z *zmqSub) Recv(ctx context.Context) (Message, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return Message{}, err
 		}
-		frames, err := z.sock.RecvMessageBytes(0)
+		frames, err := z.sock.Recv()
+		if errors.Is(err, zmqsock.ErrTimeout) {
+			continue
+		}
 		if err != nil {
-			if isTimeout(err) || zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
-				continue
-			}
 			return Message{}, err
 		}
 		return ParseFrames(frames)
@@ -112,7 +95,7 @@ func (z *zmqSub) Recv(ctx context.Context) (Message, error) {
 
 // zmqReplayer asks the engine's ROUTER socket for buffered batches.
 type zmqReplayer struct {
-	zctx     *zmq.Context
+	zctx     *zmqsock.Context
 	endpoint string
 	log      *slog.Logger
 }
@@ -120,28 +103,16 @@ type zmqReplayer struct {
 // Replay implements Replayer: one DEALER per request, so that a late answer
 // to an abandoned request can never be mistaken for the current one.
 func (r *zmqReplayer) Replay(ctx context.Context, from uint64) ([]Message, error) {
-	sock, err := r.zctx.NewSocket(zmq.DEALER)
+	sock, err := r.zctx.Socket(zmqsock.Dealer, zmqsock.Options{RecvTimeout: zmqPoll, MaxMsgSize: maxFrameSize, SendTimeout: time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrReplay, err)
 	}
 	defer sock.Close()
-	if err := sock.SetLinger(0); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrReplay, err)
-	}
-	if err := sock.SetRcvtimeo(zmqPoll); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrReplay, err)
-	}
-	if err := sock.SetMaxmsgsize(maxFrameSize); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrReplay, err)
-	}
-	if err := sock.SetSndtimeo(time.Second); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrReplay, err)
-	}
 	if err := sock.Connect(r.endpoint); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrReplay, err)
 	}
 	req := ReplayRequest(from)
-	if _, err := sock.SendMessage(req[0], req[1]); err != nil {
+	if err := sock.Send(req[0], req[1]); err != nil {
 		return nil, fmt.Errorf("%w: send: %w", ErrReplay, err)
 	}
 	var out []Message
@@ -150,11 +121,11 @@ func (r *zmqReplayer) Replay(ctx context.Context, from uint64) ([]Message, error
 		if err := ctx.Err(); err != nil {
 			return out, fmt.Errorf("%w: no end marker after %d messages: %w", ErrReplay, len(out), err)
 		}
-		frames, err := sock.RecvMessageBytes(0)
+		frames, err := sock.Recv()
+		if errors.Is(err, zmqsock.ErrTimeout) {
+			continue
+		}
 		if err != nil {
-			if isTimeout(err) || zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
-				continue
-			}
 			return out, fmt.Errorf("%w: %w", ErrReplay, err)
 		}
 		m, err := ParseReplayFrames(frames)

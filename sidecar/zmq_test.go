@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
+	"github.com/rolter/rolter/internal/testwait"
+	"github.com/rolter/rolter/internal/zmqsock"
 )
 
 // testPublisher is a tiny vLLM-style KV-event publisher: a PUB socket for
@@ -21,8 +22,8 @@ import (
 // buffer. Only the test goroutine touches pub; the ROUTER has its own.
 type testPublisher struct {
 	t         *testing.T
-	zctx      *zmq.Context
-	pub       *zmq.Socket
+	zctx      *zmqsock.Context
+	pub       *zmqsock.Socket
 	pubEP     string
 	routerEP  string
 	mu        sync.Mutex
@@ -34,25 +35,24 @@ type testPublisher struct {
 // newTestPublisher binds (or, bindPub false, connects) its PUB socket to
 // pubEndpoint and binds its ROUTER to routerEndpoint.
 func newTestPublisher(t *testing.T, pubEndpoint string, bindPub bool, routerEndpoint string) *testPublisher {
-	zctx, err := zmq.NewContext()
+	zctx, err := zmqsock.NewContext()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &testPublisher{t: t, zctx: zctx, stop: make(chan struct{}), routerEnd: make(chan struct{})}
-	p.pub = p.socket(zmq.PUB)
+	p.pub = p.socket(zmqsock.Pub, zmqsock.Options{})
 	if bindPub {
 		must(t, p.pub.Bind(pubEndpoint))
-		p.pubEP, err = p.pub.GetLastEndpoint()
+		p.pubEP, err = p.pub.LastEndpoint()
 		must(t, err)
 	} else {
 		must(t, p.pub.Connect(pubEndpoint))
 		p.pubEP = pubEndpoint
 	}
-	router := p.socket(zmq.ROUTER)
+	router := p.socket(zmqsock.Router, zmqsock.Options{RecvTimeout: 20 * time.Millisecond})
 	must(t, router.Bind(routerEndpoint))
-	p.routerEP, err = router.GetLastEndpoint()
+	p.routerEP, err = router.LastEndpoint()
 	must(t, err)
-	must(t, router.SetRcvtimeo(20*time.Millisecond))
 	go p.serveReplay(router)
 	return p
 }
@@ -64,16 +64,15 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func (p *testPublisher) socket(kind zmq.Type) *zmq.Socket {
-	s, err := p.zctx.NewSocket(kind)
+func (p *testPublisher) socket(kind zmqsock.Type, opt zmqsock.Options) *zmqsock.Socket {
+	s, err := p.zctx.Socket(kind, opt)
 	must(p.t, err)
-	must(p.t, s.SetLinger(0))
 	return s
 }
 
 // serveReplay answers [id, "", start] with [id, "", seq, payload]... and
 // the end marker, as vLLM's replay ROUTER does.
-func (p *testPublisher) serveReplay(router *zmq.Socket) {
+func (p *testPublisher) serveReplay(router *zmqsock.Socket) {
 	defer close(p.routerEnd)
 	defer router.Close()
 	for {
@@ -82,7 +81,7 @@ func (p *testPublisher) serveReplay(router *zmq.Socket) {
 			return
 		default:
 		}
-		frames, err := router.RecvMessageBytes(0)
+		frames, err := router.Recv()
 		if err != nil || len(frames) != 3 || len(frames[2]) != 8 {
 			continue
 		}
@@ -94,11 +93,11 @@ func (p *testPublisher) serveReplay(router *zmq.Socket) {
 		for _, m := range msgs {
 			if m.Seq >= from {
 				binary.BigEndian.PutUint64(seq, m.Seq)
-				_, _ = router.SendMessage(id, "", seq, m.Payload)
+				_ = router.Send(id, nil, seq, m.Payload)
 			}
 		}
 		binary.BigEndian.PutUint64(seq, EndOfReplay)
-		_, _ = router.SendMessage(id, "", seq, "")
+		_ = router.Send(id, nil, seq, nil)
 	}
 }
 
@@ -112,8 +111,7 @@ func (p *testPublisher) send(m Message, lost bool) {
 	}
 	seq := make([]byte, 8)
 	binary.BigEndian.PutUint64(seq, m.Seq)
-	_, err := p.pub.SendMessage(m.Topic, seq, m.Payload)
-	must(p.t, err)
+	must(p.t, p.pub.Send([]byte(m.Topic), seq, m.Payload))
 }
 
 func (p *testPublisher) close() {
@@ -154,14 +152,14 @@ func runSidecar(t *testing.T, cfg Config) (*Sidecar, *recorder, func()) {
 // (ZMQ drops messages sent before the subscription is up: the slow-joiner
 // effect, which replay from 0 must repair).
 func waitSubscribed(t *testing.T, p *testPublisher, e *fakeEngine, sc *Sidecar, before uint64) {
-	deadline := time.Now().Add(10 * time.Second)
-	for sc.stats.Messages.Load() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("sidecar never received a message over ZMQ")
+	t.Helper()
+	testwait.For(t, 10*time.Second, "the sidecar to receive a message over ZMQ", func() bool {
+		if sc.stats.Messages.Load() != before {
+			return true
 		}
 		p.send(e.step(), false)
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func TestZMQLiveStreamWithReplayAndRestart(t *testing.T) {
@@ -178,7 +176,7 @@ func TestZMQLiveStreamWithReplayAndRestart(t *testing.T) {
 	}
 	p.send(engine.step(), false)
 	want := engine.truth()
-	eventually(t, "the view over ZMQ to equal the engine, EXACT", func() bool {
+	testwait.For(t, 10*time.Second, "the view over ZMQ to equal the engine, EXACT", func() bool {
 		got, state := pub.keys()
 		return state == StateExact && slices.Equal(got, want)
 	})
@@ -198,7 +196,7 @@ func TestZMQLiveStreamWithReplayAndRestart(t *testing.T) {
 		p2.send(engine2.step(), false)
 	}
 	want2 := engine2.truth()
-	eventually(t, "the view to follow the restarted engine, EXACT", func() bool {
+	testwait.For(t, 10*time.Second, "the view to follow the restarted engine, EXACT", func() bool {
 		got, state := pub.keys()
 		return state == StateExact && slices.Equal(got, want2)
 	})
@@ -223,7 +221,7 @@ func TestZMQSubscriberBinds(t *testing.T) {
 		p.send(engine.step(), false)
 	}
 	want := engine.truth()
-	eventually(t, "the bound subscriber's view to equal the engine", func() bool {
+	testwait.For(t, 10*time.Second, "the bound subscriber's view to equal the engine", func() bool {
 		got, state := pub.keys()
 		return state == StateExact && slices.Equal(got, want)
 	})

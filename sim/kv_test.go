@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/kvblock"
 	"github.com/rolter/rolter/sim/kvevents"
 )
@@ -53,7 +54,7 @@ func TestServedRequestsEmitDecodableStores(t *testing.T) {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
 	}
-	eventually(t, 2*time.Second, func() bool { return len(live.get()) >= 2 }, "two batches")
+	testwait.For(t, 2*time.Second, "two batches", func() bool { return len(live.get()) >= 2 })
 	type stored struct {
 		hashes []uint64
 		parent any

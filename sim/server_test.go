@@ -15,21 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/sim/engine"
 	"github.com/rolter/rolter/sim/kvevents"
 )
-
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
 
 // startSim runs a server on an httptest listener (127.0.0.1).
 func startSim(t testing.TB, mutate func(*Config), pub *kvevents.Publisher) (*Server, string) {
@@ -409,9 +398,9 @@ func TestQueueGrowsInMetrics(t *testing.T) {
 			}
 		}(i)
 	}
-	eventually(t, 5*time.Second, func() bool {
+	testwait.For(t, 5*time.Second, "10 waiting and 2 running", func() bool {
 		return metric(t, url, "vllm:num_requests_waiting") == 10 && metric(t, url, "vllm:num_requests_running") == 2
-	}, "10 waiting and 2 running")
+	})
 }
 
 func TestKVClearAndLMCache(t *testing.T) {
@@ -421,7 +410,7 @@ func TestKVClearAndLMCache(t *testing.T) {
 	if resp, _ := post(t, url+"/v1/completions", map[string]any{"prompt": strings.Repeat(" word", 64), "max_tokens": 2}); resp.StatusCode != 200 {
 		t.Fatal(resp.StatusCode)
 	}
-	eventually(t, 2*time.Second, func() bool { return len(live.get()) > 0 }, "a BlockStored batch")
+	testwait.For(t, 2*time.Second, "a BlockStored batch", func() bool { return len(live.get()) > 0 })
 	if resp, _ := post(t, url+"/sim/kv/clear", map[string]any{}); resp.StatusCode != 204 {
 		t.Fatal(resp.StatusCode)
 	}

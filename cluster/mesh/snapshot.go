@@ -51,6 +51,11 @@ type EngineSnapshot struct {
 	// since it started (its vllm:prefix_cache_* counters); nil when the
 	// status is not fresh or nothing was queried yet.
 	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
+	// KVEvents: the engine's residency comes from a KV-event stream
+	// (EXACT, or DEGRADED with blocks still held; a silent sidecar is
+	// STALE). LMCache: a fresh LMCache signal reports its occupancy.
+	KVEvents bool `json:"kv_events"`
+	LMCache  bool `json:"lmcache"`
 }
 
 // EngineInfo is a discovered engine.
@@ -135,6 +140,8 @@ func (v *View) Snapshot() Snapshot {
 			}
 		}
 		e.mu.Unlock()
+		es.KVEvents = es.State == StateExact.String() || es.State == StateDegraded.String() && es.ResidentBlocks > 0
+		es.LMCache = es.LMCacheOccupancy != nil
 		s.Engines = append(s.Engines, es)
 	}
 	slices.SortFunc(s.Routers, func(a, b RouterInfo) int { return strings.Compare(a.NodeID, b.NodeID) })

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/rolter/rolter/kvblock"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
@@ -417,7 +418,7 @@ func (x *Decoder) decodeEvent(ev *Event) (keep bool, err error) {
 	if ev.Kind == 0 {
 		return false, nil
 	}
-	if (ev.Kind == BlockStored || ev.Kind == BlockRemoved) && !sawHashes {
+	if (ev.Kind == kvblock.BlockStored || ev.Kind == kvblock.BlockRemoved) && !sawHashes {
 		return false, errNoHashes
 	}
 	if len(x.hashes) > hashStart {
@@ -433,14 +434,14 @@ func (x *Decoder) decodeEvent(ev *Event) (keep bool, err error) {
 	return true, nil
 }
 
-func kindOf(tag []byte) Kind {
+func kindOf(tag []byte) kvblock.EventKind {
 	switch string(tag) {
 	case "BlockStored":
-		return BlockStored
+		return kvblock.BlockStored
 	case "BlockRemoved":
-		return BlockRemoved
+		return kvblock.BlockRemoved
 	case "AllBlocksCleared":
-		return AllBlocksCleared
+		return kvblock.AllBlocksCleared
 	}
 	return 0
 }
@@ -453,11 +454,11 @@ var (
 	removedFields = [...]string{"", "block_hashes", "medium", "group_idx", "locality"}
 )
 
-func fieldAt(k Kind, i int) string {
+func fieldAt(k kvblock.EventKind, i int) string {
 	switch {
-	case k == BlockStored && i < len(storedFields):
+	case k == kvblock.BlockStored && i < len(storedFields):
 		return storedFields[i]
-	case k == BlockRemoved && i < len(removedFields):
+	case k == kvblock.BlockRemoved && i < len(removedFields):
 		return removedFields[i]
 	}
 	return ""

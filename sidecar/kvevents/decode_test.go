@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/rolter/rolter/kvblock"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -255,7 +256,7 @@ func TestDecodeVariants(t *testing.T) {
 			name:    "unknown tag skipped, known kept",
 			payload: []any{0, []any{[]any{"BlockPinned", []any{1}, "x"}, map[string]any{"type": "Future"}, []any{"AllBlocksCleared", "extra"}}, 0},
 			check: func(t *testing.T, b *Batch) {
-				if len(b.Events) != 1 || b.Events[0].Kind != AllBlocksCleared {
+				if len(b.Events) != 1 || b.Events[0].Kind != kvblock.AllBlocksCleared {
 					t.Fatalf("%+v", b.Events)
 				}
 			},
@@ -379,7 +380,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			return
 		}
 		for _, ev := range b.Events {
-			if ev.Kind < BlockStored || ev.Kind > AllBlocksCleared {
+			if ev.Kind < kvblock.BlockStored || ev.Kind > kvblock.AllBlocksCleared {
 				t.Fatalf("unknown kind escaped: %v", ev.Kind)
 			}
 			if ev.OpaqueFrom < -1 {

@@ -9,37 +9,18 @@
 // malformed: Decode returns an error wrapping ErrMalformed and never panics.
 //
 // The package does no I/O and keeps no state beyond a Decoder's reusable
-// buffers; it imports only msgpack.
+// buffers; it imports only msgpack and kvblock (for the event kinds).
 package kvevents
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/rolter/rolter/kvblock"
+)
 
 // ErrMalformed is wrapped by every decoding error: the payload is not a
 // KV-event batch this package can read. Callers count and drop it.
 var ErrMalformed = errors.New("malformed kv event batch")
-
-// Kind is an event's tag.
-type Kind uint8
-
-// The event kinds vLLM publishes. Unknown tags are skipped by the decoder
-// and never appear in a Batch.
-const (
-	BlockStored Kind = iota + 1
-	BlockRemoved
-	AllBlocksCleared
-)
-
-func (k Kind) String() string {
-	switch k {
-	case BlockStored:
-		return "BlockStored"
-	case BlockRemoved:
-		return "BlockRemoved"
-	case AllBlocksCleared:
-		return "AllBlocksCleared"
-	}
-	return "Unknown"
-}
 
 // Medium values as vLLM spells them. An event without a medium is on the GPU.
 const (
@@ -50,7 +31,7 @@ const (
 // Event is one decoded KV-cache event. Slices point into the Decoder's
 // buffers and are valid until its next Decode.
 type Event struct {
-	Kind Kind
+	Kind kvblock.EventKind
 	// Hashes are the engine's block hashes (low 64 bits), in chain order.
 	Hashes []uint64
 	// Parent is the engine hash of the block before Hashes[0]; HasParent is

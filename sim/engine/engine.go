@@ -492,7 +492,7 @@ func (e *Engine) finishStep(s *seq, res *StepResult) {
 	}
 	if s.cachedBlocks > first {
 		ev := kvevents.Event{
-			Kind:      kvevents.BlockStored,
+			Kind:      kvblock.BlockStored,
 			TokenIDs:  s.req.Tokens[first*bs : s.cachedBlocks*bs],
 			BlockSize: bs,
 			LoraName:  s.req.Lora,

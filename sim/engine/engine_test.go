@@ -190,7 +190,7 @@ func TestEvictionOrderIsLeastRecentlyFreedTailFirst(t *testing.T) {
 	record := func(steps []StepResult, name string) {
 		for _, s := range steps {
 			for _, ev := range s.Events {
-				if ev.Kind == kvevents.BlockStored {
+				if ev.Kind == kvblock.BlockStored {
 					for i, h := range ev.Hashes {
 						digests[h] = name + string(rune('0'+i))
 					}
@@ -211,7 +211,7 @@ func TestEvictionOrderIsLeastRecentlyFreedTailFirst(t *testing.T) {
 	var evicted []string
 	for _, s := range steps {
 		for _, ev := range s.Events {
-			if ev.Kind == kvevents.BlockRemoved {
+			if ev.Kind == kvblock.BlockRemoved {
 				evicted = append(evicted, digests[ev.Hashes[0]])
 			}
 		}

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/rolter/rolter/sim/kvevents"
+import (
+	"github.com/rolter/rolter/kvblock"
+	"github.com/rolter/rolter/sim/kvevents"
+)
 
 // block is one physical KV block of the pool.
 type block struct {
@@ -118,7 +121,7 @@ func (p *pool) uncache(b *block) {
 		p.cached[b.key] = bs
 	}
 	b.cached = false
-	p.events = append(p.events, kvevents.Event{Kind: kvevents.BlockRemoved, Hashes: []kvevents.Digest{b.digest}})
+	p.events = append(p.events, kvevents.Event{Kind: kvblock.BlockRemoved, Hashes: []kvevents.Digest{b.digest}})
 }
 
 // cache registers b as holding key. Duplicate physical copies of a key are
@@ -147,7 +150,7 @@ func (p *pool) clear() {
 		p.blocks[i].cached = false
 	}
 	clear(p.cached)
-	p.events = append(p.events, kvevents.Event{Kind: kvevents.AllBlocksCleared})
+	p.events = append(p.events, kvevents.Event{Kind: kvblock.AllBlocksCleared})
 }
 
 // used is the number of blocks held by requests.

@@ -53,7 +53,7 @@ func (r *residency) syncTo(t time.Duration) {
 
 func (r *residency) apply(ev kvevents.Event) {
 	switch ev.Kind {
-	case kvevents.BlockStored:
+	case kvblock.BlockStored:
 		parent := kvblock.Root
 		if ev.HasParent {
 			parent = r.digest[ev.Parent]
@@ -69,7 +69,7 @@ func (r *residency) apply(ev kvevents.Event) {
 			r.keys[key]++
 			parent = key
 		}
-	case kvevents.BlockRemoved:
+	case kvblock.BlockRemoved:
 		for _, d := range ev.Hashes {
 			key, ok := r.digest[d]
 			if !ok {
@@ -80,7 +80,7 @@ func (r *residency) apply(ev kvevents.Event) {
 				delete(r.digest, d)
 			}
 		}
-	case kvevents.AllBlocksCleared:
+	case kvblock.AllBlocksCleared:
 		clear(r.keys)
 		clear(r.digest)
 	}

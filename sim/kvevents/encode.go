@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rolter/rolter/kvblock"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -83,7 +84,7 @@ func (c Encoding) EncodeBatch(ts float64, events []Event, dpRank int) ([]byte, e
 
 func (c Encoding) encodeArray(w *writer, e *Event) {
 	switch e.Kind {
-	case BlockStored:
+	case kvblock.BlockStored:
 		// [tag, block_hashes, parent_block_hash, token_ids, block_size,
 		//  lora_id, medium, lora_name, extra_keys, group_idx,
 		//  kv_cache_spec_kind, kv_cache_spec_sliding_window]
@@ -108,7 +109,7 @@ func (c Encoding) encodeArray(w *writer, e *Event) {
 		w.int(0)
 		w.str("full_attention")
 		w.nil()
-	case BlockRemoved:
+	case kvblock.BlockRemoved:
 		w.arrayLen(4)
 		w.str(e.Kind.String())
 		c.hashes(w, e.Hashes)
@@ -116,13 +117,13 @@ func (c Encoding) encodeArray(w *writer, e *Event) {
 		w.int(0)
 	default:
 		w.arrayLen(1)
-		w.str(AllBlocksCleared.String())
+		w.str(kvblock.AllBlocksCleared.String())
 	}
 }
 
 func (c Encoding) encodeMap(w *writer, e *Event) {
 	switch e.Kind {
-	case BlockStored:
+	case kvblock.BlockStored:
 		n := 8
 		if e.LoraName != "" {
 			n++
@@ -155,7 +156,7 @@ func (c Encoding) encodeMap(w *writer, e *Event) {
 			w.str("lora_name")
 			w.str(e.LoraName)
 		}
-	case BlockRemoved:
+	case kvblock.BlockRemoved:
 		w.mapLen(3)
 		w.str("type")
 		w.str(e.Kind.String())
@@ -166,7 +167,7 @@ func (c Encoding) encodeMap(w *writer, e *Event) {
 	default:
 		w.mapLen(1)
 		w.str("type")
-		w.str(AllBlocksCleared.String())
+		w.str(kvblock.AllBlocksCleared.String())
 	}
 }
 

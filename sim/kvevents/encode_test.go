@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rolter/rolter/kvblock"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -112,10 +113,10 @@ func TestEncodingMatchesCapturedVectors(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(i + 1)
 	}
-	stored := Event{Kind: BlockStored, Hashes: []Digest{digestOf(0x303b39ded67da2c2), digestOf(0x84e09493a66d3db9)},
+	stored := Event{Kind: kvblock.BlockStored, Hashes: []Digest{digestOf(0x303b39ded67da2c2), digestOf(0x84e09493a66d3db9)},
 		TokenIDs: tokens, BlockSize: 16, LoraName: "sql-adapter"}
-	removed := Event{Kind: BlockRemoved, Hashes: stored.Hashes}
-	cleared := Event{Kind: AllBlocksCleared}
+	removed := Event{Kind: kvblock.BlockRemoved, Hashes: stored.Hashes}
+	cleared := Event{Kind: kvblock.AllBlocksCleared}
 	tests := []struct {
 		file string
 		enc  Encoding
@@ -168,7 +169,7 @@ func roundTrip(t *testing.T, v any) any {
 }
 
 func TestEncodingsGeneric(t *testing.T) {
-	ev := Event{Kind: BlockStored, Hashes: []Digest{digestOf(1 << 63), digestOf(7)}, Parent: digestOf(42), HasParent: true,
+	ev := Event{Kind: kvblock.BlockStored, Hashes: []Digest{digestOf(1 << 63), digestOf(7)}, Parent: digestOf(42), HasParent: true,
 		TokenIDs: make([]uint32, 32), BlockSize: 16, LoraID: 3, LoraName: "a"}
 	tests := []struct {
 		name  string
@@ -224,7 +225,7 @@ func (c *captureSender) Send(f [][]byte) error {
 func TestPublisherSequenceSkipReplayRestart(t *testing.T) {
 	live := &captureSender{}
 	p := NewPublisher(Options{Topic: "kv@sim@m", FirstSeq: 0, BufferSteps: 4}, live)
-	ev := []Event{{Kind: AllBlocksCleared}}
+	ev := []Event{{Kind: kvblock.AllBlocksCleared}}
 	publish := func(n int) {
 		for i := 0; i < n; i++ {
 			if err := p.Publish(ev); err != nil {

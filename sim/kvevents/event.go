@@ -6,32 +6,12 @@
 // reliability tests use (skipped sequence numbers, sequence restarts).
 //
 // The encoding and the Publisher are pure Go and testable without ZMQ; the
-// ZMQ PUB and ROUTER sockets live in cgo-only files (socket_cgo.go). A
-// build without cgo reports ErrNoCgo when sockets are asked for.
+// ZMQ PUB and ROUTER sockets (sockets.go) come from internal/zmqsock, the
+// module's only cgo code. A build without cgo reports ErrNoCgo when
+// sockets are asked for.
 package kvevents
 
-// Kind is the tag of an event.
-type Kind uint8
-
-// The three event tags vLLM emits.
-const (
-	BlockStored Kind = iota + 1
-	BlockRemoved
-	AllBlocksCleared
-)
-
-// String returns the wire tag of k.
-func (k Kind) String() string {
-	switch k {
-	case BlockStored:
-		return "BlockStored"
-	case BlockRemoved:
-		return "BlockRemoved"
-	case AllBlocksCleared:
-		return "AllBlocksCleared"
-	}
-	return "Unknown"
-}
+import "github.com/rolter/rolter/kvblock"
 
 // Digest is an engine block hash as the engine computes it (32 bytes, like
 // vLLM's sha256-based hashes). On the wire it is either the full 32 bytes
@@ -49,7 +29,7 @@ func (d Digest) Uint64() uint64 {
 
 // Event is one KV-cache event. Fields not used by a Kind are ignored.
 type Event struct {
-	Kind Kind
+	Kind kvblock.EventKind
 	// Hashes are the engine hashes of the blocks stored or removed.
 	Hashes []Digest
 	// Parent is the hash of the block before Hashes[0]; HasParent is false

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
+	"github.com/rolter/rolter/internal/zmqsock"
+	"github.com/rolter/rolter/kvblock"
 )
 
 func TestSocketsLiveAndReplayOverZMQ(t *testing.T) {
@@ -25,15 +26,20 @@ func TestSocketsLiveAndReplayOverZMQ(t *testing.T) {
 			defer s.Close()
 			pubEP, replayEP := s.Endpoints()
 
-			sub, _ := zmq.NewSocket(zmq.SUB)
+			zctx, err := zmqsock.NewContext()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer zctx.Term()
+			sub, err := zctx.Socket(zmqsock.Sub, zmqsock.Options{RecvTimeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer sub.Close()
-			_ = sub.SetLinger(0)
-			_ = sub.SetSubscribe("")
-			_ = sub.SetRcvtimeo(50 * time.Millisecond)
 			if err := sub.Connect(pubEP); err != nil {
 				t.Fatal(err)
 			}
-			ev := []Event{{Kind: BlockStored, Hashes: []Digest{digestOf(9)}, TokenIDs: make([]uint32, 16), BlockSize: 16}}
+			ev := []Event{{Kind: kvblock.BlockStored, Hashes: []Digest{digestOf(9)}, TokenIDs: make([]uint32, 16), BlockSize: 16}}
 			// Publish until the subscriber has joined (slow joiner), bounded.
 			var first [][]byte
 			deadline := time.Now().Add(5 * time.Second)
@@ -41,7 +47,7 @@ func TestSocketsLiveAndReplayOverZMQ(t *testing.T) {
 				if err := p.Publish(ev); err != nil {
 					t.Fatal(err)
 				}
-				if m, err := sub.RecvMessageBytes(0); err == nil {
+				if m, err := sub.Recv(); err == nil {
 					first = m
 				}
 			}
@@ -60,24 +66,25 @@ func TestSocketsLiveAndReplayOverZMQ(t *testing.T) {
 			// Subsequent live messages carry consecutive sequence numbers.
 			seq := binary.BigEndian.Uint64(first[1])
 			_ = p.Publish(ev)
-			m, err := sub.RecvMessageBytes(0)
+			m, err := sub.Recv()
 			if err != nil || binary.BigEndian.Uint64(m[1]) != seq+1 {
 				t.Fatalf("next message %v err %v", m, err)
 			}
 
-			dealer, _ := zmq.NewSocket(zmq.DEALER)
+			dealer, err := zctx.Socket(zmqsock.Dealer, zmqsock.Options{RecvTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer dealer.Close()
-			_ = dealer.SetLinger(0)
-			_ = dealer.SetRcvtimeo(5 * time.Second)
 			if err := dealer.Connect(replayEP); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := dealer.SendMessage("", SeqFrame(0)); err != nil {
+			if err := dealer.Send(nil, SeqFrame(0)); err != nil {
 				t.Fatal(err)
 			}
 			var got []uint64
 			for i := 0; i < 10000; i++ {
-				r, err := dealer.RecvMessageBytes(0)
+				r, err := dealer.Recv()
 				if err != nil {
 					t.Fatalf("replay receive: %v", err)
 				}

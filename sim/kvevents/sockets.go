@@ -1,5 +1,3 @@
-//go:build cgo
-
 package kvevents
 
 import (
@@ -10,15 +8,15 @@ import (
 	"sync"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
+	"github.com/rolter/rolter/internal/zmqsock"
 )
 
 // Sockets are the live PUB socket and the optional replay ROUTER socket of
 // one publisher.
 type Sockets struct {
-	zctx   *zmq.Context
-	pub    *zmq.Socket
-	router *zmq.Socket
+	zctx   *zmqsock.Context
+	pub    *zmqsock.Socket
+	router *zmqsock.Socket
 	p      *Publisher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -28,20 +26,21 @@ type Sockets struct {
 // attaches it to p, and, when replayEndpoint is set, binds a ROUTER socket
 // there that answers replay requests until ctx ends or Close is called.
 func Listen(ctx context.Context, p *Publisher, endpoint, replayEndpoint string, dial Dial, log *slog.Logger) (*Sockets, error) {
-	zctx, err := zmq.NewContext()
+	zctx, err := zmqsock.NewContext()
+	if errors.Is(err, zmqsock.ErrNoCgo) {
+		return nil, ErrNoCgo
+	}
 	if err != nil {
-		return nil, fmt.Errorf("kvevents: zmq context: %w", err)
+		return nil, fmt.Errorf("kvevents: %w", err)
 	}
 	s := &Sockets{zctx: zctx}
 	fail := func(err error) (*Sockets, error) {
 		s.closeSockets()
 		return nil, err
 	}
-	if s.pub, err = zctx.NewSocket(zmq.PUB); err != nil {
+	if s.pub, err = zctx.Socket(zmqsock.Pub, zmqsock.Options{SendHWM: 100000}); err != nil {
 		return fail(fmt.Errorf("kvevents: pub socket: %w", err))
 	}
-	_ = s.pub.SetLinger(0)
-	_ = s.pub.SetSndhwm(100000)
 	if dial.ShouldBind(endpoint) {
 		err = s.pub.Bind(endpoint)
 	} else {
@@ -51,11 +50,9 @@ func Listen(ctx context.Context, p *Publisher, endpoint, replayEndpoint string, 
 		return fail(fmt.Errorf("kvevents: pub %s: %w", endpoint, err))
 	}
 	if replayEndpoint != "" {
-		if s.router, err = zctx.NewSocket(zmq.ROUTER); err != nil {
+		if s.router, err = zctx.Socket(zmqsock.Router, zmqsock.Options{RecvTimeout: 50 * time.Millisecond}); err != nil {
 			return fail(fmt.Errorf("kvevents: router socket: %w", err))
 		}
-		_ = s.router.SetLinger(0)
-		_ = s.router.SetRcvtimeo(50 * time.Millisecond)
 		if err = s.router.Bind(replayEndpoint); err != nil {
 			return fail(fmt.Errorf("kvevents: replay %s: %w", replayEndpoint, err))
 		}
@@ -74,21 +71,18 @@ func Listen(ctx context.Context, p *Publisher, endpoint, replayEndpoint string, 
 	return s, nil
 }
 
-type pubSender struct{ s *zmq.Socket }
+type pubSender struct{ s *zmqsock.Socket }
 
-func (ps pubSender) Send(frames [][]byte) error {
-	_, err := ps.s.SendMessageDontwait(frames)
-	return err
-}
+func (ps pubSender) Send(frames [][]byte) error { return ps.s.SendDontWait(frames...) }
 
 // serveReplay owns the ROUTER socket: only this goroutine touches it.
 func (s *Sockets) serveReplay(ctx context.Context, p *Publisher, log *slog.Logger) {
 	for ctx.Err() == nil {
-		req, err := s.router.RecvMessageBytes(0)
+		req, err := s.router.Recv()
+		if errors.Is(err, zmqsock.ErrTimeout) {
+			continue
+		}
 		if err != nil {
-			if errors.Is(err, zmq.ETIMEDOUT) || zmq.AsErrno(err) == zmq.Errno(11) {
-				continue
-			}
 			if ctx.Err() == nil {
 				log.Warn("kv replay receive failed", "err", err)
 			}
@@ -100,7 +94,7 @@ func (s *Sockets) serveReplay(ctx context.Context, p *Publisher, log *slog.Logge
 			continue
 		}
 		for _, frames := range resp {
-			if _, err := s.router.SendMessage(frames); err != nil {
+			if err := s.router.Send(frames...); err != nil {
 				log.Warn("kv replay send failed", "err", err)
 				break
 			}
@@ -129,16 +123,18 @@ func (s *Sockets) closeSockets() error {
 	if s.router != nil {
 		errs = append(errs, s.router.Close())
 	}
-	errs = append(errs, s.zctx.Term())
+	if s.zctx != nil {
+		errs = append(errs, s.zctx.Term())
+	}
 	return errors.Join(errs...)
 }
 
 // Endpoints returns the endpoints the sockets actually use (a "*" port
 // resolved), for logs and tests.
 func (s *Sockets) Endpoints() (pub, replay string) {
-	pub, _ = s.pub.GetLastEndpoint()
+	pub, _ = s.pub.LastEndpoint()
 	if s.router != nil {
-		replay, _ = s.router.GetLastEndpoint()
+		replay, _ = s.router.LastEndpoint()
 	}
 	return pub, replay
 }
