@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,5 +36,43 @@ func TestSidecarGossipKeyOnlyOffLoopback(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr.String(), "--join 10.0.0.9:7946 is not a loopback address") ||
 		!strings.Contains(stderr.String(), "--insecure-dev") {
 		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}
+
+// TestUnusableSettingsExit2: every setting the router or sidecar process
+// refuses is a usage error (exit 2) whose message names the flag, however
+// deep in the process package it was found; a port that is taken is not
+// (exit 1).
+func TestUnusableSettingsExit2(t *testing.T) {
+	example := filepath.Join("..", "..", "examples", "rolter.toml")
+	router := func(extra ...string) []string {
+		return append([]string{"router", "--config", example, "--node-id", "r1", "--http", "127.0.0.1:0",
+			"--admin", "127.0.0.1:0", "--raft", "127.0.0.1:0", "--data-dir", t.TempDir()}, extra...)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"bad gossip address", router("--gossip", "7946", "--insecure-dev"), 2, "usage: bad gossip flags: --gossip \"7946\""},
+		{"bad peer admin", router("--peer-admin", "no-port"), 2, "usage: --peer-admin \"no-port\""},
+		{"gossip seeds without gossip", router("--join", "127.0.0.1:7946"), 2, "usage: bad control-plane flags: --join 127.0.0.1:7946 names gossip seeds"},
+		{"sidecar without an engine", []string{"sidecar", "--engine", "", "--models", "m", "--gossip", "127.0.0.1:0",
+			"--metrics-addr", ""}, 2, "usage: --engine or --engine-advertise is required"},
+		{"API port taken", router("--http", busy.Addr().String()), 1, "--http: listen tcp " + busy.Addr().String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			code := run(context.Background(), tc.args, io.Discard, &stderr)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d (want %d), stderr without %q: %s", code, tc.code, tc.want, stderr.String())
+			}
+		})
 	}
 }
