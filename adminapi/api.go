@@ -76,13 +76,12 @@ type ClusterInfo interface {
 	Info() cluster.Info
 }
 
-// RouterInfo is one router as the gossip inventory knows it.
+// RouterInfo is one router as the gossip inventory knows it: what it
+// announced in the pool (AdminAddr as a reachable host:port, a
+// ConfigVersion of 0 when not known), and whether it is a member now.
 type RouterInfo struct {
-	NodeID        string `json:"node_id"`
-	AdminAddr     string `json:"admin_addr,omitempty"`
-	Build         string `json:"build,omitempty"`
-	Alive         bool   `json:"alive"`
-	ConfigVersion uint64 `json:"config_version"` // 0: not known
+	gossip.RouterInfo
+	Alive bool
 }
 
 // Inventory lists the routers gossip knows (optional).
