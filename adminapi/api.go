@@ -4,9 +4,12 @@
 // endpoints of compat.md, the audit log and the cluster view, the GitOps
 // rolter.toml diff/apply endpoints and their client (Client), plus
 // authentication (bearer admin tokens, SHA-256 hashed in the Raft state)
-// and role checks. Writes become cluster commands; the store forwards
-// them to the Raft leader and the FSM checks the role again when it
-// applies them, so a handler bug cannot escalate.
+// and role checks. Writes go through the Store's domain methods
+// (CreateProvider, SetPolicy, ...); the store forwards them to the Raft
+// leader and the FSM checks the role again when it applies them, so a
+// handler bug cannot escalate. A refusal comes back as a cluster.Code
+// (not_found, conflict, readonly, ...), which is the error code clients
+// see.
 //
 // Adaptive telemetry is soft state: each router keeps a Telemetry table
 // in memory. Every router's Pusher posts its sample to every router's
@@ -76,13 +79,12 @@ type ClusterInfo interface {
 	Info() cluster.Info
 }
 
-// RouterInfo is one router as the gossip inventory knows it.
+// RouterInfo is one router as the gossip inventory knows it: what it
+// announced in the pool (AdminAddr as a reachable host:port, a
+// ConfigVersion of 0 when not known), and whether it is a member now.
 type RouterInfo struct {
-	NodeID        string `json:"node_id"`
-	AdminAddr     string `json:"admin_addr,omitempty"`
-	Build         string `json:"build,omitempty"`
-	Alive         bool   `json:"alive"`
-	ConfigVersion uint64 `json:"config_version"` // 0: not known
+	gossip.RouterInfo
+	Alive bool
 }
 
 // Inventory lists the routers gossip knows (optional).

@@ -405,7 +405,9 @@ func TestClusterViewNamesTheLeader(t *testing.T) {
 	m := newMesh(t)
 	f := m.follower()
 	api := New(Deps{Store: m.c.Node(f), Cluster: m.c.Node(f), InternalToken: internalToken,
-		Inventory: fakeInventory{{NodeID: "n1", Alive: true, ConfigVersion: 7}, {NodeID: "r9", Alive: false}}})
+		Inventory: fakeInventory{
+			{RouterInfo: gossip.RouterInfo{NodeID: "n1", ConfigVersion: 7}, Alive: true},
+			{RouterInfo: gossip.RouterInfo{NodeID: "r9"}, Alive: false}}})
 	r := call(t, api, http.MethodGet, "/api/v1/cluster", superToken, "")
 	leader := m.c.Node(m.c.Leader()).NodeID()
 	if r.body["leader"] != leader {

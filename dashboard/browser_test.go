@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // The browser tests drive headless Chromium through chromedp against the
@@ -217,21 +218,16 @@ func (p *page) text(sel string) string {
 	return evalJS[string](p, fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.innerText : ""; })()`, sel))
 }
 
-// eventually polls cond every 100 ms for up to 10 s; what describes the
-// awaited state, read only on failure.
+// eventually waits up to 10 s for cond; what describes the awaited
+// state, read only on failure.
 func (p *page) eventually(what func() string, cond func() bool) {
 	p.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; i < 200; i++ {
+	testwait.For(p.t, 10*time.Second, "the page", func() error {
 		if cond() {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	p.t.Fatalf("timed out waiting for %s", what())
+		return errors.New(what())
+	})
 }
 
 // waitText waits until the element matching sel contains want.

@@ -11,6 +11,7 @@ import (
 	"github.com/rolter/rolter/adminapi"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // TestAgainstRealAdminAPI drives the dashboard against the real admin API
@@ -130,11 +131,5 @@ func TestAgainstRealAdminAPI(t *testing.T) {
 
 func waitState(t *testing.T, c *cluster.InmemCluster, node int, ok func(*cluster.State) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok(c.Node(node).State()) {
-		if time.Now().After(deadline) {
-			t.Fatal("the cluster state never reflected the dashboard's write")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, "the cluster state to reflect the dashboard's write", func() bool { return ok(c.Node(node).State()) })
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // realCluster starts a seeded in-memory three-node Raft cluster and
@@ -35,12 +36,7 @@ func realCluster(t *testing.T, seed *config.Config, super, internal string) (*cl
 		t.Fatal(err)
 	}
 	node := (c.Leader() + 1) % c.Len()
-	for !c.Node(node).State().Seeded {
-		if ctx.Err() != nil {
-			t.Fatal("seed never applied")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, 20*time.Second, "the seed to apply", func() bool { return c.Node(node).State().Seeded })
 	return c, node
 }
 

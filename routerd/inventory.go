@@ -132,9 +132,9 @@ func (m *meshInventory) TelemetryEndpoints() []string {
 
 // Routers implements adminapi.Inventory.
 func (m *meshInventory) Routers() []adminapi.RouterInfo {
-	out := []adminapi.RouterInfo{{NodeID: m.self, Alive: true}}
+	out := []adminapi.RouterInfo{{RouterInfo: mesh.RouterInfo{NodeID: m.self}, Alive: true}}
 	for _, r := range m.routers() {
-		ri := adminapi.RouterInfo{NodeID: r.info.NodeID, Alive: r.present, ConfigVersion: r.info.ConfigVersion, Build: r.info.Build}
+		ri := adminapi.RouterInfo{RouterInfo: r.info, Alive: r.present}
 		if r.info.AdminAddr != "" {
 			ri.AdminAddr = hostFrom(r.info.AdminAddr, r.info.Address)
 		}
