@@ -31,7 +31,7 @@ type LossyResult struct {
 
 // MeasureLossyMesh runs an in-process pool of routers and sidecars whose
 // every transport drops loss of its outbound packets, with memberlist's
-// real LAN timings (mesh.FastTune is not applied) and the mesh's default
+// real LAN timings (mesh.FastTiming is not applied) and the mesh's default
 // intervals. The sidecars publish no residency change during the window,
 // so what keeps an engine fresh is its status alone (every 250 ms); every
 // 100 ms it samples, at every router, the age of each engine's last
@@ -39,12 +39,12 @@ type LossyResult struct {
 func MeasureLossyMesh(ctx context.Context, routers, sidecars int, loss float64, window time.Duration, seed uint64) (LossyResult, error) {
 	var res LossyResult
 	h, err := mesh.NewHarness(ctx, mesh.HarnessConfig{Routers: routers, Sidecars: sidecars, Seed: seed,
-		Tune: func(*memberlist.Config) {}})
+		Timing: &mesh.Timing{}})
 	if err != nil {
 		return res, err
 	}
 	defer h.Close()
-	nodes := append(slices.Clone(h.Routers), h.Sidecars...)
+	nodes := h.Members()
 	urls := make([]string, sidecars)
 	for i := range urls {
 		urls[i] = mesh.EngineURL(i)

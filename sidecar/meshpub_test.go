@@ -23,7 +23,7 @@ func startPool(t *testing.T) *mesh.Harness {
 	}
 	t.Cleanup(func() { h.Close(); cancel() })
 	testwait.For(t, 10*time.Second, "gossip", func() error {
-		for _, n := range []*mesh.Node{h.Routers[0], h.Sidecars[0]} {
+		for _, n := range h.Members() {
 			if n.NumMembers() != 2 {
 				return fmt.Errorf("%s sees %d members", n.Name(), n.NumMembers())
 			}
@@ -63,7 +63,7 @@ func TestMeshPublisherStates(t *testing.T) {
 		return nil
 	})
 
-	inv := adminapi.MeshEngines{View: h.Routers[0].View()}
+	inv := adminapi.MeshEngines{Mesh: h.Routers[0]}
 	testwait.For(t, 10*time.Second, "engine in the admin inventory", func() error {
 		es := inv.Engines()
 		if len(es) != 1 || es[0].Running != 2 || es[0].Waiting != 3 || es[0].PrefixCacheHitRate == nil ||

@@ -19,8 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
 	"github.com/rolter/rolter/cluster/mesh"
 )
 
@@ -65,7 +63,7 @@ func Run(ctx context.Context, c Config, w io.Writer) error {
 
 	start := time.Now()
 	h, err := mesh.NewHarness(ctx, mesh.HarnessConfig{Routers: c.Routers, Sidecars: c.Sidecars, Seed: c.Seed, Key: key, Loss: c.Loss,
-		Tune: func(mc *memberlist.Config) { mc.TCPTimeout = 5 * time.Second }}) // memberlist LAN defaults otherwise
+		Timing: &mesh.Timing{TCPTimeout: 5 * time.Second}}) // memberlist LAN defaults otherwise
 	if err != nil {
 		return err
 	}
@@ -129,7 +127,7 @@ func (b *bench) waitPool(ctx context.Context) error {
 	lo, hi := 0, 0
 	err := poll(ctx, 120*time.Second, "pool formation", func() bool {
 		lo, hi = want, 0
-		for _, n := range append(slices.Clone(b.h.Routers), b.h.Sidecars...) {
+		for _, n := range b.h.Members() {
 			lo, hi = min(lo, n.NumMembers()), max(hi, n.NumMembers())
 		}
 		return lo == want && hi == want
@@ -384,7 +382,7 @@ func (b *bench) report(w io.Writer, res benchResult, before, after runtime.MemSt
 		float64(res.sidecarBytes)/secs/float64(b.sidecars)/1024, float64(res.routerBytes)/secs/float64(b.routers)/1024, res.resyncs, res.fulls, res.malformed)
 	var idxBytes, idxBlocks int
 	for _, r := range b.h.Routers {
-		by, bl := r.View().ResidencyBytes()
+		by, bl := r.ResidencyBytes()
 		idxBytes += by
 		idxBlocks += bl
 	}

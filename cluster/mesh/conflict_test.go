@@ -15,8 +15,8 @@ func TestSecondNodeWithATakenNameFailsLoudly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := Start(t.Context(), Config{Name: "host-1", Meta: Meta{Role: RoleRouter}, InsecureDev: true,
-		Transport: trA, Tune: FastTune}, nil)
+	router, err := StartRouter(t.Context(), Config{Name: "host-1", InsecureDev: true,
+		Transport: trA, Timing: FastTiming}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +25,8 @@ func TestSecondNodeWithATakenNameFailsLoudly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sidecar, err := Start(t.Context(), Config{Name: "host-1", Meta: Meta{Role: RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
-		InsecureDev: true, Transport: trB, Tune: FastTune}, []string{router.Addr()})
+	sidecar, err := StartSidecar(t.Context(), Config{Name: "host-1", Meta: Meta{EngineURL: "http://127.0.0.1:8000"},
+		InsecureDev: true, Transport: trB, Timing: FastTiming}, []string{router.Addr()})
 	if err == nil {
 		sidecar.Close()
 		t.Fatal("a second node named like a live member joined without an error")

@@ -4,6 +4,25 @@
 // KV block keys, queue, KV usage, LMCache occupancy and resident adapters,
 // each with an age and a state (EXACT, DEGRADED, STALE, UNKNOWN).
 //
+// # Members
+//
+// A process is one of two members over a shared core (memberlist
+// lifecycle, node meta, encryption, sending, the live members by role,
+// counters):
+//
+//   - Sidecar (StartSidecar): its Publisher mirrors one engine's resident
+//     keys and status and sends them to every router.
+//   - Router (StartRouter): its View is what strategies (Targets) and
+//     discovery (Engines, Changed) read; the Router itself exchanges loads
+//     and learned records with the other routers (PublishLoads, Share,
+//     Learned, PublishConfigVersion) and answers the admin API (Snapshot).
+//
+// memberlist calls into the core from its own goroutines (delegate,
+// events); the core hands each message to the role. Nothing is sent on the
+// network under a lock: a router that must ask a sidecar for a resend
+// queues the request under the engine's lock and sends it after releasing
+// it.
+//
 // # What travels how
 //
 // memberlist's epidemic broadcast queue carries roughly 20 KB/s per node
@@ -38,6 +57,18 @@
 //     every 50 ms) by UDP. View.Remote hands router/meshstate the raw
 //     inputs of its load fold; what the records and loads mean is
 //     meshstate's, not this package's.
+//
+// Router-to-router state also travels a second way, on purpose: every
+// PushInterval (15 s) each router POSTs its adaptive telemetry and route
+// stats to the others' admin APIs (adminapi.Pusher, to the admin
+// addresses gossip or --peer-admin names). The two carry different things:
+// gossip carries what must be fresh within a fraction of a second and
+// fits a packet (per-engine loads, learned records, the applied
+// config_version); the push carries reports of kilobytes to megabytes
+// that only need to be seconds fresh, and it also works between routers
+// that run without --gossip. The config_version travels both ways: GET
+// /api/v1/adaptive-routing uses the gossiped one and falls back to the
+// pushed one for a router that does not gossip.
 //
 // # Wire format
 //

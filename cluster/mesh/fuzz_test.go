@@ -258,7 +258,7 @@ func FuzzRouterReceive(f *testing.F) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	deliver := (*delegate)(rt).NotifyMsg
+	deliver := (*delegate)(rt.core).NotifyMsg
 	// The sidecar's name goes last so the fuzzed body cannot override it:
 	// the fuzzer then explores what a member of the pool may say.
 	signed := protowire.AppendTag(nil, 2, protowire.BytesType)

@@ -59,7 +59,7 @@ func TestAddrsConfig(t *testing.T) {
 			wantError: "--gossip-advertise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := tc.g.Config("n1", Meta{Role: RoleRouter}, tc.insecure, tc.getenv, slog.New(slog.DiscardHandler))
+			c, err := tc.g.Config("n1", Meta{}, tc.insecure, tc.getenv, slog.New(slog.DiscardHandler))
 			if tc.wantError != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
 					t.Fatalf("err %v, want one mentioning %q", err, tc.wantError)
@@ -83,14 +83,14 @@ func TestLateJoinWithATakenNodeIDStops(t *testing.T) {
 	ctx, stop := context.WithCancelCause(t.Context())
 	defer stop(nil)
 	log := slog.New(slog.DiscardHandler)
-	joiner, err := StartJoining(ctx, Start, Config{Name: "host-1", Meta: Meta{Role: RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
-		BindAddr: "127.0.0.1", InsecureDev: true, Tune: FastTune}, []string{addr}, log, stop)
+	joiner, err := StartJoining(ctx, StartSidecar, Config{Name: "host-1", Meta: Meta{EngineURL: "http://127.0.0.1:8000"},
+		BindAddr: "127.0.0.1", InsecureDev: true, Timing: FastTiming}, []string{addr}, log, stop)
 	if err != nil {
 		t.Fatalf("a sidecar whose seed is not up yet must start alone: %v", err)
 	}
 	defer joiner.Close()
-	incumbent, err := Start(t.Context(), Config{Name: "host-1", Meta: Meta{Role: RoleRouter},
-		BindAddr: host, BindPort: port, InsecureDev: true, Tune: FastTune}, nil)
+	incumbent, err := StartRouter(t.Context(), Config{Name: "host-1",
+		BindAddr: host, BindPort: port, InsecureDev: true, Timing: FastTiming}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Collector exports the node's Stats and the view's engine states as
-// Prometheus metrics; register it on the process's own registry.
-func (n *Node) Collector() prometheus.Collector { return (*collector)(n) }
-
-type collector Node
+// collector exports a member's Stats and, on a router, its view's engine
+// states.
+type collector struct {
+	c    *core
+	view *View // nil on a sidecar
+}
 
 var (
 	descMembers = prometheus.NewDesc("rolter_gossip_members", "Live members of the gossip pool, this node included.", nil, nil)
@@ -58,22 +59,21 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	n := (*Node)(c)
-	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n.NumMembers()))
+	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(c.c.NumMembers()))
 	for _, d := range counters {
-		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.get(&n.stats).Load()))
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.get(&c.c.stats).Load()))
 	}
-	if n.view == nil {
+	if c.view == nil {
 		return
 	}
 	var byState [4]int
-	for _, e := range *n.view.engines.Load() {
+	for _, e := range *c.view.engines.Load() {
 		byState[min(e.state.Load(), 3)]++
 	}
 	for st, cnt := range byState {
 		ch <- prometheus.MustNewConstMetric(descEngines, prometheus.GaugeValue, float64(cnt), ResidencyState(st).String())
 	}
-	bytes, blocks := n.view.ResidencyBytes()
+	bytes, blocks := c.view.residencyBytes()
 	ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(blocks))
 	ch <- prometheus.MustNewConstMetric(descIndex, prometheus.GaugeValue, float64(bytes))
 }
