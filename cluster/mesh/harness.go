@@ -20,6 +20,9 @@ type HarnessConfig struct {
 	// Timing is every member's membership timing (nil: FastTiming; a
 	// zero Timing keeps memberlist's LAN defaults).
 	Timing *Timing
+	// Identity, when set (KeyECDSA or KeyEd25519), gives every member a
+	// certificate of that key type from the harness's CA.
+	Identity string
 	// Configure adjusts every node's Config before it starts.
 	Configure func(*Config)
 	Logger    *slog.Logger
@@ -32,7 +35,9 @@ type Harness struct {
 	Routers    []*Router
 	Sidecars   []*Sidecar
 	Transports map[string]*Metered
-	seq        uint64
+	// CA issued the members' identities (nil without HarnessConfig.Identity).
+	CA  *TestCA
+	seq uint64
 }
 
 // EngineURL is the engine URL the harness gives sidecar i.
@@ -45,6 +50,12 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 		cfg.Timing = &FastTiming
 	}
 	h := &Harness{cfg: cfg, Transports: map[string]*Metered{}}
+	if cfg.Identity != "" {
+		var err error
+		if h.CA, err = NewTestCA(time.Now()); err != nil {
+			return nil, err
+		}
+	}
 	for i := range cfg.Routers {
 		if _, err := h.AddRouter(ctx, fmt.Sprintf("router-%d", i)); err != nil {
 			h.Close()
@@ -95,6 +106,12 @@ func start[M interface {
 	tr.SetLoss(h.cfg.Loss)
 	cfg := Config{Name: name, Meta: meta, Key: h.cfg.Key, InsecureDev: h.cfg.Key == nil,
 		Transport: tr, Timing: *h.cfg.Timing, Logger: h.cfg.Logger}
+	if h.CA != nil {
+		if cfg.Identity, err = h.CA.Issue(name, h.cfg.Identity, time.Now()); err != nil {
+			tr.Shutdown()
+			return zero, err
+		}
+	}
 	if h.cfg.Configure != nil {
 		h.cfg.Configure(&cfg)
 	}

@@ -18,6 +18,10 @@ var (
 	descEngines = prometheus.NewDesc("rolter_gossip_engines", "Engines in this router's cluster view, by residency state.", []string{"state"}, nil)
 	descBlocks  = prometheus.NewDesc("rolter_gossip_resident_blocks", "Resident (engine, block) pairs in this router's view.", nil, nil)
 	descIndex   = prometheus.NewDesc("rolter_gossip_residency_index_bytes", "Memory held by this router's residency index.", nil, nil)
+	descReject  = prometheus.NewDesc("rolter_gossip_rejected_total",
+		"Messages and joins refused by gossip identity: unsigned, unknown_key (no verified certificate for the claimed sender), "+
+			"bad_signature, bad_certificate, no_identity (a joiner without a certificate), name_taken (a joiner under a live member's name "+
+			"with another certificate).", []string{"reason"}, nil)
 )
 
 type counterDesc struct {
@@ -53,6 +57,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descEngines
 	ch <- descBlocks
 	ch <- descIndex
+	ch <- descReject
 	for _, d := range counters {
 		ch <- d.desc
 	}
@@ -62,6 +67,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(c.c.NumMembers()))
 	for _, d := range counters {
 		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.get(&c.c.stats).Load()))
+	}
+	for reason, name := range rejectReasons {
+		ch <- prometheus.MustNewConstMetric(descReject, prometheus.CounterValue, float64(c.c.stats.Rejected[reason].Load()), name)
 	}
 	if c.view == nil {
 		return

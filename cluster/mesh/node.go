@@ -75,6 +75,12 @@ type Config struct {
 	// InsecureDev.
 	Key         []byte
 	InsecureDev bool
+	// Identity, when set, is this member's certificate from the cluster
+	// CA: Name must be empty or its common name, every message is signed
+	// and only messages signed by their sender's certified key are taken.
+	// Without it a message is taken from any member that has the pool's
+	// Key (see doc.go, Trust).
+	Identity *Identity
 	// Transport replaces memberlist's UDP/TCP transport (tests: Metered).
 	Transport memberlist.NodeAwareTransport
 	// Timing overrides memberlist's LAN failure-detection timings; zero
@@ -140,14 +146,19 @@ const udpBudget = 1300
 // lifecycle, this node's meta, the live members by role, sending, and the
 // counters. The role plugs in through roleHooks.
 type core struct {
-	cfg   Config
-	log   *slog.Logger
-	now   func() time.Time
-	ml    *memberlist.Memberlist
-	tx    sender // ml, or a test's recorder
-	meta  []byte
-	stats Stats
-	hooks roleHooks
+	cfg  Config
+	log  *slog.Logger
+	now  func() time.Time
+	ml   *memberlist.Memberlist
+	tx   sender // ml, or a test's recorder
+	meta []byte
+	id   *Identity // nil: messages are neither signed nor verified
+	sig  signer
+	// udpMax is the largest message sent by UDP (udpBudget plus the
+	// signature when it is signed).
+	udpMax int
+	stats  Stats
+	hooks  roleHooks
 
 	mu      sync.RWMutex
 	members map[string]member
@@ -157,6 +168,15 @@ type core struct {
 	sidecars atomic.Pointer[[]*memberlist.Node]
 
 	conflicts nameConflicts
+	taken     nameConflicts // names refused at join: held by a live member under another key
+
+	// peers holds the verified certificate key of each member (under mu);
+	// idOut queues this member's certificate for a member to receive it.
+	peers   map[string]peerKey
+	idOut   chan identityReq
+	idMu    sync.Mutex
+	idSent  map[string]time.Time // last certificate sent to each member
+	idAsked map[string]time.Time // last time a member's certificate was asked for
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -198,6 +218,18 @@ func newCore(cfg Config, role Role) (*core, error) {
 			return nil, ErrBadGossipKey
 		}
 	}
+	if cfg.Identity != nil {
+		if err := cfg.Identity.check(time.Now()); err != nil {
+			return nil, err
+		}
+		switch cn := cfg.Identity.Name(); {
+		case cfg.Name == "":
+			cfg.Name = cn
+		case cfg.Name != cn:
+			return nil, fmt.Errorf("%w: node name %q is not the certificate's common name %q", ErrIdentity, cfg.Name, cn)
+		}
+		cfg.Meta.keyID = keyIDOf(cfg.Identity.Chain[0])
+	}
 	if cfg.Name == "" {
 		return nil, errors.New("mesh: node name required")
 	}
@@ -219,7 +251,15 @@ func newCore(cfg Config, role Role) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &core{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), now: cfg.Now, meta: meta, members: map[string]member{}}
+	c := &core{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), now: cfg.Now, meta: meta, members: map[string]member{},
+		udpMax: udpBudget, id: cfg.Identity}
+	if c.id != nil {
+		c.sig = signer{key: c.id.Key}
+		c.udpMax += sigTrailer
+		c.peers = map[string]peerKey{}
+		c.idOut = make(chan identityReq, 256)
+		c.idSent, c.idAsked = map[string]time.Time{}, map[string]time.Time{}
+	}
 	c.routers.Store(&[]*memberlist.Node{})
 	c.sidecars.Store(&[]*memberlist.Node{})
 	return c, nil
@@ -241,6 +281,9 @@ func (c *core) start(ctx context.Context, join []string) error {
 	mc.Delegate = (*delegate)(c)
 	mc.Events = (*events)(c)
 	mc.Conflict = (*conflictDelegate)(c)
+	if c.id != nil {
+		mc.Alive = (*aliveDelegate)(c)
+	}
 	mc.EnableCompression = false // block keys are random: LZW only costs CPU
 	mc.Logger = slog.NewLogLogger(levelHandler{c.log.Handler()}, slog.LevelDebug)
 	if cfg.Meta.Role == RoleRouter {
@@ -262,7 +305,11 @@ func (c *core) start(ctx context.Context, join []string) error {
 	c.ml, c.tx = ml, ml
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
-	for _, loop := range c.hooks.loops {
+	loops := c.hooks.loops
+	if c.id != nil {
+		loops = append(loops, c.identityLoop)
+	}
+	for _, loop := range loops {
 		c.wg.Add(1)
 		go func() { defer c.wg.Done(); loop(loopCtx) }()
 	}
@@ -273,8 +320,10 @@ func (c *core) start(ctx context.Context, join []string) error {
 		}
 		// The push/pull exchange of Join carried the pool's members: a
 		// member already named like this node has been reported by now.
+		// Stop without a leave message: it would announce, in the shared
+		// name, that the member holding it left.
 		if err := c.Conflict(); err != nil {
-			_ = c.Leave(time.Second)
+			c.Close()
 			return err
 		}
 	}
@@ -326,7 +375,7 @@ func (c *core) Close() error {
 // reliable TCP stream. Failures are counted, never returned to a loop.
 func (c *core) send(to *memberlist.Node, msg []byte) {
 	var err error
-	if len(msg) <= udpBudget {
+	if len(msg) <= c.udpMax {
 		err = c.tx.SendBestEffort(to, msg)
 	} else {
 		err = c.tx.SendReliable(to, msg)
@@ -405,6 +454,18 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	}
 	c.stats.MsgsReceived.Add(1)
 	typ, body := buf[0], buf[1:]
+	if typ == msgIdentity {
+		if err := c.handleIdentity(body); err != nil {
+			c.stats.Malformed.Add(1)
+			c.log.Debug("dropped gossip message", "err", err)
+		}
+		return
+	}
+	if c.id != nil {
+		if body = c.verified(buf); body == nil {
+			return
+		}
+	}
 	ok, err := c.hooks.handle(typ, body)
 	if !ok {
 		err = fmt.Errorf("%w: message type %d not for a %s", errMalformed, typ, c.cfg.Meta.Role)
@@ -429,6 +490,7 @@ func (e *events) NotifyLeave(mn *memberlist.Node) {
 	c.mu.Lock()
 	m, ok := c.members[mn.Name]
 	delete(c.members, mn.Name)
+	delete(c.peers, mn.Name)
 	c.rebuildRoles()
 	c.mu.Unlock()
 	if ok && c.hooks.gone != nil {
@@ -448,7 +510,13 @@ func (c *core) memberUp(mn *memberlist.Node, joined bool) {
 	c.members[mn.Name] = member{node: &cp, meta: meta}
 	c.rebuildRoles()
 	c.mu.Unlock()
-	if mn.Name != c.cfg.Name && c.hooks.up != nil {
+	if mn.Name == c.cfg.Name {
+		return
+	}
+	if joined && c.id != nil {
+		c.sendIdentity(mn.Name, false)
+	}
+	if c.hooks.up != nil {
 		c.hooks.up(mn.Name, meta, joined)
 	}
 }
@@ -489,4 +557,7 @@ type Stats struct {
 	LearnedDropped  atomic.Uint64 // router: learned records dropped (queue full)
 	StatusReordered atomic.Uint64 // router: older status ignored
 	NameConflicts   atomic.Uint64 // another member claimed this node's name, or this node another's
+	// Rejected counts messages and members refused by identity checks,
+	// by reason (see rejectReasons).
+	Rejected [numRejectReasons]atomic.Uint64
 }
