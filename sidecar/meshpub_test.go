@@ -50,7 +50,7 @@ func TestMeshPublisherStates(t *testing.T) {
 			return nil
 		}
 	}
-	pub.PublishStatus(EngineStatus{State: StateUnknown, MetricsOK: true, Running: 2, Waiting: 3,
+	pub.PublishStatus(EngineStatus{State: mesh.StateUnknown, MetricsOK: true, Running: 2, Waiting: 3,
 		PrefixHits: 30, PrefixQueries: 120})
 	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateDegraded))
 	if n, ok := tg.ResidentPrefix(0, keys); ok || n != 0 {
@@ -72,7 +72,7 @@ func TestMeshPublisherStates(t *testing.T) {
 		}
 		return nil
 	})
-	pub.PublishResidency(Delta{Added: keys, State: StateExact})
+	pub.PublishResidency(Delta{Added: keys, State: mesh.StateExact})
 	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateExact))
 	testwait.For(t, 10*time.Second, "gossip", func() error {
 		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 3 {
@@ -81,10 +81,10 @@ func TestMeshPublisherStates(t *testing.T) {
 		return nil
 	})
 	// A status composed before the stream started must not undo it.
-	pub.PublishStatus(EngineStatus{State: StateUnknown})
-	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: StateDegraded})
+	pub.PublishStatus(EngineStatus{State: mesh.StateUnknown})
+	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: mesh.StateDegraded})
 	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateDegraded))
-	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: StateExact})
+	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: mesh.StateExact})
 	testwait.For(t, 10*time.Second, "gossip", func() error {
 		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 1 {
 			return fmt.Errorf("after the snapshot ResidentPrefix = %d, %v; want 1, true", n, ok)
