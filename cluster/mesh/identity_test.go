@@ -208,44 +208,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// BenchmarkSign and BenchmarkVerify measure what identity costs per
-// message of a typical size (a status; a 150-key delta).
-func BenchmarkSign(b *testing.B) {
-	for _, keyType := range []string{KeyECDSA, KeyEd25519} {
-		id := benchIdentity(b, keyType)
-		for _, size := range []int{120, 1250} {
-			msg := make([]byte, size)
-			b.Run(keyType+"/"+strconv.Itoa(size), func(b *testing.B) {
-				s := signer{key: id.Key}
-				for b.Loop() {
-					s.seal(msg)
-				}
-			})
-		}
-	}
-}
-
-func BenchmarkVerify(b *testing.B) {
-	for _, keyType := range []string{KeyECDSA, KeyEd25519} {
-		id := benchIdentity(b, keyType)
-		v, err := verifierOf(id.Leaf.PublicKey)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, size := range []int{120, 1250} {
-			sealed := signer{key: id.Key}.seal(make([]byte, size))
-			b.Run(keyType+"/"+strconv.Itoa(size), func(b *testing.B) {
-				for b.Loop() {
-					signed, sig, _ := unseal(sealed)
-					if !v(signed, sig) {
-						b.Fatal("signature does not verify")
-					}
-				}
-			})
-		}
-	}
-}
-
 func benchIdentity(b *testing.B, keyType string) *Identity {
 	ca, err := NewTestCA(time.Now())
 	if err != nil {
