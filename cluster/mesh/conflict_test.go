@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // A router and a sidecar started on one host with the same default id:
@@ -40,7 +42,7 @@ func TestSecondNodeWithATakenNameFailsLoudly(t *testing.T) {
 		}
 	}
 	// The member that was there first reports it too (log and metric).
-	eventually(t, 5*time.Second, "the incumbent records the conflict", func() bool {
+	testwait.For(t, 5*time.Second, "the incumbent records the conflict", func() bool {
 		return router.Conflict() != nil && router.Stats().NameConflicts.Load() > 0
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 func newIdentityHarness(t *testing.T, keyType string, routers, sidecars int) *Harness {
@@ -33,7 +35,7 @@ func TestIdentityRefusesMessagesInAnothersName(t *testing.T) {
 			honest.Publisher().Apply(ResidencyDelta{Added: keys, State: StateExact})
 			honest.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1, Waiting: 3})
 			tg := rt.View().Targets([]string{EngineURL(0)})
-			eventually(t, 10*time.Second, "honest signed residency and status applied", func() bool {
+			testwait.For(t, 10*time.Second, "honest signed residency and status applied", func() bool {
 				q, ok := tg.Load(0)
 				return viewMatches(rt, EngineURL(0), keys) && ok && q == 4
 			})
@@ -136,7 +138,7 @@ func TestIdentityRefusesMembersWithoutCertificate(t *testing.T) {
 	}
 	defer plain.Close()
 	plain.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 9})
-	eventually(t, 5*time.Second, "the member without a certificate refused and its statuses dropped", func() bool {
+	testwait.For(t, 5*time.Second, "the member without a certificate refused and its statuses dropped", func() bool {
 		return rejected(rt.core, rejectNoIdentity) > 0 && rejected(rt.core, rejectUnsigned) >= 2
 	})
 	if got := rt.View().Engines(""); len(got) != 0 {
@@ -157,7 +159,7 @@ func TestIdentityBindsANameToOneCertificate(t *testing.T) {
 	t.Cleanup(func() { h.Close() })
 	waitMembers(t, h)
 	rt, honest := h.Routers[0], h.Sidecars[0]
-	eventually(t, 5*time.Second, "the router verified the honest sidecar's certificate", func() bool {
+	testwait.For(t, 5*time.Second, "the router verified the honest sidecar's certificate", func() bool {
 		rt.mu.RLock()
 		defer rt.mu.RUnlock()
 		p, ok := rt.peers[honest.Name()]
@@ -181,7 +183,7 @@ func TestIdentityBindsANameToOneCertificate(t *testing.T) {
 	if !errors.Is(err, ErrNameConflict) {
 		t.Errorf("err = %v, want ErrNameConflict", err)
 	}
-	eventually(t, 5*time.Second, "the router refused the twin and logged both addresses", func() bool {
+	testwait.For(t, 5*time.Second, "the router refused the twin and logged both addresses", func() bool {
 		out := logs.String()
 		return rejected(rt.core, rejectNameTaken) > 0 && strings.Contains(out, "held_by="+honest.Addr()) &&
 			strings.Contains(out, "refused=127.0.0.1:"+strconv.Itoa(twinPort))
