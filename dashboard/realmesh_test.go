@@ -101,9 +101,8 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 	if _, err := h.AddSidecar(t.Context(), "gpu-d", "http://127.0.0.1:18003", "chat-d"); err != nil {
 		t.Fatal(err)
 	}
-	view := h.Routers[0].View()
 
-	api := adminapi.New(adminapi.Deps{Store: c.Node(node), Cluster: c.Node(node), InternalToken: internal, Engines: adminapi.MeshEngines{View: view}})
+	api := adminapi.New(adminapi.Deps{Store: c.Node(node), Cluster: c.Node(node), InternalToken: internal, Engines: adminapi.MeshEngines{Mesh: h.Routers[0]}})
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", Handler())
 	mux.Handle("/", api)
@@ -170,7 +169,7 @@ func TestMeshAgainstRealGossip(t *testing.T) {
 			t.Errorf("%s state = %q after another sidecar died, want EXACT", name, got)
 		}
 	}
-	if !slices.ContainsFunc(view.Snapshot().Engines, func(e mesh.EngineSnapshot) bool { return e.NodeID == "gpu-c" && e.State == "STALE" }) {
+	if !slices.ContainsFunc(h.Routers[0].Snapshot().Engines, func(e mesh.EngineSnapshot) bool { return e.NodeID == "gpu-c" && e.State == "STALE" }) {
 		t.Error("the gossip view itself does not call gpu-c STALE")
 	}
 

@@ -232,8 +232,11 @@ func podPort(pod *corev1.PodSpec, port string, proto corev1.Protocol) *corev1.Co
 	return nil
 }
 
-// mountedFiles maps every file path a container sees from ConfigMap and
-// Secret volumes to a description of where it comes from; missing lists
+// certManagerCSI is the CSI driver of cert-manager's per-pod certificates.
+const certManagerCSI = "csi.cert-manager.io"
+
+// mountedFiles maps every file path a container sees from ConfigMap,
+// Secret and cert-manager csi volumes to a description of where it comes from; missing lists
 // references to keys or objects that do not exist.
 func mountedFiles(f *fleet, pod *corev1.PodSpec, c *corev1.Container) (files map[string]string, missing []string) {
 	files = map[string]string{}
@@ -264,6 +267,16 @@ func mountedFiles(f *fleet, pod *corev1.PodSpec, c *corev1.Container) (files map
 				keys = secretKeys(s)
 			}
 			items = v.Secret.Items
+		case v.CSI != nil && v.CSI.Driver == certManagerCSI:
+			// cert-manager's csi-driver writes the pod's own certificate,
+			// key and CA under these names unless told otherwise.
+			what = "cert-manager csi volume " + v.Name
+			for attr, def := range map[string]string{"certificate-file": "tls.crt", "privatekey-file": "tls.key", "ca-file": "ca.crt"} {
+				if name := v.CSI.VolumeAttributes["csi.cert-manager.io/"+attr]; name != "" {
+					def = name
+				}
+				keys = append(keys, def)
+			}
 		default:
 			continue
 		}

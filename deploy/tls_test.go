@@ -120,3 +120,71 @@ func mountedSecret(pod *corev1.PodSpec, c *corev1.Container, path string) string
 	}
 	return ""
 }
+
+// TestGossipIdentityOverlay: in the TLS overlay every rolter container
+// that gossips signs with a certificate of its own: --gossip-tls-cert,
+// -key and -ca come from a cert-manager csi volume issued by an Issuer the
+// overlay defines, whose common name is the pod name, which is also the
+// container's --node-id (the member name must be the certificate's).
+func TestGossipIdentityOverlay(t *testing.T) {
+	f, ok := renders[tlsOverlayDir]
+	if !ok {
+		f = render(t, tlsOverlayDir)
+		renders[tlsOverlayDir] = f
+	}
+	n := 0
+	rolterContainers(f, func(w workload, c *corev1.Container, sub string, fa flagArgs) {
+		if _, ok := fa.Flags["gossip"]; !ok {
+			return
+		}
+		n++
+		var rawNodeID string
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--node-id="); ok {
+				rawNodeID = v
+			}
+		}
+		if rawNodeID != "$(POD_NAME)" {
+			t.Errorf("%s/%s: --node-id=%q, want $(POD_NAME), the certificate's common name", w.Name, c.Name, rawNodeID)
+		}
+		for _, flag := range []string{"gossip-tls-cert", "gossip-tls-key", "gossip-tls-ca"} {
+			path, ok := fa.Flags[flag]
+			if !ok {
+				t.Errorf("%s/%s: gossips without --%s", w.Name, c.Name, flag)
+				continue
+			}
+			v := mountedVolume(&w.Template.Spec, c, path)
+			if v == nil || v.CSI == nil || v.CSI.Driver != certManagerCSI {
+				t.Errorf("%s/%s: --%s=%s is not from a cert-manager csi volume", w.Name, c.Name, flag, path)
+				continue
+			}
+			attrs := v.CSI.VolumeAttributes
+			if attrs["csi.cert-manager.io/common-name"] != "${POD_NAME}" {
+				t.Errorf("%s/%s: gossip certificate common name %q, want ${POD_NAME}", w.Name, c.Name, attrs["csi.cert-manager.io/common-name"])
+			}
+			if !slices.ContainsFunc(f.Issuers, func(is Issuer) bool { return is.Name == attrs["csi.cert-manager.io/issuer-name"] }) ||
+				attrs["csi.cert-manager.io/issuer-kind"] != "Issuer" {
+				t.Errorf("%s/%s: gossip certificate issuer %s %q is not an Issuer of the overlay", w.Name, c.Name,
+					attrs["csi.cert-manager.io/issuer-kind"], attrs["csi.cert-manager.io/issuer-name"])
+			}
+		}
+	})
+	if n < 2 {
+		t.Fatalf("checked %d gossiping containers, want the routers and the sidecars", n)
+	}
+}
+
+// mountedVolume is the volume c mounts at path's directory.
+func mountedVolume(pod *corev1.PodSpec, c *corev1.Container, path string) *corev1.Volume {
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		for i := range pod.Volumes {
+			if pod.Volumes[i].Name == m.Name {
+				return &pod.Volumes[i]
+			}
+		}
+	}
+	return nil
+}

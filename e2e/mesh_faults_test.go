@@ -668,10 +668,11 @@ func TestMeshHostileSidecar(t *testing.T) {
 			counter("conflicts_total")-conflicts0, dropped()-dropped0)
 
 		// A member under the honest sidecar's own name: messages carry
-		// the sender's name, which gossip does not authenticate (see
-		// mesh's Trust section), so its statuses are taken; what must hold
-		// is that they stay bounded and the honest sidecar's next status
-		// overwrites them.
+		// the sender's name, which this pool (no gossip identity) does
+		// not authenticate, so its statuses are taken; what must hold is
+		// that they stay bounded and the honest sidecar's next status
+		// overwrites them. With identity they are refused:
+		// TestMeshForgedIdentity.
 		twin, twinErr := StartHostile("sidecar-0", e0.URL, nil, r.Gossip)
 		if twinErr != nil {
 			t.Logf("08 twin: join under the honest name refused: %v", twinErr)

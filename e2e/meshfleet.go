@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log"
@@ -31,7 +35,7 @@ type LossyResult struct {
 
 // MeasureLossyMesh runs an in-process pool of routers and sidecars whose
 // every transport drops loss of its outbound packets, with memberlist's
-// real LAN timings (mesh.FastTune is not applied) and the mesh's default
+// real LAN timings (mesh.FastTiming is not applied) and the mesh's default
 // intervals. The sidecars publish no residency change during the window,
 // so what keeps an engine fresh is its status alone (every 250 ms); every
 // 100 ms it samples, at every router, the age of each engine's last
@@ -39,12 +43,12 @@ type LossyResult struct {
 func MeasureLossyMesh(ctx context.Context, routers, sidecars int, loss float64, window time.Duration, seed uint64) (LossyResult, error) {
 	var res LossyResult
 	h, err := mesh.NewHarness(ctx, mesh.HarnessConfig{Routers: routers, Sidecars: sidecars, Seed: seed,
-		Tune: func(*memberlist.Config) {}})
+		Timing: &mesh.Timing{}})
 	if err != nil {
 		return res, err
 	}
 	defer h.Close()
-	nodes := append(slices.Clone(h.Routers), h.Sidecars...)
+	nodes := h.Members()
 	urls := make([]string, sidecars)
 	for i := range urls {
 		urls[i] = mesh.EngineURL(i)
@@ -120,6 +124,10 @@ func MeasureLossyMesh(ctx context.Context, routers, sidecars int, loss float64, 
 type HostileNode struct {
 	ML   *memberlist.Memberlist
 	Name string
+	// key and chain, when set, are a certificate from the pool's CA: the
+	// node announces it and signs what it sends with it (see Seal).
+	key   *ecdsa.PrivateKey
+	chain [][]byte
 	// count and digest describe the key set the node has claimed so far,
 	// computed as the mesh does (a liar can read the code), so a router's
 	// consistency check accepts its claims.
@@ -151,8 +159,10 @@ func (d *hostileDelegate) LocalState(bool) []byte                     { return n
 func (d *hostileDelegate) MergeRemoteState([]byte, bool)              {}
 
 // hostileMeta is a sidecar's node meta: format byte 'M', then role (1),
-// node id (2), engine URL (3), models (4), protocol range (6, 7).
-func hostileMeta(nodeID, engineURL string, models []string) []byte {
+// node id (2), engine URL (3), models (4), protocol range (6, 7) and, with
+// a certificate, its key id (10: the first 16 bytes of the SHA-256 of the
+// certificate's DER).
+func hostileMeta(nodeID, engineURL string, models []string, leafDER []byte) []byte {
 	b := []byte{'M'}
 	b = protowire.AppendTag(b, 1, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(mesh.RoleSidecar))
@@ -168,17 +178,59 @@ func hostileMeta(nodeID, engineURL string, models []string) []byte {
 		b = protowire.AppendTag(b, f, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(mesh.ProtocolMax))
 	}
+	if leafDER != nil {
+		sum := sha256.Sum256(leafDER)
+		b = protowire.AppendTag(b, 10, protowire.BytesType)
+		b = protowire.AppendBytes(b, sum[:16])
+	}
 	return b
 }
 
 // StartHostile joins an unencrypted pool (routers run --insecure-dev) at
 // seed as node name, announcing itself as the sidecar of engineURL.
 func StartHostile(name, engineURL string, models []string, seed string) (*HostileNode, error) {
+	return startHostile(name, engineURL, models, seed, nil)
+}
+
+// StartHostileCertified is StartHostile for a node holding a certificate
+// from the pool's CA (PEM files certFile and keyFile, an ECDSA P-256 key):
+// it announces the certificate's key id in its meta, sends the certificate
+// to every member after joining, and Seal signs with its key. The name it
+// joins under need not be the certificate's.
+func StartHostileCertified(name, engineURL string, models []string, seed, certFile, keyFile string) (*HostileNode, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("hostile node: key %T, want ECDSA", pair.PrivateKey)
+	}
+	h, err := startHostile(name, engineURL, models, seed, pair.Certificate)
+	if err != nil {
+		return nil, err
+	}
+	h.key = key
+	// The identity message (type 7): header, then the chain (field 3).
+	b := h.header(7)
+	for _, der := range pair.Certificate {
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendBytes(b, der)
+	}
+	h.SendAll(b, true)
+	return h, nil
+}
+
+func startHostile(name, engineURL string, models []string, seed string, chain [][]byte) (*HostileNode, error) {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = name
 	mc.BindAddr, mc.AdvertiseAddr = "127.0.0.1", "127.0.0.1"
 	mc.BindPort, mc.AdvertisePort = 0, 0
-	mc.Delegate = &hostileDelegate{meta: hostileMeta(name, engineURL, models)}
+	var leaf []byte
+	if len(chain) > 0 {
+		leaf = chain[0]
+	}
+	mc.Delegate = &hostileDelegate{meta: hostileMeta(name, engineURL, models, leaf)}
 	mc.Logger = log.New(io.Discard, "", 0)
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -188,7 +240,52 @@ func StartHostile(name, engineURL string, models []string, seed string) (*Hostil
 		ml.Shutdown()
 		return nil, err
 	}
-	return &HostileNode{ML: ml, Name: name}, nil
+	return &HostileNode{ML: ml, Name: name, chain: chain}, nil
+}
+
+// Seal signs msg as the mesh does (an ECDSA P-256 signature of its SHA-256
+// as r‖s, in field 100 at the end) with the node's certificate key; a node
+// without one returns msg unsigned.
+func (h *HostileNode) Seal(msg []byte) []byte {
+	if h.key == nil {
+		return msg
+	}
+	sum := sha256.Sum256(msg)
+	r, s, err := ecdsa.Sign(rand.Reader, h.key, sum[:])
+	if err != nil {
+		return msg
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	out := protowire.AppendTag(slices.Clone(msg), 100, protowire.BytesType)
+	return protowire.AppendBytes(out, sig)
+}
+
+// As returns a copy of h that writes sender name from into the messages
+// it encodes (a forgery in another member's name); it sends through h.
+func (h *HostileNode) As(from string) *HostileNode {
+	c := *h
+	c.Name = from
+	c.count, c.digest = 0, 0
+	return &c
+}
+
+// Learned encodes a learned-record batch (type 6) of one session pin for
+// target under key.
+func (h *HostileNode) Learned(target string, key uint64) []byte {
+	b := h.header(6)
+	var rec []byte
+	rec = appendVarintField(rec, 1, 2) // pin
+	rec = protowire.AppendTag(rec, 2, protowire.BytesType)
+	rec = protowire.AppendString(rec, "meta-llama/Llama-3.1-8B-Instruct")
+	rec = protowire.AppendTag(rec, 3, protowire.BytesType)
+	rec = protowire.AppendString(rec, target)
+	rec = protowire.AppendTag(rec, 4, protowire.Fixed64Type)
+	rec = protowire.AppendFixed64(rec, key)
+	rec = appendVarintField(rec, 5, 60_000) // TTL ms
+	b = protowire.AppendTag(b, 3, protowire.BytesType)
+	return protowire.AppendBytes(b, rec)
 }
 
 // Close leaves nothing behind: the node stops without a leave message, as
@@ -251,7 +348,7 @@ func (h *HostileNode) Residency(full bool, seq uint64, keys []uint64) []byte {
 func (h *HostileNode) SendAll(msg []byte, reliable bool) int {
 	failed := 0
 	for _, m := range h.ML.Members() {
-		if m.Name == h.Name {
+		if m.Name == h.Name || m.Name == h.ML.LocalNode().Name {
 			continue
 		}
 		var err error

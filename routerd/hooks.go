@@ -33,14 +33,15 @@ var (
 // maps api_bases to engine keys and carries meshstate over the view
 // (viewTransport).
 type meshHooks struct {
+	node  *mesh.Router
 	view  *mesh.View
 	keys  sync.Map // api_base → engine key (engineKey allocates; Load must not)
 	state *meshstate.State
 }
 
-func newMeshHooks(view *mesh.View, now func() time.Time) *meshHooks {
-	m := &meshHooks{view: view}
-	m.state = meshstate.New(viewTransport{view: view, now: now}, now, meshstate.Options{EngineKey: m.key})
+func newMeshHooks(node *mesh.Router, now func() time.Time) *meshHooks {
+	m := &meshHooks{node: node, view: node.View()}
+	m.state = meshstate.New(viewTransport{node: node, now: now}, now, meshstate.Options{EngineKey: m.key})
 	return m
 }
 
@@ -106,7 +107,7 @@ func (m *meshHooks) publish(ctx context.Context, loads func() map[string]router.
 
 // follow files every record other routers share until ctx ends.
 func (m *meshHooks) follow(ctx context.Context) {
-	in := m.view.Learned()
+	in := m.node.Learned()
 	for {
 		select {
 		case <-ctx.Done():
@@ -118,9 +119,9 @@ func (m *meshHooks) follow(ctx context.Context) {
 	}
 }
 
-// viewTransport is meshstate.Transport over cluster/mesh's View.
+// viewTransport is meshstate.Transport over cluster/mesh's router member.
 type viewTransport struct {
-	view *mesh.View
+	node *mesh.Router
 	now  func() time.Time
 }
 
@@ -128,7 +129,7 @@ var _ meshstate.Transport = viewTransport{}
 
 // Share implements meshstate.Transport.
 func (t viewTransport) Share(r meshstate.Record) {
-	t.view.Share(mesh.Learned{Kind: mesh.LearnedKind(r.Kind), Model: r.Pool, Target: r.Target, Key: r.Key, TTL: r.TTL})
+	t.node.Share(mesh.Learned{Kind: mesh.LearnedKind(r.Kind), Model: r.Pool, Target: r.Target, Key: r.Key, TTL: r.TTL})
 }
 
 // Publish implements meshstate.Transport.
@@ -137,12 +138,12 @@ func (t viewTransport) Publish(loads []meshstate.EngineLoad) {
 	for _, l := range loads {
 		m[l.Engine] = mesh.Load{Inflight: l.Inflight, Prefill: l.Prefill}
 	}
-	t.view.PublishLoads(m)
+	t.node.PublishLoads(m)
 }
 
 // Engine implements meshstate.Transport.
 func (t viewTransport) Engine(key string) (meshstate.Remote, bool) {
-	r, ok := t.view.Remote(key)
+	r, ok := t.node.View().Remote(key)
 	if !ok {
 		return meshstate.Remote{}, false
 	}

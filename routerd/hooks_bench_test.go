@@ -22,7 +22,7 @@ func BenchmarkHooksPerAttempt(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer h.Close()
-	m := newMeshHooks(h.Routers[0].View(), time.Now)
+	m := newMeshHooks(h.Routers[0], time.Now)
 	bases := []string{"http://engine-1:8000/v1", "http://engine-2:8000/v1", "http://engine-3:8000/v1", "http://engine-4:8000/v1"}
 	m.Sources(bases)
 	b.ReportAllocs()

@@ -46,8 +46,8 @@ type poolSnapshot interface {
 	Snapshot() mesh.Snapshot
 }
 
-func newMeshInventory(view *mesh.View, self string, static cluster.StaticPeers, admin []string) *meshInventory {
-	return &meshInventory{view: view, engines: adminapi.MeshEngines{View: view}, self: self, static: static, admin: admin,
+func newMeshInventory(node *mesh.Router, self string, static cluster.StaticPeers, admin []string) *meshInventory {
+	return &meshInventory{view: node, engines: adminapi.MeshEngines{Mesh: node}, self: self, static: static, admin: admin,
 		now: time.Now, seen: map[string]seenRouter{}}
 }
 

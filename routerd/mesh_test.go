@@ -86,7 +86,7 @@ func startPool(t *testing.T, routers, sidecars int) *mesh.Harness {
 	}
 	t.Cleanup(func() { h.Close(); cancel() })
 	testwait.For(t, 10*time.Second, "gossip", func() error {
-		for _, n := range append(slices.Clone(h.Routers), h.Sidecars...) {
+		for _, n := range h.Members() {
 			if n.NumMembers() != routers+sidecars {
 				return fmt.Errorf("%s sees %d members", n.Name(), n.NumMembers())
 			}
@@ -121,8 +121,8 @@ func (r *recorder) PinSession(key string, target int, _ time.Time) {
 // index of the engine there, and only for prompts that share the prefix.
 func TestLearnedSharing(t *testing.T) {
 	h := startPool(t, 2, 0)
-	a := newMeshHooks(h.Routers[0].View(), time.Now)
-	b := newMeshHooks(h.Routers[1].View(), time.Now)
+	a := newMeshHooks(h.Routers[0], time.Now)
+	b := newMeshHooks(h.Routers[1], time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go b.follow(ctx)
@@ -170,7 +170,7 @@ func TestMeshInventory(t *testing.T) {
 	}
 	defer h.Close()
 	static := cluster.StaticPeers{{ID: "r9", Addr: "10.0.0.9:7947", Alive: true}}
-	inv := newMeshInventory(h.Routers[0].View(), h.Routers[0].Name(), static, []string{"http://10.0.0.9:4001"})
+	inv := newMeshInventory(h.Routers[0], h.Routers[0].Name(), static, []string{"http://10.0.0.9:4001"})
 	peer := func() (cluster.Peer, error) {
 		for _, p := range inv.RaftPeers() {
 			if p.ID == "router-1" {
@@ -224,8 +224,8 @@ func TestMeshInventory(t *testing.T) {
 // herd onto one engine; once the router is gone, they expire.
 func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 	h := startPool(t, 2, 0)
-	a := newMeshHooks(h.Routers[0].View(), time.Now)
-	b := newMeshHooks(h.Routers[1].View(), time.Now)
+	a := newMeshHooks(h.Routers[0], time.Now)
+	b := newMeshHooks(h.Routers[1], time.Now)
 	for _, m := range []*meshHooks{a, b} {
 		m.Sources([]string{"http://engine-1:8000/v1"}) // a route targets it
 	}
@@ -275,7 +275,7 @@ func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 // routing` measures the sharing code that ships.
 func TestRouterRunsMeshState(t *testing.T) {
 	h := startPool(t, 1, 0)
-	m := newMeshHooks(h.Routers[0].View(), time.Now)
+	m := newMeshHooks(h.Routers[0], time.Now)
 	var st *meshstate.State = m.state
 	if st == nil {
 		t.Fatal("meshHooks holds no meshstate.State")

@@ -47,8 +47,8 @@ type Router struct {
 	follow  *follower
 	api0    *adminapi.API
 	pusher  *adminapi.Pusher
-	hooks   *meshHooks // nil without gossip
-	node    *mesh.Node // nil without gossip
+	hooks   *meshHooks   // nil without gossip
+	node    *mesh.Router // nil without gossip
 }
 
 // Open checks cfg, listens on its addresses and opens what the router
@@ -129,12 +129,12 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 		if raftAddr == "" {
 			raftAddr = sc.RaftAddr
 		}
-		meta := mesh.Meta{Role: mesh.RoleRouter, NodeID: sc.NodeID, Build: cfg.Build, RaftAddr: raftAddr, AdminAddr: r.admin.Addr().String()}
+		meta := mesh.Meta{NodeID: sc.NodeID, Build: cfg.Build, RaftAddr: raftAddr, AdminAddr: r.admin.Addr().String()}
 		mcfg, err := cfg.Gossip.Config(sc.NodeID, meta, sc.InsecureDev, cfg.getenv, log)
 		if err != nil {
 			return flagError(err)
 		}
-		if r.node, err = mesh.StartJoining(stopped, mesh.Start, mcfg, join.seeds, log, stop); err != nil {
+		if r.node, err = mesh.StartJoining(stopped, mesh.StartRouter, mcfg, join.seeds, log, stop); err != nil {
 			return err
 		}
 		node := r.node
@@ -143,7 +143,7 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 				log.Warn("leaving the gossip pool", "err", err)
 			}
 		})
-		inv = newMeshInventory(node.View(), sc.NodeID, join.raft, peerAdmin)
+		inv = newMeshInventory(node, sc.NodeID, join.raft, peerAdmin)
 		inv.adminScheme = Scheme(cfg.TLS.Admin)
 		sc.Peers = inv
 	}
@@ -200,12 +200,12 @@ func (r *Router) openControlPlane(ctx context.Context, sc cluster.StoreConfig, b
 	opts.Engine, opts.Sources = r.poller, r.poller
 	var peers adminapi.Endpoints = staticEndpoints(peerAdmin)
 	if r.node != nil {
-		r.hooks = newMeshHooks(r.node.View(), time.Now)
+		r.hooks = newMeshHooks(r.node, time.Now)
 		opts.Engine, opts.Sources = router.PreferLoad(r.hooks, r.poller), router.PreferSources(r.hooks, r.poller)
 		opts.Learn = r.hooks
 		deps.Inventory, deps.Engines = inv, inv
 		peers = inv
-		r.follow.engines, r.follow.announce = r.node.View(), r.node.View()
+		r.follow.engines, r.follow.announce = r.node.View(), r.node
 	}
 	deps.Parked = adminSource{r}
 	r.api0 = adminapi.New(deps)

@@ -28,8 +28,8 @@ func BenchmarkPeerLoadStaleness(b *testing.B) {
 	}
 	defer h.Close()
 	const base = "http://engine-1:8000/v1"
-	ra := newMeshHooks(h.Routers[0].View(), time.Now)
-	rb := newMeshHooks(h.Routers[1].View(), time.Now)
+	ra := newMeshHooks(h.Routers[0], time.Now)
+	rb := newMeshHooks(h.Routers[1], time.Now)
 	ra.Sources([]string{base})
 	rb.Sources([]string{base})
 	var sum atomic.Uint64

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/kvblock"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -202,7 +203,7 @@ func (e *fakeEngine) step() Message {
 type view struct {
 	keys    map[uint64]bool
 	version uint64
-	state   ViewState
+	state   mesh.ResidencyState
 	exact   []bool // state of every delta received, in order
 }
 
@@ -225,7 +226,7 @@ func (v *view) apply(t testing.TB, ds []Delta) {
 			v.keys[k] = true
 		}
 		v.state = d.State
-		v.exact = append(v.exact, d.State == StateExact)
+		v.exact = append(v.exact, d.State == mesh.StateExact)
 	}
 }
 

@@ -22,8 +22,10 @@ var (
 	_ SnapshotPublisher = (*meshPublisher)(nil)
 )
 
-func meshState(s ViewState) mesh.ResidencyState {
-	if s == StateExact {
+// meshState is the state the publisher is told: anything but EXACT is
+// DEGRADED, since the publisher reads UNKNOWN as "no change".
+func meshState(s mesh.ResidencyState) mesh.ResidencyState {
+	if s == mesh.StateExact {
 		return mesh.StateExact
 	}
 	return mesh.StateDegraded
@@ -57,7 +59,7 @@ func (p *meshPublisher) PublishStatus(s EngineStatus) {
 	}
 	p.pub.SetStatus(st)
 	// No event stream yet: no delta will say so, the status does.
-	if s.State == StateUnknown && !p.streaming.Load() {
+	if s.State == mesh.StateUnknown && !p.streaming.Load() {
 		p.pub.Apply(mesh.ResidencyDelta{State: mesh.StateDegraded})
 	}
 }

@@ -23,7 +23,7 @@ func startPool(t *testing.T) *mesh.Harness {
 	}
 	t.Cleanup(func() { h.Close(); cancel() })
 	testwait.For(t, 10*time.Second, "gossip", func() error {
-		for _, n := range []*mesh.Node{h.Routers[0], h.Sidecars[0]} {
+		for _, n := range h.Members() {
 			if n.NumMembers() != 2 {
 				return fmt.Errorf("%s sees %d members", n.Name(), n.NumMembers())
 			}
@@ -50,7 +50,7 @@ func TestMeshPublisherStates(t *testing.T) {
 			return nil
 		}
 	}
-	pub.PublishStatus(EngineStatus{State: StateUnknown, MetricsOK: true, Running: 2, Waiting: 3,
+	pub.PublishStatus(EngineStatus{State: mesh.StateUnknown, MetricsOK: true, Running: 2, Waiting: 3,
 		PrefixHits: 30, PrefixQueries: 120})
 	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateDegraded))
 	if n, ok := tg.ResidentPrefix(0, keys); ok || n != 0 {
@@ -63,7 +63,7 @@ func TestMeshPublisherStates(t *testing.T) {
 		return nil
 	})
 
-	inv := adminapi.MeshEngines{View: h.Routers[0].View()}
+	inv := adminapi.MeshEngines{Mesh: h.Routers[0]}
 	testwait.For(t, 10*time.Second, "engine in the admin inventory", func() error {
 		es := inv.Engines()
 		if len(es) != 1 || es[0].Running != 2 || es[0].Waiting != 3 || es[0].PrefixCacheHitRate == nil ||
@@ -72,7 +72,7 @@ func TestMeshPublisherStates(t *testing.T) {
 		}
 		return nil
 	})
-	pub.PublishResidency(Delta{Added: keys, State: StateExact})
+	pub.PublishResidency(Delta{Added: keys, State: mesh.StateExact})
 	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateExact))
 	testwait.For(t, 10*time.Second, "gossip", func() error {
 		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 3 {
@@ -81,10 +81,10 @@ func TestMeshPublisherStates(t *testing.T) {
 		return nil
 	})
 	// A status composed before the stream started must not undo it.
-	pub.PublishStatus(EngineStatus{State: StateUnknown})
-	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: StateDegraded})
+	pub.PublishStatus(EngineStatus{State: mesh.StateUnknown})
+	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: mesh.StateDegraded})
 	testwait.For(t, 10*time.Second, "gossip", state(mesh.StateDegraded))
-	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: StateExact})
+	pub.PublishSnapshot(Snapshot{Keys: keys[:1], State: mesh.StateExact})
 	testwait.For(t, 10*time.Second, "gossip", func() error {
 		if n, ok := tg.ResidentPrefix(0, keys); !ok || n != 1 {
 			return fmt.Errorf("after the snapshot ResidentPrefix = %d, %v; want 1, true", n, ok)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rolter/rolter/cluster/mesh"
 )
 
 // newHandler builds the sidecar's own registry and its /metrics and
@@ -39,7 +41,7 @@ func (s *Sidecar) newHandler() http.Handler {
 	counter("rolter_engine_scrape_failures_total", "Failed polls, by source.", prometheus.Labels{"source": "metrics"}, &s.tel.metricsFailures)
 	counter("rolter_engine_scrape_failures_total", "Failed polls, by source.", prometheus.Labels{"source": "lmcache"}, &s.tel.lmcacheFailures)
 	counter("rolter_engine_scrape_failures_total", "Failed polls, by source.", prometheus.Labels{"source": "models"}, &s.tel.modelsFailures)
-	for _, state := range []ViewState{StateUnknown, StateExact, StateDegraded} {
+	for _, state := range []mesh.ResidencyState{mesh.StateUnknown, mesh.StateExact, mesh.StateDegraded} {
 		gauge("rolter_kv_residency_state", "1 for the residency view's current state.", prometheus.Labels{"state": state.String()},
 			func() float64 {
 				if s.tracker.State() == state {

@@ -53,7 +53,7 @@ func (e *FlagError) Unwrap() error { return e.Err }
 // this process's member of the gossip pool.
 type Process struct {
 	sc      *Sidecar
-	node    *mesh.Node
+	node    *mesh.Sidecar
 	log     *slog.Logger
 	stopped context.Context // cancelled with mesh.ErrNameConflict by a late join
 	stop    context.CancelCauseFunc
@@ -97,7 +97,7 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	if engineURL == "" {
 		return nil, &FlagError{errors.New("--engine or --engine-advertise is required")}
 	}
-	meta := mesh.Meta{Role: mesh.RoleSidecar, NodeID: sc.NodeID, EngineURL: engineURL, Build: cfg.Build}
+	meta := mesh.Meta{NodeID: sc.NodeID, EngineURL: engineURL, Build: cfg.Build}
 	plaintext := cfg.InsecureDev
 	why := cfg.Gossip.NeedsKey(seeds)
 	if key, _ := mesh.LoadKey(cfg.Gossip.KeyFile, getenv); len(key) == 0 && !plaintext && why == "" {
@@ -120,7 +120,7 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	}
 	p := &Process{log: log}
 	p.stopped, p.stop = context.WithCancelCause(ctx)
-	if p.node, err = mesh.StartJoining(p.stopped, mesh.Start, mcfg, seeds, log, p.stop); err != nil {
+	if p.node, err = mesh.StartJoining(p.stopped, mesh.StartSidecar, mcfg, seeds, log, p.stop); err != nil {
 		p.stop(nil)
 		return nil, err
 	}

@@ -1,31 +1,17 @@
 package sidecar
 
-import "time"
+import (
+	"time"
 
-// ViewState says how far the residency a sidecar publishes can be trusted.
-type ViewState uint8
-
-const (
-	// StateUnknown: no event stream seen yet.
-	StateUnknown ViewState = iota
-	// StateExact: every event since the engine's cache was last empty has
-	// been applied in sequence; the residency equals the engine's.
-	StateExact
-	// StateDegraded: events were lost (an unrepaired gap, a malformed batch,
-	// a stream joined mid-way). The residency is a best effort and must
-	// never be scored as exact.
-	StateDegraded
+	"github.com/rolter/rolter/cluster/mesh"
 )
 
-func (s ViewState) String() string {
-	switch s {
-	case StateExact:
-		return "EXACT"
-	case StateDegraded:
-		return "DEGRADED"
-	}
-	return "UNKNOWN"
-}
+// The residency a sidecar publishes is as trustworthy as its state, a
+// mesh.ResidencyState: mesh.StateUnknown (no event stream seen yet), mesh.StateExact
+// (every event since the engine's cache was last empty applied in
+// sequence: the residency equals the engine's) or mesh.StateDegraded (events
+// were lost: an unrepaired gap, a malformed batch, a stream joined
+// mid-way; a best effort, never to be scored as exact).
 
 // Delta is one batch of residency changes of one engine, in block keys
 // (package kvblock). Deltas of one Epoch have consecutive Versions; a
@@ -40,7 +26,7 @@ type Delta struct {
 	Added   []uint64
 	Removed []uint64
 	Cleared bool
-	State   ViewState
+	State   mesh.ResidencyState
 }
 
 // Snapshot is the full residency of one engine at Version: applying every
@@ -49,7 +35,7 @@ type Snapshot struct {
 	Epoch   uint64
 	Version uint64
 	Keys    []uint64
-	State   ViewState
+	State   mesh.ResidencyState
 }
 
 // EngineStatus is what the sidecar learns from the engine's /metrics and the
@@ -82,7 +68,7 @@ type EngineStatus struct {
 	LMCacheOK        bool
 	LMCacheAt        time.Time
 	// Residency state and size at the time of the status.
-	State          ViewState
+	State          mesh.ResidencyState
 	ResidentBlocks int
 }
 

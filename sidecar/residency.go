@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/kvblock"
 	"github.com/rolter/rolter/sidecar/kvevents"
 )
@@ -34,7 +35,7 @@ type Tracker struct {
 	blockSize int
 	epoch     uint64
 	version   uint64
-	state     ViewState
+	state     mesh.ResidencyState
 	blocks    map[uint64]block  // engine hash → block
 	keys      map[uint64]uint32 // own key → number of engine blocks with it
 	// dirty holds every key changed since the last Flush with whether it
@@ -53,11 +54,11 @@ type TrackerStats struct {
 	EngineBlocks    int
 	KeylessBlocks   uint64 // stored blocks that could not be keyed
 	UnknownRemovals uint64 // BlockRemoved of a hash never stored
-	State           ViewState
+	State           mesh.ResidencyState
 	Version         uint64
 }
 
-// NewTracker returns an empty tracker in StateUnknown. blockSize is the
+// NewTracker returns an empty tracker in mesh.StateUnknown. blockSize is the
 // engine's block size, used when an event does not carry one; epoch
 // identifies this sidecar incarnation in every Delta.
 func NewTracker(blockSize int, epoch uint64) *Tracker {
@@ -202,7 +203,7 @@ func (t *Tracker) clearLocked() {
 
 // SetState records the view's state; a change is published with the next
 // Flush even when no key changed.
-func (t *Tracker) SetState(s ViewState) {
+func (t *Tracker) SetState(s mesh.ResidencyState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.state != s {
@@ -211,7 +212,7 @@ func (t *Tracker) SetState(s ViewState) {
 }
 
 // State returns the view's state.
-func (t *Tracker) State() ViewState {
+func (t *Tracker) State() mesh.ResidencyState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.state

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/kvblock"
 	"github.com/rolter/rolter/sidecar/kvevents"
 )
@@ -93,12 +94,12 @@ func TestLoRAIDOnlyNeverMatchesBaseKeys(t *testing.T) {
 
 func TestFlushNetsBatchesAndSplits(t *testing.T) {
 	tr := NewTracker(16, 9)
-	tr.SetState(StateExact)
+	tr.SetState(mesh.StateExact)
 	apply(tr, stored([]uint64{1, 2, 3}, 0, toks(0, 48), "GPU"))
 	keys := kvblock.Keys(nil, toks(0, 48), 16, 0)
 	v := newView()
 	v.apply(t, tr.Flush(2)) // 3 added keys in deltas of ≤ 2
-	if v.version != 2 || len(v.keys) != 3 || v.state != StateExact {
+	if v.version != 2 || len(v.keys) != 3 || v.state != mesh.StateExact {
 		t.Fatalf("view %+v", v)
 	}
 	// Added and removed between flushes: nothing to send for that key.
@@ -112,9 +113,9 @@ func TestFlushNetsBatchesAndSplits(t *testing.T) {
 		t.Fatal("nothing changed: no delta expected")
 	}
 	// A state change alone is published.
-	tr.SetState(StateDegraded)
+	tr.SetState(mesh.StateDegraded)
 	ds = tr.Flush(0)
-	if len(ds) != 1 || ds[0].State != StateDegraded || ds[0].Epoch != 9 {
+	if len(ds) != 1 || ds[0].State != mesh.StateDegraded || ds[0].Epoch != 9 {
 		t.Fatalf("state-only delta %+v", ds)
 	}
 	v.apply(t, ds)

@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/scrape"
 )
@@ -72,7 +73,7 @@ func (r *recorder) lastStatus() (EngineStatus, bool) {
 	return r.statuses[len(r.statuses)-1], true
 }
 
-func (r *recorder) keys() ([]uint64, ViewState) {
+func (r *recorder) keys() ([]uint64, mesh.ResidencyState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.view.sorted(), r.view.state
@@ -149,7 +150,7 @@ func TestSidecarEndToEnd(t *testing.T) {
 	want := engine.truth()
 	testwait.For(t, 10*time.Second, "the published view to equal the engine", func() bool {
 		got, state := pub.keys()
-		return state == StateExact && slices.Equal(got, want)
+		return state == mesh.StateExact && slices.Equal(got, want)
 	})
 	testwait.For(t, 10*time.Second, "a fresh engine status", func() bool {
 		s, ok := pub.lastStatus()
@@ -239,7 +240,7 @@ func TestSnapshotsPublishedPeriodically(t *testing.T) {
 		defer pub.mu.Unlock()
 		for _, s := range pub.snaps {
 			keys := slices.Sorted(slices.Values(s.Keys))
-			if slices.Equal(keys, want) && s.State == StateExact && s.Version == pub.view.version {
+			if slices.Equal(keys, want) && s.State == mesh.StateExact && s.Version == pub.view.version {
 				return true
 			}
 		}

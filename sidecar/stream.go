@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/kvblock"
 	"github.com/rolter/rolter/sidecar/kvevents"
 )
@@ -130,9 +131,9 @@ func (s *stream) handle(ctx context.Context, m Message) {
 	}
 	s.lastLive = m.Seq
 	if s.exact {
-		s.tracker.SetState(StateExact)
+		s.tracker.SetState(mesh.StateExact)
 	} else {
-		s.tracker.SetState(StateDegraded)
+		s.tracker.SetState(mesh.StateDegraded)
 	}
 }
 
@@ -157,7 +158,7 @@ func (s *stream) probe(ctx context.Context) {
 	}
 	if len(msgs) == 0 && !s.started {
 		s.exact = true
-		s.tracker.SetState(StateExact)
+		s.tracker.SetState(mesh.StateExact)
 		s.log.Info("kv events: the engine has published no event yet (empty replay): residency EXACT and empty")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/kvblock"
 )
@@ -65,7 +66,7 @@ func (h *harness) flush() { h.view.apply(h.t, h.tr.Flush(50)) }
 func (h *harness) checkExactTruth(when string) {
 	h.t.Helper()
 	h.flush()
-	if h.view.state != StateExact {
+	if h.view.state != mesh.StateExact {
 		h.t.Fatalf("%s: state %v, want EXACT", when, h.view.state)
 	}
 	got, want := h.view.sorted(), h.engine.truth()
@@ -143,7 +144,7 @@ func TestUnrepairedGapDegradesUntilCleared(t *testing.T) {
 				h.deliver(h.engine.step())
 				h.flush()
 			}
-			if h.tr.State() != StateDegraded {
+			if h.tr.State() != mesh.StateDegraded {
 				t.Fatalf("state %v after an unrepaired gap, want DEGRADED", h.tr.State())
 			}
 			for i, exact := range h.view.exact[before:] {
@@ -194,7 +195,7 @@ func TestEngineRestartStartsANewStream(t *testing.T) {
 			}
 			if !tc.wantExact {
 				h.flush()
-				if h.view.state != StateDegraded {
+				if h.view.state != mesh.StateDegraded {
 					t.Fatalf("state %v, want DEGRADED", h.view.state)
 				}
 				return
@@ -228,7 +229,7 @@ func TestJoinMidStream(t *testing.T) {
 				return
 			}
 			h.flush()
-			if h.view.state != StateDegraded {
+			if h.view.state != mesh.StateDegraded {
 				t.Fatalf("state %v, want DEGRADED", h.view.state)
 			}
 		})
@@ -248,7 +249,7 @@ func TestMalformedBatchIsCountedDroppedAndDegrades(t *testing.T) {
 		t.Fatalf("malformed = %d, want 1", got)
 	}
 	h.flush()
-	if h.view.state != StateDegraded {
+	if h.view.state != mesh.StateDegraded {
 		t.Fatalf("a dropped batch must degrade the view, got %v", h.view.state)
 	}
 	// A duplicate (same number again after replay) is not a restart.
@@ -323,7 +324,7 @@ func TestCapturedVectorsThroughTheStream(t *testing.T) {
 				t.Errorf("key %#x not resident", k)
 			}
 		}
-		if s := tr.Stats(); s.ResidentKeys != 3 || s.State != StateExact {
+		if s := tr.Stats(); s.ResidentKeys != 3 || s.State != mesh.StateExact {
 			t.Fatalf("stats %+v, want 3 keys EXACT", s)
 		}
 	})
@@ -338,15 +339,15 @@ func TestCapturedVectorsThroughTheStream(t *testing.T) {
 			if !tr.Resident(lora[0]) || !tr.Resident(lora[1]) || tr.Resident(kvblock.Keys(nil, seq(1, 32), 16, 0)[0]) {
 				t.Fatal("adapter blocks must be keyed with the adapter name")
 			}
-			if tr.State() != StateDegraded {
+			if tr.State() != mesh.StateDegraded {
 				t.Fatal("a stream first seen at 41 cannot be exact")
 			}
 			st.handle(t.Context(), msgs[1]) // 43: 42 missing, no replay
-			if stats.Gaps.Load() != 1 || tr.State() != StateDegraded || tr.Resident(lora[0]) {
+			if stats.Gaps.Load() != 1 || tr.State() != mesh.StateDegraded || tr.Resident(lora[0]) {
 				t.Fatalf("after the gap: gaps=%d state=%v", stats.Gaps.Load(), tr.State())
 			}
 			st.handle(t.Context(), msgs[2]) // 44: AllBlocksCleared
-			if tr.State() != StateExact || tr.Stats().ResidentKeys != 0 {
+			if tr.State() != mesh.StateExact || tr.Stats().ResidentKeys != 0 {
 				t.Fatalf("after AllBlocksCleared: %+v", tr.Stats())
 			}
 		})
@@ -377,7 +378,7 @@ func TestDeadReplayEndpointIsNotRetriedPerGap(t *testing.T) {
 		t.Fatalf("replay calls %d, gaps %d, failures %d: want 1 call within the cooldown",
 			rep.calls, stats.Gaps.Load(), stats.ReplayFailures.Load())
 	}
-	if tr.State() != StateDegraded {
+	if tr.State() != mesh.StateDegraded {
 		t.Fatalf("state %v", tr.State())
 	}
 	now = now.Add(replayCooldown)
@@ -457,11 +458,11 @@ func TestIdleEngineIsExactFromAnEmptyReplay(t *testing.T) {
 		name    string
 		history int  // batches already published
 		replay  bool // engine has a replay endpoint
-		want    ViewState
+		want    mesh.ResidencyState
 	}{
-		{"idle engine with replay", 0, true, StateExact},
-		{"engine with history", 2, true, StateUnknown},
-		{"no replay endpoint", 0, false, StateUnknown},
+		{"idle engine with replay", 0, true, mesh.StateExact},
+		{"engine with history", 2, true, mesh.StateUnknown},
+		{"no replay endpoint", 0, false, mesh.StateUnknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := NewMemSource(1, 16)
@@ -478,8 +479,8 @@ func TestIdleEngineIsExactFromAnEmptyReplay(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
 			go func() { done <- st.run(ctx) }()
-			if tc.want == StateExact {
-				testwait.For(t, 10*time.Second, "EXACT from the empty replay", func() bool { return tr.State() == StateExact })
+			if tc.want == mesh.StateExact {
+				testwait.For(t, 10*time.Second, "EXACT from the empty replay", func() bool { return tr.State() == mesh.StateExact })
 			}
 			cancel()
 			<-done

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/internal/zmqsock"
 )
@@ -178,7 +179,7 @@ func TestZMQLiveStreamWithReplayAndRestart(t *testing.T) {
 	want := engine.truth()
 	testwait.For(t, 10*time.Second, "the view over ZMQ to equal the engine, EXACT", func() bool {
 		got, state := pub.keys()
-		return state == StateExact && slices.Equal(got, want)
+		return state == mesh.StateExact && slices.Equal(got, want)
 	})
 	if g, r := sc.stats.Gaps.Load(), sc.stats.GapsRepaired.Load(); g == 0 || g != r {
 		t.Fatalf("gaps %d, repaired %d: every gap must be repaired by replay", g, r)
@@ -198,7 +199,7 @@ func TestZMQLiveStreamWithReplayAndRestart(t *testing.T) {
 	want2 := engine2.truth()
 	testwait.For(t, 10*time.Second, "the view to follow the restarted engine, EXACT", func() bool {
 		got, state := pub.keys()
-		return state == StateExact && slices.Equal(got, want2)
+		return state == mesh.StateExact && slices.Equal(got, want2)
 	})
 	if n := sc.stats.Restarts.Load(); n != 1 {
 		t.Fatalf("restarts = %d, want 1", n)
@@ -223,6 +224,6 @@ func TestZMQSubscriberBinds(t *testing.T) {
 	want := engine.truth()
 	testwait.For(t, 10*time.Second, "the bound subscriber's view to equal the engine", func() bool {
 		got, state := pub.keys()
-		return state == StateExact && slices.Equal(got, want)
+		return state == mesh.StateExact && slices.Equal(got, want)
 	})
 }

@@ -19,8 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
 	"github.com/rolter/rolter/cluster/mesh"
 )
 
@@ -37,6 +35,9 @@ type Config struct {
 	Loss float64
 	// Insecure runs without gossip encryption.
 	Insecure bool
+	// Identity, when set (mesh.KeyECDSA or mesh.KeyEd25519), gives every
+	// member a certificate: every message is signed and verified.
+	Identity string
 }
 
 // ErrConfig marks an unusable Config.
@@ -60,12 +61,16 @@ func Run(ctx context.Context, c Config, w io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(w, "bench gossip: %d routers, %d sidecars, %d blocks/engine, %d events/s/engine, %v, loss %.0f%%, encryption %v\n",
-		c.Routers, c.Sidecars, c.Blocks, c.EventsPerSec, c.Duration, c.Loss*100, key != nil)
+	signing := c.Identity
+	if signing == "" {
+		signing = "off"
+	}
+	fmt.Fprintf(w, "bench gossip: %d routers, %d sidecars, %d blocks/engine, %d events/s/engine, %v, loss %.0f%%, encryption %v, identity %s\n",
+		c.Routers, c.Sidecars, c.Blocks, c.EventsPerSec, c.Duration, c.Loss*100, key != nil, signing)
 
 	start := time.Now()
 	h, err := mesh.NewHarness(ctx, mesh.HarnessConfig{Routers: c.Routers, Sidecars: c.Sidecars, Seed: c.Seed, Key: key, Loss: c.Loss,
-		Tune: func(mc *memberlist.Config) { mc.TCPTimeout = 5 * time.Second }}) // memberlist LAN defaults otherwise
+		Identity: c.Identity, Timing: &mesh.Timing{TCPTimeout: 5 * time.Second}}) // memberlist LAN defaults otherwise
 	if err != nil {
 		return err
 	}
@@ -129,7 +134,7 @@ func (b *bench) waitPool(ctx context.Context) error {
 	lo, hi := 0, 0
 	err := poll(ctx, 120*time.Second, "pool formation", func() bool {
 		lo, hi = want, 0
-		for _, n := range append(slices.Clone(b.h.Routers), b.h.Sidecars...) {
+		for _, n := range b.h.Members() {
 			lo, hi = min(lo, n.NumMembers()), max(hi, n.NumMembers())
 		}
 		return lo == want && hi == want
@@ -199,6 +204,7 @@ type benchResult struct {
 	resyncs      uint64
 	fulls        uint64
 	malformed    uint64
+	rejected     uint64 // refused by identity checks (counted from the start, pool formation included)
 }
 
 type probe struct {
@@ -325,6 +331,9 @@ func (b *bench) steady(ctx context.Context, d time.Duration) benchResult {
 		res.resyncs += r.Stats().ResyncsAsked.Load()
 		res.fulls += r.Stats().FullsApplied.Load()
 		res.malformed += r.Stats().Malformed.Load()
+		for i := range r.Stats().Rejected {
+			res.rejected += r.Stats().Rejected[i].Load()
+		}
 	}
 	res.resyncs -= resyncs0
 	res.fulls -= fulls0
@@ -380,11 +389,11 @@ func (b *bench) report(w io.Writer, res benchResult, before, after runtime.MemSt
 	fmt.Fprintf(w, "bandwidth: sidecar wire bytes (all memberlist traffic incl. probes, encryption) per block event per router: %.2f B\n",
 		float64(res.sidecarBytes)/deliveries)
 	fmt.Fprintf(w, "           of which mesh messages (deltas, status, resends, fulls): %.2f B\n", float64(res.sidecarApp)/deliveries)
-	fmt.Fprintf(w, "           per sidecar %.1f KB/s, per router sent %.1f KB/s; router resyncs asked %d, full states applied %d, malformed %d\n",
-		float64(res.sidecarBytes)/secs/float64(b.sidecars)/1024, float64(res.routerBytes)/secs/float64(b.routers)/1024, res.resyncs, res.fulls, res.malformed)
+	fmt.Fprintf(w, "           per sidecar %.1f KB/s, per router sent %.1f KB/s; router resyncs asked %d, full states applied %d, malformed %d, rejected by identity %d\n",
+		float64(res.sidecarBytes)/secs/float64(b.sidecars)/1024, float64(res.routerBytes)/secs/float64(b.routers)/1024, res.resyncs, res.fulls, res.malformed, res.rejected)
 	var idxBytes, idxBlocks int
 	for _, r := range b.h.Routers {
-		by, bl := r.View().ResidencyBytes()
+		by, bl := r.ResidencyBytes()
 		idxBytes += by
 		idxBlocks += bl
 	}

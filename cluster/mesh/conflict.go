@@ -24,13 +24,13 @@ type nameConflicts struct {
 
 // conflictDelegate is the memberlist.ConflictDelegate view of a Node: it
 // runs on memberlist's goroutines and does not block.
-type conflictDelegate Node
+type conflictDelegate core
 
 // NotifyConflict implements memberlist.ConflictDelegate: existing is the
 // member this node knows under the name (this node itself when the
 // newcomer took its name), other the one that claims it.
 func (d *conflictDelegate) NotifyConflict(existing, other *memberlist.Node) {
-	n := (*Node)(d)
+	n := (*core)(d)
 	n.stats.NameConflicts.Add(1)
 	err := fmt.Errorf("%w: node id %q is claimed by %s and by %s; give every router and sidecar its own "+
 		"--node-id (or ROLTER_NODE_ID)", ErrNameConflict, existing.Name, existing.Address(), other.Address())
@@ -53,8 +53,8 @@ func (d *conflictDelegate) NotifyConflict(existing, other *memberlist.Node) {
 }
 
 // Conflict returns the first name conflict seen since the node started,
-// or nil. Start returns it when joining the seeds revealed one.
-func (n *Node) Conflict() error {
+// or nil. Starting returns it when joining the seeds revealed one.
+func (n *core) Conflict() error {
 	n.conflicts.mu.Lock()
 	defer n.conflicts.mu.Unlock()
 	return n.conflicts.first

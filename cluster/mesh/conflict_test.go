@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // A router and a sidecar started on one host with the same default id:
@@ -15,8 +17,8 @@ func TestSecondNodeWithATakenNameFailsLoudly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := Start(t.Context(), Config{Name: "host-1", Meta: Meta{Role: RoleRouter}, InsecureDev: true,
-		Transport: trA, Tune: FastTune}, nil)
+	router, err := StartRouter(t.Context(), Config{Name: "host-1", InsecureDev: true,
+		Transport: trA, Timing: FastTiming}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +27,8 @@ func TestSecondNodeWithATakenNameFailsLoudly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sidecar, err := Start(t.Context(), Config{Name: "host-1", Meta: Meta{Role: RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
-		InsecureDev: true, Transport: trB, Tune: FastTune}, []string{router.Addr()})
+	sidecar, err := StartSidecar(t.Context(), Config{Name: "host-1", Meta: Meta{EngineURL: "http://127.0.0.1:8000"},
+		InsecureDev: true, Transport: trB, Timing: FastTiming}, []string{router.Addr()})
 	if err == nil {
 		sidecar.Close()
 		t.Fatal("a second node named like a live member joined without an error")
@@ -40,7 +42,7 @@ func TestSecondNodeWithATakenNameFailsLoudly(t *testing.T) {
 		}
 	}
 	// The member that was there first reports it too (log and metric).
-	eventually(t, 5*time.Second, "the incumbent records the conflict", func() bool {
+	testwait.For(t, 5*time.Second, "the incumbent records the conflict", func() bool {
 		return router.Conflict() != nil && router.Stats().NameConflicts.Load() > 0
 	})
 }

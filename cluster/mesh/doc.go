@@ -4,6 +4,25 @@
 // KV block keys, queue, KV usage, LMCache occupancy and resident adapters,
 // each with an age and a state (EXACT, DEGRADED, STALE, UNKNOWN).
 //
+// # Members
+//
+// A process is one of two members over a shared core (memberlist
+// lifecycle, node meta, encryption, sending, the live members by role,
+// counters):
+//
+//   - Sidecar (StartSidecar): its Publisher mirrors one engine's resident
+//     keys and status and sends them to every router.
+//   - Router (StartRouter): its View is what strategies (Targets) and
+//     discovery (Engines, Changed) read; the Router itself exchanges loads
+//     and learned records with the other routers (PublishLoads, Share,
+//     Learned, PublishConfigVersion) and answers the admin API (Snapshot).
+//
+// memberlist calls into the core from its own goroutines (delegate,
+// events); the core hands each message to the role. Nothing is sent on the
+// network under a lock: a router that must ask a sidecar for a resend
+// queues the request under the engine's lock and sends it after releasing
+// it.
+//
 // # What travels how
 //
 // memberlist's epidemic broadcast queue carries roughly 20 KB/s per node
@@ -39,6 +58,18 @@
 //     inputs of its load fold; what the records and loads mean is
 //     meshstate's, not this package's.
 //
+// Router-to-router state also travels a second way, on purpose: every
+// PushInterval (15 s) each router POSTs its adaptive telemetry and route
+// stats to the others' admin APIs (adminapi.Pusher, to the admin
+// addresses gossip or --peer-admin names). The two carry different things:
+// gossip carries what must be fresh within a fraction of a second and
+// fits a packet (per-engine loads, learned records, the applied
+// config_version); the push carries reports of kilobytes to megabytes
+// that only need to be seconds fresh, and it also works between routers
+// that run without --gossip. The config_version travels both ways: GET
+// /api/v1/adaptive-routing uses the gossiped one and falls back to the
+// pushed one for a router that does not gossip.
+//
 // # Wire format
 //
 // Each message is one type byte and a protobuf message (schema:
@@ -56,10 +87,44 @@
 //
 // Gossip is encrypted with memberlist's keyring (key from a file or
 // ROLTER_GOSSIP_KEY, base64), required unless InsecureDev. Encryption
-// authenticates the pool, not a member, so every received value is bounded:
-// strings, adapters, engines and blocks per engine and in total are
-// capped; floats are clamped to [0,1] and NaN refused; counts are clamped.
-// Dropped messages and keys are counted in Stats.
+// authenticates the pool, not a member. Per-member identity does that
+// (Config.Identity, the --gossip-tls-* flags): each member holds a
+// certificate from the cluster CA whose common name is its name.
+//
+//   - Its meta carries a key id (the first 16 bytes of the certificate's
+//     SHA-256); when a member joins, every member sends it its certificate
+//     chain by TCP (type 7, unsigned: the CA's signature is what binds the
+//     name to the key), and it sends its own to each of them. A receiver
+//     verifies the chain against the CA, that the common name is the name
+//     the member joined under, and that its key id is the one the live
+//     member announces.
+//   - Every other message ends with a signature (protobuf field 100, 64
+//     bytes: Ed25519, or ECDSA P-256 as r‖s) over the type byte and
+//     everything before it. A receiver takes a message only when it
+//     verifies against the certificate of the member field 2 names; it
+//     counts the rest in rolter_gossip_rejected_total{reason} (unsigned,
+//     unknown_key, bad_signature, bad_certificate). A message from a live
+//     member whose certificate has not arrived asks for it (rate-limited).
+//   - memberlist's alive delegate refuses a joiner without a key id
+//     (no_identity) and one that takes the name of a live member whose
+//     certificate verified, from another address with another key
+//     (name_taken, logged with both addresses). A restart at the same
+//     address with a renewed certificate is accepted.
+//
+// What it does not cover: a replayed message of the real sender (sequence
+// numbers and epochs make most replays no-ops; encryption hides them from
+// outsiders), the role a member claims (a certified sidecar could announce
+// itself as a router and speak in its own name), and a member that takes
+// a name before its holder joins (memberlist keeps the first; the holder
+// then fails to start with ErrNameConflict, and nobody accepts the
+// squatter's messages, which it cannot sign). Without identity every
+// message is taken from any member holding the pool key, as before; a
+// member with identity refuses those.
+//
+// Whoever speaks, every received value is bounded: strings, adapters,
+// engines and blocks per engine and in total are capped; floats are
+// clamped to [0,1] and NaN refused; counts are clamped. Dropped messages
+// and keys are counted in Stats.
 //
 // # Router view
 //

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // fuzzSeeds are valid messages of every type, plus a few near misses, so
@@ -251,14 +253,8 @@ func FuzzRouterReceive(f *testing.F) {
 	}
 	f.Cleanup(func() { h.Close() })
 	rt, sc := h.Routers[0], h.Sidecars[0]
-	deadline := time.Now().Add(10 * time.Second)
-	for len(rt.View().Engines("")) != 1 {
-		if time.Now().After(deadline) {
-			f.Fatal("the router never saw the sidecar")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	deliver := (*delegate)(rt).NotifyMsg
+	testwait.For(f, 10*time.Second, "the router sees the sidecar", func() bool { return len(rt.View().Engines("")) == 1 })
+	deliver := (*delegate)(rt.core).NotifyMsg
 	// The sidecar's name goes last so the fuzzed body cannot override it:
 	// the fuzzer then explores what a member of the pool may say.
 	signed := protowire.AppendTag(nil, 2, protowire.BytesType)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // HarnessConfig describes an in-process pool on loopback.
@@ -19,8 +17,12 @@ type HarnessConfig struct {
 	Seed uint64
 	// Key encrypts gossip; nil runs InsecureDev.
 	Key []byte
-	// Tune adjusts every memberlist config (default FastTune).
-	Tune func(*memberlist.Config)
+	// Timing is every member's membership timing (nil: FastTiming; a
+	// zero Timing keeps memberlist's LAN defaults).
+	Timing *Timing
+	// Identity, when set (KeyECDSA or KeyEd25519), gives every member a
+	// certificate of that key type from the harness's CA.
+	Identity string
 	// Configure adjusts every node's Config before it starts.
 	Configure func(*Config)
 	Logger    *slog.Logger
@@ -30,22 +32,12 @@ type HarnessConfig struct {
 // loopback port with a Metered transport.
 type Harness struct {
 	cfg        HarnessConfig
-	Routers    []*Node
-	Sidecars   []*Node
+	Routers    []*Router
+	Sidecars   []*Sidecar
 	Transports map[string]*Metered
-	seq        uint64
-}
-
-// FastTune shortens memberlist's intervals so tests converge in about a
-// second while keeping its failure-detection logic intact.
-func FastTune(mc *memberlist.Config) {
-	mc.ProbeInterval = 200 * time.Millisecond
-	mc.ProbeTimeout = 100 * time.Millisecond
-	mc.GossipInterval = 50 * time.Millisecond
-	mc.PushPullInterval = 2 * time.Second
-	mc.TCPTimeout = 2 * time.Second
-	mc.GossipToTheDeadTime = 2 * time.Second
-	mc.SuspicionMult = 4
+	// CA issued the members' identities (nil without HarnessConfig.Identity).
+	CA  *TestCA
+	seq uint64
 }
 
 // EngineURL is the engine URL the harness gives sidecar i.
@@ -54,10 +46,16 @@ func EngineURL(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", 20000+i
 // NewHarness starts the pool: routers first (each joining the first), then
 // sidecars joining the first router.
 func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
-	if cfg.Tune == nil {
-		cfg.Tune = FastTune
+	if cfg.Timing == nil {
+		cfg.Timing = &FastTiming
 	}
 	h := &Harness{cfg: cfg, Transports: map[string]*Metered{}}
+	if cfg.Identity != "" {
+		var err error
+		if h.CA, err = NewTestCA(time.Now()); err != nil {
+			return nil, err
+		}
+	}
 	for i := range cfg.Routers {
 		if _, err := h.AddRouter(ctx, fmt.Sprintf("router-%d", i)); err != nil {
 			h.Close()
@@ -73,31 +71,54 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 	return h, nil
 }
 
+// members returns every member's core, routers first.
+func (h *Harness) members() []*core {
+	var out []*core
+	for _, r := range h.Routers {
+		out = append(out, r.core)
+	}
+	for _, s := range h.Sidecars {
+		out = append(out, s.core)
+	}
+	return out
+}
+
 func (h *Harness) seed() []string {
-	for _, n := range append(append([]*Node{}, h.Routers...), h.Sidecars...) {
-		if !n.closed.Load() {
-			return []string{n.Addr()}
+	for _, c := range h.members() {
+		if !c.closed.Load() {
+			return []string{c.Addr()}
 		}
 	}
 	return nil
 }
 
-func (h *Harness) start(ctx context.Context, name string, meta Meta) (*Node, error) {
+// start starts a member with startRole and joins it to the pool.
+func start[M interface {
+	Join([]string) error
+	Close() error
+}](ctx context.Context, h *Harness, name string, meta Meta, startRole func(context.Context, Config, []string) (M, error)) (M, error) {
+	var zero M
 	h.seq++
 	tr, err := NewLoopbackTransport(h.cfg.Seed + h.seq)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	tr.SetLoss(h.cfg.Loss)
 	cfg := Config{Name: name, Meta: meta, Key: h.cfg.Key, InsecureDev: h.cfg.Key == nil,
-		Transport: tr, Tune: h.cfg.Tune, Logger: h.cfg.Logger}
+		Transport: tr, Timing: *h.cfg.Timing, Logger: h.cfg.Logger}
+	if h.CA != nil {
+		if cfg.Identity, err = h.CA.Issue(name, h.cfg.Identity, time.Now()); err != nil {
+			tr.Shutdown()
+			return zero, err
+		}
+	}
 	if h.cfg.Configure != nil {
 		h.cfg.Configure(&cfg)
 	}
-	n, err := Start(ctx, cfg, nil)
+	n, err := startRole(ctx, cfg, nil)
 	if err != nil {
 		tr.Shutdown()
-		return nil, err
+		return zero, err
 	}
 	// A join is a TCP push/pull with the seed; on a loaded machine one can
 	// time out, so the harness tries a few times before giving up.
@@ -109,7 +130,7 @@ func (h *Harness) start(ctx context.Context, name string, meta Meta) (*Node, err
 			if attempt == 5 || ctx.Err() != nil {
 				n.Close()
 				tr.Shutdown()
-				return nil, err
+				return zero, err
 			}
 			select {
 			case <-ctx.Done():
@@ -122,8 +143,8 @@ func (h *Harness) start(ctx context.Context, name string, meta Meta) (*Node, err
 }
 
 // AddRouter starts one more router and joins it to the pool.
-func (h *Harness) AddRouter(ctx context.Context, name string) (*Node, error) {
-	n, err := h.start(ctx, name, Meta{Role: RoleRouter, Build: "test"})
+func (h *Harness) AddRouter(ctx context.Context, name string) (*Router, error) {
+	n, err := start(ctx, h, name, Meta{Build: "test"}, StartRouter)
 	if err != nil {
 		return nil, err
 	}
@@ -132,8 +153,8 @@ func (h *Harness) AddRouter(ctx context.Context, name string) (*Node, error) {
 }
 
 // AddSidecar starts one more sidecar for the engine at url serving models.
-func (h *Harness) AddSidecar(ctx context.Context, name, url string, models ...string) (*Node, error) {
-	n, err := h.start(ctx, name, Meta{Role: RoleSidecar, EngineURL: url, Models: models, Build: "test"})
+func (h *Harness) AddSidecar(ctx context.Context, name, url string, models ...string) (*Sidecar, error) {
+	n, err := start(ctx, h, name, Meta{EngineURL: url, Models: models, Build: "test"}, StartSidecar)
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +165,36 @@ func (h *Harness) AddSidecar(ctx context.Context, name, url string, models ...st
 // Close stops every node.
 func (h *Harness) Close() error {
 	var errs []error
-	for _, n := range append(append([]*Node{}, h.Sidecars...), h.Routers...) {
-		errs = append(errs, n.Close())
+	for _, s := range h.Sidecars {
+		errs = append(errs, s.Close())
+	}
+	for _, r := range h.Routers {
+		errs = append(errs, r.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// Member is what every pool member, sidecar or router, answers.
+type Member interface {
+	Name() string
+	Addr() string
+	NumMembers() int
+	Stats() *Stats
+}
+
+var (
+	_ Member = (*Sidecar)(nil)
+	_ Member = (*Router)(nil)
+)
+
+// Members returns every member of the harness, routers first.
+func (h *Harness) Members() []Member {
+	var out []Member
+	for _, r := range h.Routers {
+		out = append(out, r)
+	}
+	for _, s := range h.Sidecars {
+		out = append(out, s)
+	}
+	return out
 }

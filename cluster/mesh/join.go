@@ -18,12 +18,18 @@ import (
 // default node id, and the loopback rule. Messages name the `rolter`
 // flags the values come from.
 
-// Addrs are a member's gossip addresses as HOST:PORT strings and the file
-// of its encryption key: --gossip, --gossip-advertise, --gossip-key-file.
+// Addrs are a member's gossip addresses as HOST:PORT strings, the file of
+// its encryption key and the files of its identity: --gossip,
+// --gossip-advertise, --gossip-key-file, --gossip-tls-cert,
+// --gossip-tls-key, --gossip-tls-ca.
 type Addrs struct {
 	Bind      string
 	Advertise string // "": Bind
 	KeyFile   string // "": $ROLTER_GOSSIP_KEY
+	// CertFile, CertKeyFile and CAFile: a certificate whose common name is
+	// the node id, its key, and the CA that signs every member's (all
+	// three, or none: no identity).
+	CertFile, CertKeyFile, CAFile string
 }
 
 // ErrAddrs marks unusable gossip addresses or key.
@@ -48,6 +54,23 @@ func (a Addrs) Config(name string, meta Meta, insecure bool, getenv func(string)
 	}
 	if len(cfg.Key) == 0 && !insecure {
 		return cfg, fmt.Errorf("%w: %w", ErrAddrs, ErrNoGossipKey)
+	}
+	switch set := a.CertFile != "" || a.CertKeyFile != "" || a.CAFile != ""; {
+	case set && (a.CertFile == "" || a.CertKeyFile == "" || a.CAFile == ""):
+		return cfg, fmt.Errorf("%w: --gossip-tls-cert, --gossip-tls-key and --gossip-tls-ca go together", ErrAddrs)
+	case set:
+		if cfg.Identity, err = LoadIdentity(a.CertFile, a.CertKeyFile, a.CAFile); err != nil {
+			return cfg, fmt.Errorf("%w: %w", ErrAddrs, err)
+		}
+		if cn := cfg.Identity.Name(); cn != name {
+			return cfg, fmt.Errorf("%w: --gossip-tls-cert is issued to %q, not to this node id %q: the gossip name is the "+
+				"certificate's common name", ErrAddrs, cn, name)
+		}
+	default:
+		if why := a.NeedsKey(nil); why != "" {
+			log.Warn("gossip without member identity: any member holding the pool's key can speak in another's name; "+
+				"pass --gossip-tls-cert, --gossip-tls-key and --gossip-tls-ca", "because", why)
+		}
 	}
 	return cfg, nil
 }

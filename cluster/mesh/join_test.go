@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/certs/certstest"
 )
 
 func TestAddrsConfig(t *testing.T) {
@@ -19,6 +21,8 @@ func TestAddrsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	noenv := func(string) string { return "" }
+	ca, otherCA := certstest.NewCA(t, "gossip"), certstest.NewCA(t, "other")
+	n1, other := ca.Valid(t, "n1"), ca.Valid(t, "n2")
 	for _, tc := range []struct {
 		name      string
 		g         Addrs
@@ -54,12 +58,25 @@ func TestAddrsConfig(t *testing.T) {
 			}},
 		{name: "bad key", g: Addrs{Bind: "127.0.0.1:7946"}, insecure: true,
 			getenv: func(string) string { return "not base64!" }, wantError: "base64"},
+		{name: "identity", g: Addrs{Bind: "127.0.0.1:7946", CertFile: n1.Cert, CertKeyFile: n1.Key, CAFile: ca.CertPEM},
+			insecure: true, getenv: noenv,
+			check: func(t *testing.T, c Config) {
+				if c.Identity == nil || c.Identity.Name() != "n1" {
+					t.Fatalf("identity %+v", c.Identity)
+				}
+			}},
+		{name: "identity of another node id", g: Addrs{Bind: "127.0.0.1:7946", CertFile: other.Cert, CertKeyFile: other.Key,
+			CAFile: ca.CertPEM}, insecure: true, getenv: noenv, wantError: `issued to "n2"`},
+		{name: "identity without its CA", g: Addrs{Bind: "127.0.0.1:7946", CertFile: n1.Cert, CertKeyFile: n1.Key},
+			insecure: true, getenv: noenv, wantError: "go together"},
+		{name: "identity from another CA", g: Addrs{Bind: "127.0.0.1:7946", CertFile: n1.Cert, CertKeyFile: n1.Key,
+			CAFile: otherCA.CertPEM}, insecure: true, getenv: noenv, wantError: "certificate signed by unknown authority"},
 		{name: "bad address", g: Addrs{Bind: "7946"}, insecure: true, getenv: noenv, wantError: "--gossip"},
 		{name: "bad advertise", g: Addrs{Bind: "127.0.0.1:1", Advertise: "x:y"}, insecure: true, getenv: noenv,
 			wantError: "--gossip-advertise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := tc.g.Config("n1", Meta{Role: RoleRouter}, tc.insecure, tc.getenv, slog.New(slog.DiscardHandler))
+			c, err := tc.g.Config("n1", Meta{}, tc.insecure, tc.getenv, slog.New(slog.DiscardHandler))
 			if tc.wantError != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
 					t.Fatalf("err %v, want one mentioning %q", err, tc.wantError)
@@ -83,14 +100,14 @@ func TestLateJoinWithATakenNodeIDStops(t *testing.T) {
 	ctx, stop := context.WithCancelCause(t.Context())
 	defer stop(nil)
 	log := slog.New(slog.DiscardHandler)
-	joiner, err := StartJoining(ctx, Start, Config{Name: "host-1", Meta: Meta{Role: RoleSidecar, EngineURL: "http://127.0.0.1:8000"},
-		BindAddr: "127.0.0.1", InsecureDev: true, Tune: FastTune}, []string{addr}, log, stop)
+	joiner, err := StartJoining(ctx, StartSidecar, Config{Name: "host-1", Meta: Meta{EngineURL: "http://127.0.0.1:8000"},
+		BindAddr: "127.0.0.1", InsecureDev: true, Timing: FastTiming}, []string{addr}, log, stop)
 	if err != nil {
 		t.Fatalf("a sidecar whose seed is not up yet must start alone: %v", err)
 	}
 	defer joiner.Close()
-	incumbent, err := Start(t.Context(), Config{Name: "host-1", Meta: Meta{Role: RoleRouter},
-		BindAddr: host, BindPort: port, InsecureDev: true, Tune: FastTune}, nil)
+	incumbent, err := StartRouter(t.Context(), Config{Name: "host-1",
+		BindAddr: host, BindPort: port, InsecureDev: true, Timing: FastTiming}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

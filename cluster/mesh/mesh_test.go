@@ -3,12 +3,9 @@ package mesh
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,22 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// eventually polls cond every 20ms until it holds or within elapses.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func newHarness(t *testing.T, cfg HarnessConfig) *Harness {
@@ -49,8 +36,8 @@ func newHarness(t *testing.T, cfg HarnessConfig) *Harness {
 func waitMembers(t *testing.T, h *Harness) {
 	t.Helper()
 	want := len(h.Routers) + len(h.Sidecars)
-	eventually(t, 10*time.Second, "every node sees the whole pool", func() bool {
-		for _, n := range append(slices.Clone(h.Routers), h.Sidecars...) {
+	testwait.For(t, 10*time.Second, "every node sees the whole pool", func() bool {
+		for _, n := range h.members() {
 			if n.NumMembers() != want {
 				return false
 			}
@@ -61,7 +48,7 @@ func waitMembers(t *testing.T, h *Harness) {
 
 // viewMatches reports whether router r's view of sidecar i's engine is EXACT
 // and holds exactly truth (checked key by key, plus the size).
-func viewMatches(r *Node, url string, truth []uint64) bool {
+func viewMatches(r *Router, url string, truth []uint64) bool {
 	tg := r.View().Targets([]string{url})
 	if tg.State(0) != StateExact {
 		return false
@@ -90,7 +77,7 @@ func TestResidencyReachesEveryRouter(t *testing.T) {
 	}
 	check := func(what string) {
 		t.Helper()
-		eventually(t, 5*time.Second, what, func() bool {
+		testwait.For(t, 5*time.Second, what, func() bool {
 			for _, rt := range h.Routers {
 				for i := range h.Sidecars {
 					if !viewMatches(rt, EngineURL(i), truth[i]) {
@@ -125,7 +112,7 @@ func TestResidencyReachesEveryRouter(t *testing.T) {
 	})
 	t.Run("degraded is never exact", func(t *testing.T) {
 		h.Sidecars[1].Publisher().Apply(ResidencyDelta{State: StateDegraded})
-		eventually(t, 5*time.Second, "DEGRADED on every router", func() bool {
+		testwait.For(t, 5*time.Second, "DEGRADED on every router", func() bool {
 			for _, rt := range h.Routers {
 				tg := rt.View().Targets([]string{EngineURL(1)})
 				if _, ok := tg.ResidentPrefix(0, truth[1][:1]); ok || tg.State(0) != StateDegraded {
@@ -144,13 +131,13 @@ func TestLateJoinerConvergesFromFullState(t *testing.T) {
 	for i, s := range h.Sidecars {
 		s.Publisher().Apply(ResidencyDelta{Added: truth[i]})
 	}
-	eventually(t, 5*time.Second, "first router converges", func() bool { return viewMatches(h.Routers[0], EngineURL(0), truth[0]) })
+	testwait.For(t, 5*time.Second, "first router converges", func() bool { return viewMatches(h.Routers[0], EngineURL(0), truth[0]) })
 
 	late, err := h.AddRouter(t.Context(), "router-late")
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "late router converges via full state", func() bool {
+	testwait.For(t, 10*time.Second, "late router converges via full state", func() bool {
 		return viewMatches(late, EngineURL(0), truth[0]) && viewMatches(late, EngineURL(1), truth[1])
 	})
 	if late.Stats().FullsApplied.Load() == 0 {
@@ -166,7 +153,7 @@ func TestSidecarKilledGoesStaleAndNeutral(t *testing.T) {
 	dead.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 3, Waiting: 1})
 	rt := h.Routers[0]
 	tg := rt.View().Targets([]string{EngineURL(0), EngineURL(1)})
-	eventually(t, 5*time.Second, "engine EXACT with load", func() bool {
+	testwait.For(t, 5*time.Second, "engine EXACT with load", func() bool {
 		q, ok := tg.Load(0)
 		return viewMatches(rt, EngineURL(0), keys) && ok && q == 4
 	})
@@ -177,7 +164,7 @@ func TestSidecarKilledGoesStaleAndNeutral(t *testing.T) {
 
 	start := time.Now()
 	dead.Close() // killed: no leave message
-	eventually(t, 10*time.Second, "killed sidecar's engine STALE", func() bool { return tg.State(0) == StateStale })
+	testwait.For(t, 10*time.Second, "killed sidecar's engine STALE", func() bool { return tg.State(0) == StateStale })
 	t.Logf("STALE after %v", time.Since(start).Round(time.Millisecond))
 	if n, ok := tg.ResidentPrefix(0, keys); ok || n != 0 {
 		t.Errorf("stale engine ResidentPrefix = %d,%v, want neutral 0,false", n, ok)
@@ -223,7 +210,7 @@ func TestLossyLinksConvergeWithoutFalseDeaths(t *testing.T) {
 			time.Sleep(60 * time.Millisecond) // spread the load over several flushes
 		}
 	}
-	eventually(t, 20*time.Second, "every router converges despite 20% loss", func() bool {
+	testwait.For(t, 20*time.Second, "every router converges despite 20% loss", func() bool {
 		for _, rt := range h.Routers {
 			for i := range h.Sidecars {
 				if !viewMatches(rt, EngineURL(i), truth[i]) {
@@ -240,7 +227,7 @@ func TestLossyLinksConvergeWithoutFalseDeaths(t *testing.T) {
 	if dropped == 0 {
 		t.Fatal("the lossy transport dropped nothing")
 	}
-	for _, n := range append(slices.Clone(h.Routers), h.Sidecars...) {
+	for _, n := range h.members() {
 		if got := n.NumMembers(); got != len(h.Routers)+len(h.Sidecars) {
 			t.Errorf("%s sees %d members: a live node was declared dead", n.Name(), got)
 		}
@@ -255,11 +242,11 @@ func TestLossyLinksConvergeWithoutFalseDeaths(t *testing.T) {
 func TestEncryption(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	t.Run("required unless insecure", func(t *testing.T) {
-		_, err := Start(t.Context(), Config{Name: "x", Meta: Meta{Role: RoleRouter}}, nil)
+		_, err := StartRouter(t.Context(), Config{Name: "x"}, nil)
 		if !errors.Is(err, ErrNoGossipKey) {
 			t.Fatalf("err = %v, want ErrNoGossipKey", err)
 		}
-		_, err = Start(t.Context(), Config{Name: "x", Meta: Meta{Role: RoleRouter}, Key: []byte("short")}, nil)
+		_, err = StartRouter(t.Context(), Config{Name: "x", Key: []byte("short")}, nil)
 		if !errors.Is(err, ErrBadGossipKey) {
 			t.Fatalf("err = %v, want ErrBadGossipKey", err)
 		}
@@ -293,14 +280,14 @@ func TestEncryption(t *testing.T) {
 		h := newHarness(t, HarnessConfig{Routers: 1, Sidecars: 1, Seed: 5, Key: key})
 		keys := []uint64{1, 2, 3}
 		h.Sidecars[0].Publisher().Apply(ResidencyDelta{Added: keys})
-		eventually(t, 5*time.Second, "encrypted pool converges", func() bool { return viewMatches(h.Routers[0], EngineURL(0), keys) })
+		testwait.For(t, 5*time.Second, "encrypted pool converges", func() bool { return viewMatches(h.Routers[0], EngineURL(0), keys) })
 
 		tr, err := NewLoopbackTransport(99)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = Start(t.Context(), Config{Name: "intruder", Meta: Meta{Role: RoleSidecar, EngineURL: "http://evil"},
-			Key: []byte("fedcba9876543210"), Transport: tr, Tune: FastTune}, []string{h.Routers[0].Addr()})
+		_, err = StartSidecar(t.Context(), Config{Name: "intruder", Meta: Meta{EngineURL: "http://evil"},
+			Key: []byte("fedcba9876543210"), Transport: tr, Timing: FastTiming}, []string{h.Routers[0].Addr()})
 		if err == nil {
 			t.Fatal("a node with another key joined the pool")
 		}
@@ -314,8 +301,8 @@ func TestHostileSummariesDroppedAndCapped(t *testing.T) {
 	rt, sc := h.Routers[0], h.Sidecars[0]
 	sc.Publisher().Apply(ResidencyDelta{Added: []uint64{1}})
 	tg := rt.View().Targets([]string{EngineURL(0)})
-	eventually(t, 5*time.Second, "engine EXACT", func() bool { return tg.State(0) == StateExact })
-	deliver := (*delegate)(rt).NotifyMsg
+	testwait.For(t, 5*time.Second, "engine EXACT", func() bool { return tg.State(0) == StateExact })
+	deliver := (*delegate)(rt.core).NotifyMsg
 
 	t.Run("malformed messages counted", func(t *testing.T) {
 		before := rt.Stats().Malformed.Load()
@@ -379,7 +366,7 @@ func TestHostileSummariesDroppedAndCapped(t *testing.T) {
 	t.Run("block count capped", func(t *testing.T) {
 		r := rand.New(rand.NewPCG(17, 18))
 		sc.Publisher().Apply(ResidencyDelta{Added: randomKeys(r, 5000)})
-		eventually(t, 5*time.Second, "over-cap engine DEGRADED", func() bool { return tg.State(0) == StateDegraded })
+		testwait.For(t, 5*time.Second, "over-cap engine DEGRADED", func() bool { return tg.State(0) == StateDegraded })
 		if n := tg.engines[0].set.Load().Len(); n > 1000 {
 			t.Errorf("router holds %d blocks, cap is 1000", n)
 		}
@@ -409,34 +396,37 @@ func TestRoutersShareInflightAndLearned(t *testing.T) {
 	sc.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 2, Waiting: 1})
 	a, b, c := h.Routers[0].View(), h.Routers[1].View(), h.Routers[2].View()
 	url := EngineURL(0)
-	b.PublishInflight(map[string]uint64{url: 5})
-	c.PublishInflight(map[string]uint64{url: 7})
+	publishInflight(h.Routers[1], map[string]uint64{url: 5})
+	publishInflight(h.Routers[2], map[string]uint64{url: 7})
 	// The engine's queue (3) and the routers' in-flight (5 + 7) are two
 	// estimates of the same outstanding requests: a router sees the larger,
 	// less its own in-flight (which it adds itself), never their sum.
-	eventually(t, 5*time.Second, "router a sees b's and c's in-flight, which exceed the engine's queue", func() bool {
+	testwait.For(t, 5*time.Second, "router a sees b's and c's in-flight, which exceed the engine's queue", func() bool {
 		q, ok := a.Load(url)
 		return ok && q == 5+7
 	})
-	if q, _ := b.Load(url); q != 7 {
-		t.Errorf("router b sees %d, want max(queue 3 − own 5, c's 7) = 7", q)
-	}
-	c.PublishInflight(map[string]uint64{})
-	eventually(t, 5*time.Second, "c's in-flight drops to zero", func() bool { q, _ := a.Load(url); return q == 5 })
+	testwait.For(t, 5*time.Second, "router b sees max(queue 3 − own 5, c's 7) = 7", func() bool {
+		q, ok := b.Load(url)
+		return ok && q == 7
+	})
+	publishInflight(h.Routers[2], map[string]uint64{})
+	testwait.For(t, 5*time.Second, "c's in-flight drops to zero", func() bool { q, _ := a.Load(url); return q == 5 })
 	sc.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 16, Waiting: 4})
-	eventually(t, 5*time.Second, "a deep engine queue dominates the routers' in-flight", func() bool {
+	testwait.For(t, 5*time.Second, "a deep engine queue dominates the routers' in-flight", func() bool {
 		q, _ := a.Load(url)
 		return q == 20
 	})
-	if q, _ := b.Load(url); q != 20-5 {
-		t.Errorf("router b sees %d, want queue 20 less its own 5", q)
-	}
+	testwait.For(t, 5*time.Second, "router b sees queue 20 less its own 5", func() bool {
+		q, ok := b.Load(url)
+		return ok && q == 20-5
+	})
+	_ = c
 
 	rec := Learned{Kind: LearnedPin, Model: "m", Target: url, Key: 42, TTL: time.Minute}
-	a.Share(rec)
-	for _, v := range []*View{b, c} {
+	h.Routers[0].Share(rec)
+	for _, r := range h.Routers[1:] {
 		select {
-		case got := <-v.Learned():
+		case got := <-r.Learned():
 			if got.Key != 42 || got.Kind != LearnedPin || got.Target != url || got.From != h.Routers[0].Name() {
 				t.Errorf("received %+v", got)
 			}
@@ -446,30 +436,20 @@ func TestRoutersShareInflightAndLearned(t *testing.T) {
 	}
 }
 
-func TestClusterSnapshotHandler(t *testing.T) {
+func TestClusterSnapshot(t *testing.T) {
 	h := newHarness(t, HarnessConfig{Routers: 2, Sidecars: 1, Seed: 9})
 	sc := h.Sidecars[0]
 	sc.Publisher().Apply(ResidencyDelta{Added: []uint64{10, 11, 12}})
 	sc.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1, Waiting: 2, KVUsage: 0.5, MaxLoras: 2,
 		Adapters: []string{"sql"}, LMCacheKnown: true, LMCacheOccupancy: 0.75})
-	v := h.Routers[0].View()
-	tg := v.Targets([]string{EngineURL(0)})
-	eventually(t, 5*time.Second, "engine known", func() bool {
+	rt := h.Routers[0]
+	tg := rt.View().Targets([]string{EngineURL(0)})
+	testwait.For(t, 5*time.Second, "engine known", func() bool {
 		res, known := tg.AdapterResident(0, "sql")
 		return tg.State(0) == StateExact && res && known
 	})
-	srv := httptest.NewServer(v)
-	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var snap Snapshot
-	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
-		t.Fatal(err)
-	}
-	if len(snap.Routers) != 2 || len(snap.Engines) != 1 {
+	snap := rt.Snapshot()
+	if len(snap.Routers) != 2 || len(snap.Engines) != 1 || snap.Self != rt.Name() {
 		t.Fatalf("snapshot = %+v", snap)
 	}
 	e := snap.Engines[0]
@@ -482,14 +462,6 @@ func TestClusterSnapshotHandler(t *testing.T) {
 	}
 	if res, known := tg.AdapterResident(0, "other"); res || !known {
 		t.Errorf("AdapterResident(other) = %v,%v, want false,true", res, known)
-	}
-	post, err := http.Post(srv.URL, "application/json", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	post.Body.Close()
-	if post.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("POST status %d", post.StatusCode)
 	}
 }
 
@@ -506,13 +478,10 @@ func BenchmarkHotPath(b *testing.B) {
 	h.Sidecars[0].Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1, Adapters: []string{"a", "b", "c"}, LMCacheKnown: true})
 	v := h.Routers[0].View()
 	tg := v.Targets([]string{EngineURL(0)})
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, _, ok := tg.Occupancy(0); ok && tg.State(0) == StateExact {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(b, 10*time.Second, "engine EXACT with a status", func() bool {
+		_, _, ok := tg.Occupancy(0)
+		return ok && tg.State(0) == StateExact
+	})
 	query := keys[:32]
 	out := make([]int, 1)
 	url := EngineURL(0)
@@ -545,7 +514,7 @@ func TestDivergedViewRepairedByDigest(t *testing.T) {
 	rt := h.Routers[0]
 	keys := randomKeys(rand.New(rand.NewPCG(21, 22)), 500)
 	h.Sidecars[0].Publisher().Apply(ResidencyDelta{Added: keys})
-	eventually(t, 5*time.Second, "converged", func() bool { return viewMatches(rt, EngineURL(0), keys) })
+	testwait.For(t, 5*time.Second, "converged", func() bool { return viewMatches(rt, EngineURL(0), keys) })
 
 	// Corrupt the router's copy behind the protocol's back, as a lost
 	// update that no sequence number noticed would.
@@ -554,7 +523,7 @@ func TestDivergedViewRepairedByDigest(t *testing.T) {
 	e.set.Load().Remove(keys[7])
 	e.set.Load().Add(12345)
 	e.mu.Unlock()
-	eventually(t, 5*time.Second, "status digest detects the divergence and a full state repairs it", func() bool {
+	testwait.For(t, 5*time.Second, "status digest detects the divergence and a full state repairs it", func() bool {
 		return viewMatches(rt, EngineURL(0), keys)
 	})
 	if rt.Stats().Divergences.Load() == 0 || rt.Stats().FullsApplied.Load() < 2 {
@@ -572,7 +541,7 @@ func TestResidentPrefixesBatch(t *testing.T) {
 	h.Sidecars[1].Publisher().Apply(ResidencyDelta{Added: []uint64{1}, State: StateDegraded})
 	tg := h.Routers[0].View().Targets([]string{EngineURL(0), EngineURL(1), "http://127.0.0.1:1/"})
 	out := make([]int, 3)
-	eventually(t, 5*time.Second, "batch answers per target", func() bool {
+	testwait.For(t, 5*time.Second, "batch answers per target", func() bool {
 		tg.ResidentPrefixes([]uint64{1, 2, 9, 3}, out)
 		return slices.Equal(out, []int{2, -1, -1})
 	})
@@ -584,11 +553,11 @@ func TestPublisherResetSendsOnlyTheDifference(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
 	keys := randomKeys(r, 2000)
 	p.Reset(keys, StateExact)
-	eventually(t, 5*time.Second, "first snapshot applied", func() bool { return viewMatches(h.Routers[0], EngineURL(0), keys) })
+	testwait.For(t, 5*time.Second, "first snapshot applied", func() bool { return viewMatches(h.Routers[0], EngineURL(0), keys) })
 	sent := h.Sidecars[0].Stats().AppBytesSent.Load()
 	next := append(slices.Clone(keys[10:]), randomKeys(r, 10)...)
 	p.Reset(next, StateExact)
-	eventually(t, 5*time.Second, "second snapshot applied", func() bool { return viewMatches(h.Routers[0], EngineURL(0), next) })
+	testwait.For(t, 5*time.Second, "second snapshot applied", func() bool { return viewMatches(h.Routers[0], EngineURL(0), next) })
 	if grew := h.Sidecars[0].Stats().AppBytesSent.Load() - sent; grew > 2000 {
 		t.Errorf("a snapshot differing in 20 keys cost %d bytes; the difference should be ~200", grew)
 	}
@@ -599,14 +568,21 @@ func TestEngineOwnershipAndHandover(t *testing.T) {
 	rt := h.Routers[0]
 	orig := h.Sidecars[0]
 	orig.Publisher().Apply(ResidencyDelta{Added: []uint64{1, 2}})
-	eventually(t, 5*time.Second, "owner's residency", func() bool { return viewMatches(rt, EngineURL(0), []uint64{1, 2}) })
+	testwait.For(t, 5*time.Second, "owner's residency", func() bool { return viewMatches(rt, EngineURL(0), []uint64{1, 2}) })
 
 	second, err := h.AddSidecar(t.Context(), "sidecar-restarted", EngineURL(0), "m")
 	if err != nil {
 		t.Fatal(err)
 	}
+	unknown := rt.Stats().UnknownSender.Load()
 	second.Publisher().Apply(ResidencyDelta{Added: []uint64{7}})
-	eventually(t, 5*time.Second, "claim counted as a conflict", func() bool { return rt.Stats().Conflicts.Load() > 0 })
+	testwait.For(t, 5*time.Second, "claim counted as a conflict", func() bool { return rt.Stats().Conflicts.Load() > 0 })
+	// The claimant's delta and statuses reach the router and are dropped
+	// (it does not own the engine): wait for the dropped delta and two
+	// statuses before checking that nothing of it was applied.
+	testwait.For(t, 5*time.Second, "the claimant's messages dropped", func() bool {
+		return rt.Stats().UnknownSender.Load() >= unknown+3
+	})
 	if !viewMatches(rt, EngineURL(0), []uint64{1, 2}) {
 		t.Fatal("a second sidecar claiming the URL displaced the live owner")
 	}
@@ -614,7 +590,7 @@ func TestEngineOwnershipAndHandover(t *testing.T) {
 	if err := orig.Leave(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the other sidecar takes over after the owner leaves", func() bool {
+	testwait.For(t, 10*time.Second, "the other sidecar takes over after the owner leaves", func() bool {
 		return viewMatches(rt, EngineURL(0), []uint64{7})
 	})
 }
@@ -634,7 +610,7 @@ func TestDiscoveryFollowsJoins(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no change notification for a joining engine")
 	}
-	eventually(t, 5*time.Second, "new engine discovered", func() bool {
+	testwait.For(t, 5*time.Second, "new engine discovered", func() bool {
 		got := v.Engines("llama")
 		return len(got) == 1 && got[0].EngineURL == "http://127.0.0.1:30000" && got[0].NodeID == "sidecar-llama"
 	})
@@ -645,22 +621,22 @@ func TestDiscoveryFollowsJoins(t *testing.T) {
 
 func TestRoutersReportAppliedConfigVersion(t *testing.T) {
 	h := newHarness(t, HarnessConfig{Routers: 2, Sidecars: 1, Seed: 9})
-	a, b := h.Routers[0].View(), h.Routers[1].View()
-	if _, ok := b.RouterConfigVersion(h.Routers[0].Name()); ok {
+	a, b := h.Routers[0], h.Routers[1]
+	if _, ok := b.share.configVersion(a.Name()); ok {
 		t.Fatal("a version is known before any was published")
 	}
-	eventually(t, 15*time.Second, "the routers see each other", func() bool {
+	testwait.For(t, 15*time.Second, "the routers see each other", func() bool {
 		return len(a.Snapshot().Routers) == 2 && len(b.Snapshot().Routers) == 2
 	})
 	// An idle router (no in-flight requests) still reports its version.
 	a.PublishConfigVersion(7)
-	eventually(t, 10*time.Second, "b learns a's applied config_version", func() bool {
-		v, ok := b.RouterConfigVersion(h.Routers[0].Name())
+	testwait.For(t, 10*time.Second, "b learns a's applied config_version", func() bool {
+		v, ok := b.share.configVersion(a.Name())
 		return ok && v == 7
 	})
 	a.PublishConfigVersion(8)
-	eventually(t, 10*time.Second, "b follows a's next config_version", func() bool {
-		v, _ := b.RouterConfigVersion(h.Routers[0].Name())
+	testwait.For(t, 10*time.Second, "b follows a's next config_version", func() bool {
+		v, _ := b.share.configVersion(a.Name())
 		return v == 8
 	})
 	var seen uint64
@@ -680,13 +656,13 @@ func TestRoutersReportAppliedConfigVersion(t *testing.T) {
 func TestRoutersSharePrefill(t *testing.T) {
 	h := newHarness(t, HarnessConfig{Routers: 3, Sidecars: 1, Seed: 12})
 	h.Sidecars[0].Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1})
-	a, b, c := h.Routers[0].View(), h.Routers[1].View(), h.Routers[2].View()
+	a, b, c := h.Routers[0], h.Routers[1], h.Routers[2]
 	url := EngineURL(0)
 	a.PublishLoads(map[string]Load{url: {Inflight: 1, Prefill: 50}})
 	b.PublishLoads(map[string]Load{url: {Inflight: 2, Prefill: 800}})
 	c.PublishLoads(map[string]Load{url: {Prefill: 200}}) // all its requests past prefill but one still counted
-	eventually(t, 5*time.Second, "a sees b's and c's prefill sums", func() bool {
-		r, ok := a.Remote(url)
+	testwait.For(t, 5*time.Second, "a sees b's and c's prefill sums", func() bool {
+		r, ok := a.View().Remote(url)
 		return ok && r.PeersOK && r.Prefill == 1000 && r.Inflight == 2
 	})
 	var got uint64
@@ -699,8 +675,17 @@ func TestRoutersSharePrefill(t *testing.T) {
 		t.Errorf("snapshot queued_prefill_tokens %d, want 1050 (own 50 + peers' 1000)", got)
 	}
 	b.PublishLoads(map[string]Load{})
-	eventually(t, 5*time.Second, "b's sum leaves a's view when b publishes none", func() bool {
-		r, _ := a.Remote(url)
+	testwait.For(t, 5*time.Second, "b's sum leaves a's view when b publishes none", func() bool {
+		r, _ := a.View().Remote(url)
 		return r.Prefill == 200
 	})
+}
+
+// publishInflight publishes in-flight counts alone.
+func publishInflight(r *Router, counts map[string]uint64) {
+	loads := make(map[string]Load, len(counts))
+	for u, n := range counts {
+		loads[u] = Load{Inflight: n}
+	}
+	r.PublishLoads(loads)
 }

@@ -1,10 +1,13 @@
 package mesh
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Role is what a pool member does.
@@ -50,6 +53,10 @@ type Meta struct {
 	// host (0.0.0.0) means "my gossip address's host".
 	RaftAddr  string
 	AdminAddr string
+
+	// keyID names the certificate this member signs under (see Identity);
+	// empty when it has none.
+	keyID []byte
 }
 
 // NormalizeURL is the form of an engine URL the view is keyed by: scheme
@@ -82,6 +89,10 @@ func encodeMeta(m *Meta) ([]byte, error) {
 	b = appendUint(b, 7, uint64(m.ProtoMax))
 	b = appendString(b, 8, m.RaftAddr)
 	b = appendString(b, 9, m.AdminAddr)
+	if len(m.keyID) > 0 {
+		b = protowire.AppendTag(b, 10, protowire.BytesType)
+		b = protowire.AppendBytes(b, m.keyID)
+	}
 	if len(b) >= MetaLimit {
 		return nil, ErrMetaTooLarge
 	}
@@ -130,6 +141,11 @@ func decodeMeta(b []byte) (Meta, error) {
 			m.RaftAddr, err = boundedString(fl.b)
 		case 9:
 			m.AdminAddr, err = boundedString(fl.b)
+		case 10:
+			if len(fl.b) != keyIDLen {
+				return fmt.Errorf("%w: key id of %d bytes", errMalformed, len(fl.b))
+			}
+			m.keyID = bytes.Clone(fl.b)
 		}
 		return err
 	})

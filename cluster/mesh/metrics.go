@@ -6,17 +6,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Collector exports the node's Stats and the view's engine states as
-// Prometheus metrics; register it on the process's own registry.
-func (n *Node) Collector() prometheus.Collector { return (*collector)(n) }
-
-type collector Node
+// collector exports a member's Stats and, on a router, its view's engine
+// states.
+type collector struct {
+	c    *core
+	view *View // nil on a sidecar
+}
 
 var (
 	descMembers = prometheus.NewDesc("rolter_gossip_members", "Live members of the gossip pool, this node included.", nil, nil)
 	descEngines = prometheus.NewDesc("rolter_gossip_engines", "Engines in this router's cluster view, by residency state.", []string{"state"}, nil)
 	descBlocks  = prometheus.NewDesc("rolter_gossip_resident_blocks", "Resident (engine, block) pairs in this router's view.", nil, nil)
 	descIndex   = prometheus.NewDesc("rolter_gossip_residency_index_bytes", "Memory held by this router's residency index.", nil, nil)
+	descReject  = prometheus.NewDesc("rolter_gossip_rejected_total",
+		"Messages and joins refused by gossip identity: unsigned, unknown_key (no verified certificate for the claimed sender), "+
+			"bad_signature, bad_certificate, no_identity (a joiner without a certificate), name_taken (a joiner under a live member's name "+
+			"with another certificate).", []string{"reason"}, nil)
 )
 
 type counterDesc struct {
@@ -52,28 +57,31 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descEngines
 	ch <- descBlocks
 	ch <- descIndex
+	ch <- descReject
 	for _, d := range counters {
 		ch <- d.desc
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	n := (*Node)(c)
-	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n.NumMembers()))
+	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(c.c.NumMembers()))
 	for _, d := range counters {
-		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.get(&n.stats).Load()))
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.get(&c.c.stats).Load()))
 	}
-	if n.view == nil {
+	for reason, name := range rejectReasons {
+		ch <- prometheus.MustNewConstMetric(descReject, prometheus.CounterValue, float64(c.c.stats.Rejected[reason].Load()), name)
+	}
+	if c.view == nil {
 		return
 	}
 	var byState [4]int
-	for _, e := range *n.view.engines.Load() {
+	for _, e := range *c.view.engines.Load() {
 		byState[min(e.state.Load(), 3)]++
 	}
 	for st, cnt := range byState {
 		ch <- prometheus.MustNewConstMetric(descEngines, prometheus.GaugeValue, float64(cnt), ResidencyState(st).String())
 	}
-	bytes, blocks := n.view.ResidencyBytes()
+	bytes, blocks := c.view.residencyBytes()
 	ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(blocks))
 	ch <- prometheus.MustNewConstMetric(descIndex, prometheus.GaugeValue, float64(bytes))
 }

@@ -55,12 +55,14 @@ func LoadKey(path string, getenv func(string) string) ([]byte, error) {
 	return key, nil
 }
 
-// Config configures one pool member.
+// Config configures one pool member. StartSidecar and StartRouter set
+// Meta.Role; each reads its own part (Sidecar or Router) and ignores the
+// other.
 type Config struct {
 	// Name is the unique memberlist node name (also the node id).
 	Name string
-	// Meta is announced with membership; Role must be set. Meta.NodeID
-	// defaults to Name, protocol versions to this build's.
+	// Meta is announced with membership. Meta.NodeID defaults to Name,
+	// protocol versions to this build's.
 	Meta Meta
 	// BindAddr/BindPort: where to listen (port 0 picks one). Ignored when
 	// Transport is set.
@@ -73,10 +75,17 @@ type Config struct {
 	// InsecureDev.
 	Key         []byte
 	InsecureDev bool
+	// Identity, when set, is this member's certificate from the cluster
+	// CA: Name must be empty or its common name, every message is signed
+	// and only messages signed by their sender's certified key are taken.
+	// Without it a message is taken from any member that has the pool's
+	// Key (see doc.go, Trust).
+	Identity *Identity
 	// Transport replaces memberlist's UDP/TCP transport (tests: Metered).
 	Transport memberlist.NodeAwareTransport
-	// Tune, when set, adjusts the memberlist config last (test intervals).
-	Tune   func(*memberlist.Config)
+	// Timing overrides memberlist's LAN failure-detection timings; zero
+	// fields keep them.
+	Timing Timing
 	Logger *slog.Logger
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
@@ -85,22 +94,71 @@ type Config struct {
 	Router  RouterConfig
 }
 
+// Timing is the membership protocol's timing. A zero field keeps
+// memberlist's LAN default (in parentheses).
+type Timing struct {
+	ProbeInterval    time.Duration // how often a member probes another (1s)
+	ProbeTimeout     time.Duration // how long it waits for the ack (500ms)
+	GossipInterval   time.Duration // membership gossip rounds (200ms)
+	PushPullInterval time.Duration // full membership exchange with one member (30s)
+	TCPTimeout       time.Duration // stream dial and exchange (10s)
+	// GossipToTheDead is how long a dead member still receives gossip (30s).
+	GossipToTheDead time.Duration
+	// SuspicionMult scales how long a suspect has to refute before it is
+	// declared dead (4).
+	SuspicionMult int
+}
+
+// FastTiming shortens the intervals so tests converge in about a second
+// while keeping memberlist's failure-detection logic intact.
+var FastTiming = Timing{
+	ProbeInterval:    200 * time.Millisecond,
+	ProbeTimeout:     100 * time.Millisecond,
+	GossipInterval:   50 * time.Millisecond,
+	PushPullInterval: 2 * time.Second,
+	TCPTimeout:       2 * time.Second,
+	GossipToTheDead:  2 * time.Second,
+	SuspicionMult:    4,
+}
+
+func (t Timing) apply(mc *memberlist.Config) {
+	set := func(dst *time.Duration, v time.Duration) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	set(&mc.ProbeInterval, t.ProbeInterval)
+	set(&mc.ProbeTimeout, t.ProbeTimeout)
+	set(&mc.GossipInterval, t.GossipInterval)
+	set(&mc.PushPullInterval, t.PushPullInterval)
+	set(&mc.TCPTimeout, t.TCPTimeout)
+	set(&mc.GossipToTheDeadTime, t.GossipToTheDead)
+	if t.SuspicionMult > 0 {
+		mc.SuspicionMult = t.SuspicionMult
+	}
+}
+
 // udpBudget is the largest message sent by UDP: memberlist's 1400-byte
 // packet minus encryption (29 B), the user-message byte and headroom.
 const udpBudget = 1300
 
-// Node is one member of the gossip pool: a sidecar (with a Publisher) or a
-// router (with a View). Start it with Start; stop it with Close.
-type Node struct {
-	cfg    Config
-	log    *slog.Logger
-	now    func() time.Time
-	ml     *memberlist.Memberlist
-	meta   []byte
+// core is what a sidecar and a router member share: the memberlist
+// lifecycle, this node's meta, the live members by role, sending, and the
+// counters. The role plugs in through roleHooks.
+type core struct {
+	cfg  Config
+	log  *slog.Logger
+	now  func() time.Time
+	ml   *memberlist.Memberlist
+	tx   sender // ml, or a test's recorder
+	meta []byte
+	id   *Identity // nil: messages are neither signed nor verified
+	sig  signer
+	// udpMax is the largest message sent by UDP (udpBudget plus the
+	// signature when it is signed).
+	udpMax int
 	stats  Stats
-	pub    *Publisher // sidecars
-	view   *View      // routers
-	router *routerShare
+	hooks  roleHooks
 
 	mu      sync.RWMutex
 	members map[string]member
@@ -110,10 +168,39 @@ type Node struct {
 	sidecars atomic.Pointer[[]*memberlist.Node]
 
 	conflicts nameConflicts
+	taken     nameConflicts // names refused at join: held by a live member under another key
+
+	// peers holds the verified certificate key of each member (under mu);
+	// idOut queues this member's certificate for a member to receive it.
+	peers   map[string]peerKey
+	idOut   chan identityReq
+	idMu    sync.Mutex
+	idSent  map[string]time.Time // last certificate sent to each member
+	idAsked map[string]time.Time // last time a member's certificate was asked for
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
+}
+
+// sender is the part of memberlist a member sends through.
+type sender interface {
+	SendBestEffort(to *memberlist.Node, msg []byte) error
+	SendReliable(to *memberlist.Node, msg []byte) error
+}
+
+// roleHooks is how memberlist's callbacks reach a role. Each runs on a
+// memberlist goroutine and must not block.
+type roleHooks struct {
+	// handle applies one message of a type the role accepts; ok is false
+	// for a type it does not.
+	handle func(typ byte, body []byte) (ok bool, err error)
+	// up: another member joined (joined) or updated its meta.
+	up func(name string, meta Meta, joined bool)
+	// gone: another member left or died.
+	gone func(name string, meta Meta)
+	// loops are started after memberlist and stopped by Close.
+	loops []func(context.Context)
 }
 
 type member struct {
@@ -121,9 +208,8 @@ type member struct {
 	meta Meta
 }
 
-// Start creates the node, starts its background loops and joins the pool
-// through join (host:port list; empty starts a new pool).
-func Start(ctx context.Context, cfg Config, join []string) (*Node, error) {
+// newCore validates cfg and prepares a member of role; start brings it up.
+func newCore(cfg Config, role Role) (*core, error) {
 	if len(cfg.Key) == 0 && !cfg.InsecureDev {
 		return nil, ErrNoGossipKey
 	}
@@ -131,6 +217,18 @@ func Start(ctx context.Context, cfg Config, join []string) (*Node, error) {
 		if err := memberlist.ValidateKey(cfg.Key); err != nil {
 			return nil, ErrBadGossipKey
 		}
+	}
+	if cfg.Identity != nil {
+		if err := cfg.Identity.check(time.Now()); err != nil {
+			return nil, err
+		}
+		switch cn := cfg.Identity.Name(); {
+		case cfg.Name == "":
+			cfg.Name = cn
+		case cfg.Name != cn:
+			return nil, fmt.Errorf("%w: node name %q is not the certificate's common name %q", ErrIdentity, cfg.Name, cn)
+		}
+		cfg.Meta.keyID = keyIDOf(cfg.Identity.Chain[0])
 	}
 	if cfg.Name == "" {
 		return nil, errors.New("mesh: node name required")
@@ -141,6 +239,7 @@ func Start(ctx context.Context, cfg Config, join []string) (*Node, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Meta.Role = role
 	if cfg.Meta.NodeID == "" {
 		cfg.Meta.NodeID = cfg.Name
 	}
@@ -152,19 +251,24 @@ func Start(ctx context.Context, cfg Config, join []string) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), now: cfg.Now, meta: meta, members: map[string]member{}}
-	n.routers.Store(&[]*memberlist.Node{})
-	n.sidecars.Store(&[]*memberlist.Node{})
-	switch cfg.Meta.Role {
-	case RoleSidecar:
-		n.pub = newPublisher(n, cfg.Sidecar)
-	case RoleRouter:
-		n.view = newView(n, cfg.Router)
-		n.router = newRouterShare(n, cfg.Router)
-	default:
-		return nil, fmt.Errorf("mesh: unknown role %d", cfg.Meta.Role)
+	c := &core{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), now: cfg.Now, meta: meta, members: map[string]member{},
+		udpMax: udpBudget, id: cfg.Identity}
+	if c.id != nil {
+		c.sig = signer{key: c.id.Key}
+		c.udpMax += sigTrailer
+		c.peers = map[string]peerKey{}
+		c.idOut = make(chan identityReq, 256)
+		c.idSent, c.idAsked = map[string]time.Time{}, map[string]time.Time{}
 	}
+	c.routers.Store(&[]*memberlist.Node{})
+	c.sidecars.Store(&[]*memberlist.Node{})
+	return c, nil
+}
 
+// start creates memberlist, starts the role's loops and joins the pool
+// through join (host:port list; empty starts a new pool).
+func (c *core) start(ctx context.Context, join []string) error {
+	cfg := c.cfg
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
 	mc.BindAddr = cfg.BindAddr
@@ -174,11 +278,14 @@ func Start(ctx context.Context, cfg Config, join []string) (*Node, error) {
 	mc.BindPort = cfg.BindPort
 	mc.AdvertiseAddr = cfg.AdvertiseAddr
 	mc.AdvertisePort = cfg.AdvertisePort
-	mc.Delegate = (*delegate)(n)
-	mc.Events = (*events)(n)
-	mc.Conflict = (*conflictDelegate)(n)
+	mc.Delegate = (*delegate)(c)
+	mc.Events = (*events)(c)
+	mc.Conflict = (*conflictDelegate)(c)
+	if c.id != nil {
+		mc.Alive = (*aliveDelegate)(c)
+	}
 	mc.EnableCompression = false // block keys are random: LZW only costs CPU
-	mc.Logger = slog.NewLogLogger(levelHandler{n.log.Handler()}, slog.LevelDebug)
+	mc.Logger = slog.NewLogLogger(levelHandler{c.log.Handler()}, slog.LevelDebug)
 	if cfg.Meta.Role == RoleRouter {
 		// A router receives ~25 messages/s from every sidecar; memberlist's
 		// default 1024-message handoff queue drops bursts from 64+ sidecars.
@@ -190,115 +297,129 @@ func Start(ctx context.Context, cfg Config, join []string) (*Node, error) {
 	if len(cfg.Key) > 0 {
 		mc.SecretKey = cfg.Key
 	}
-	if cfg.Tune != nil {
-		cfg.Tune(mc)
-	}
+	cfg.Timing.apply(mc)
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		return nil, fmt.Errorf("mesh: start memberlist: %w", err)
+		return fmt.Errorf("mesh: start memberlist: %w", err)
 	}
-	n.ml = ml
+	c.ml, c.tx = ml, ml
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	n.cancel = cancel
-	if n.pub != nil {
-		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.pub.run(loopCtx) }()
+	c.cancel = cancel
+	loops := c.hooks.loops
+	if c.id != nil {
+		loops = append(loops, c.identityLoop)
 	}
-	if n.view != nil {
-		n.wg.Add(2)
-		go func() { defer n.wg.Done(); n.view.run(loopCtx) }()
-		go func() { defer n.wg.Done(); n.router.run(loopCtx) }()
+	for _, loop := range loops {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); loop(loopCtx) }()
 	}
 	if len(join) > 0 {
 		if _, err := ml.Join(join); err != nil {
-			n.Close()
-			return nil, fmt.Errorf("mesh: join %v: %w", join, err)
+			c.Close()
+			return fmt.Errorf("mesh: join %v: %w", join, err)
 		}
 		// The push/pull exchange of Join carried the pool's members: a
 		// member already named like this node has been reported by now.
-		if err := n.Conflict(); err != nil {
-			_ = n.Leave(time.Second)
-			return nil, err
+		// Stop without a leave message: it would announce, in the shared
+		// name, that the member holding it left.
+		if err := c.Conflict(); err != nil {
+			c.Close()
+			return err
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // Name returns the node name.
-func (n *Node) Name() string { return n.cfg.Name }
+func (c *core) Name() string { return c.cfg.Name }
 
 // Addr returns the host:port others join through.
-func (n *Node) Addr() string { return n.ml.LocalNode().FullAddress().Addr }
-
-// Publisher returns the sidecar publisher (nil on a router).
-func (n *Node) Publisher() *Publisher { return n.pub }
-
-// View returns the router's cluster view (nil on a sidecar).
-func (n *Node) View() *View { return n.view }
+func (c *core) Addr() string { return c.ml.LocalNode().FullAddress().Addr }
 
 // Stats returns the node's counters.
-func (n *Node) Stats() *Stats { return &n.stats }
+func (c *core) Stats() *Stats { return &c.stats }
 
 // NumMembers returns the number of live members, this node included.
-func (n *Node) NumMembers() int { return n.ml.NumMembers() }
+func (c *core) NumMembers() int { return c.ml.NumMembers() }
 
 // Join contacts seeds (host:port list) to join their pool; it succeeds when
-// at least one answers. Start joins its seeds itself; Join is for a node
-// that started before any seed was up.
-func (n *Node) Join(seeds []string) error {
-	if _, err := n.ml.Join(seeds); err != nil {
+// at least one answers. Starting joins its seeds itself; Join is for a
+// node that started before any seed was up.
+func (c *core) Join(seeds []string) error {
+	if _, err := c.ml.Join(seeds); err != nil {
 		return fmt.Errorf("mesh: join %v: %w", seeds, err)
 	}
 	return nil
 }
 
 // Leave announces departure (bounded by timeout) and stops the node.
-func (n *Node) Leave(timeout time.Duration) error {
-	err := n.ml.Leave(timeout)
-	return errors.Join(err, n.Close())
+func (c *core) Leave(timeout time.Duration) error {
+	err := c.ml.Leave(timeout)
+	return errors.Join(err, c.Close())
 }
 
 // Close stops the node without announcing departure (peers detect it).
-func (n *Node) Close() error {
-	if !n.closed.CompareAndSwap(false, true) {
+func (c *core) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if n.cancel != nil {
-		n.cancel()
+	if c.cancel != nil {
+		c.cancel()
 	}
-	err := n.ml.Shutdown()
-	n.wg.Wait()
+	err := c.ml.Shutdown()
+	c.wg.Wait()
 	return err
 }
 
 // send delivers msg to one member: UDP when it fits a packet, else the
 // reliable TCP stream. Failures are counted, never returned to a loop.
-func (n *Node) send(to *memberlist.Node, msg []byte) {
+func (c *core) send(to *memberlist.Node, msg []byte) {
 	var err error
-	if len(msg) <= udpBudget {
-		err = n.ml.SendBestEffort(to, msg)
+	if len(msg) <= c.udpMax {
+		err = c.tx.SendBestEffort(to, msg)
 	} else {
-		err = n.ml.SendReliable(to, msg)
+		err = c.tx.SendReliable(to, msg)
 	}
-	n.stats.MsgsSent.Add(1)
-	n.stats.AppBytesSent.Add(uint64(len(msg)))
+	c.stats.MsgsSent.Add(1)
+	c.stats.AppBytesSent.Add(uint64(len(msg)))
 	if err != nil {
-		n.stats.SendErrors.Add(1)
+		c.stats.SendErrors.Add(1)
 	}
 }
 
-func (n *Node) memberByName(name string) (member, bool) {
-	n.mu.RLock()
-	m, ok := n.members[name]
-	n.mu.RUnlock()
+// sendReliable delivers msg to one member by TCP; it reports success.
+func (c *core) sendReliable(to *memberlist.Node, msg []byte) bool {
+	if err := c.tx.SendReliable(to, msg); err != nil {
+		c.stats.SendErrors.Add(1)
+		return false
+	}
+	c.stats.MsgsSent.Add(1)
+	c.stats.AppBytesSent.Add(uint64(len(msg)))
+	return true
+}
+
+func (c *core) memberByName(name string) (member, bool) {
+	c.mu.RLock()
+	m, ok := c.members[name]
+	c.mu.RUnlock()
 	return m, ok
 }
 
-// rebuildRoles refreshes the per-role snapshots; called with n.mu held.
-func (n *Node) rebuildRoles() {
+// eachMember calls f for every live member (this node included) under a
+// read lock; f must not block.
+func (c *core) eachMember(f func(name string, m member)) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for name, m := range c.members {
+		f(name, m)
+	}
+}
+
+// rebuildRoles refreshes the per-role snapshots; called with c.mu held.
+func (c *core) rebuildRoles() {
 	var routers, sidecars []*memberlist.Node
-	for name, m := range n.members {
-		if name == n.cfg.Name {
+	for name, m := range c.members {
+		if name == c.cfg.Name {
 			continue
 		}
 		switch m.meta.Role {
@@ -308,13 +429,13 @@ func (n *Node) rebuildRoles() {
 			sidecars = append(sidecars, m.node)
 		}
 	}
-	n.routers.Store(&routers)
-	n.sidecars.Store(&sidecars)
+	c.routers.Store(&routers)
+	c.sidecars.Store(&sidecars)
 }
 
-// delegate is the memberlist.Delegate view of a Node. Its methods run on
+// delegate is the memberlist.Delegate view of a core. Its methods run on
 // memberlist's goroutines and never block.
-type delegate Node
+type delegate core
 
 func (d *delegate) NodeMeta(limit int) []byte {
 	if len(d.meta) > limit {
@@ -326,26 +447,32 @@ func (d *delegate) NodeMeta(limit int) []byte {
 // NotifyMsg dispatches on the leading type byte. buf is only valid during
 // the call; decoders copy what they keep.
 func (d *delegate) NotifyMsg(buf []byte) {
-	n := (*Node)(d)
+	c := (*core)(d)
 	if len(buf) == 0 {
-		n.stats.Malformed.Add(1)
+		c.stats.Malformed.Add(1)
 		return
 	}
-	n.stats.MsgsReceived.Add(1)
-	var err error
-	switch typ, body := buf[0], buf[1:]; {
-	case n.view != nil && (typ == msgResidencyDelta || typ == msgResidencyFull || typ == msgEngineStatus):
-		err = n.view.handle(typ, body)
-	case n.view != nil && (typ == msgInflight || typ == msgLearned):
-		err = n.router.handle(typ, body)
-	case n.pub != nil && typ == msgResync:
-		err = n.pub.handleResync(body)
-	default:
-		err = fmt.Errorf("%w: message type %d not for a %s", errMalformed, typ, n.cfg.Meta.Role)
+	c.stats.MsgsReceived.Add(1)
+	typ, body := buf[0], buf[1:]
+	if typ == msgIdentity {
+		if err := c.handleIdentity(body); err != nil {
+			c.stats.Malformed.Add(1)
+			c.log.Debug("dropped gossip message", "err", err)
+		}
+		return
+	}
+	if c.id != nil {
+		if body = c.verified(buf); body == nil {
+			return
+		}
+	}
+	ok, err := c.hooks.handle(typ, body)
+	if !ok {
+		err = fmt.Errorf("%w: message type %d not for a %s", errMalformed, typ, c.cfg.Meta.Role)
 	}
 	if err != nil {
-		n.stats.Malformed.Add(1)
-		n.log.Debug("dropped gossip message", "err", err)
+		c.stats.Malformed.Add(1)
+		c.log.Debug("dropped gossip message", "err", err)
 	}
 }
 
@@ -353,43 +480,44 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
-// events is the memberlist.EventDelegate view of a Node.
-type events Node
+// events is the memberlist.EventDelegate view of a core.
+type events core
 
-func (e *events) NotifyJoin(mn *memberlist.Node)   { (*Node)(e).memberUp(mn, true) }
-func (e *events) NotifyUpdate(mn *memberlist.Node) { (*Node)(e).memberUp(mn, false) }
+func (e *events) NotifyJoin(mn *memberlist.Node)   { (*core)(e).memberUp(mn, true) }
+func (e *events) NotifyUpdate(mn *memberlist.Node) { (*core)(e).memberUp(mn, false) }
 func (e *events) NotifyLeave(mn *memberlist.Node) {
-	n := (*Node)(e)
-	n.mu.Lock()
-	m, ok := n.members[mn.Name]
-	delete(n.members, mn.Name)
-	n.rebuildRoles()
-	n.mu.Unlock()
-	if ok && n.view != nil {
-		n.view.memberGone(mn.Name, m.meta)
+	c := (*core)(e)
+	c.mu.Lock()
+	m, ok := c.members[mn.Name]
+	delete(c.members, mn.Name)
+	delete(c.peers, mn.Name)
+	c.rebuildRoles()
+	c.mu.Unlock()
+	if ok && c.hooks.gone != nil {
+		c.hooks.gone(mn.Name, m.meta)
 	}
 }
 
-func (n *Node) memberUp(mn *memberlist.Node, joined bool) {
+func (c *core) memberUp(mn *memberlist.Node, joined bool) {
 	meta, err := decodeMeta(mn.Meta)
 	if err != nil {
-		n.stats.Malformed.Add(1)
-		n.log.Debug("member with bad meta ignored", "member", mn.Name, "err", err)
+		c.stats.Malformed.Add(1)
+		c.log.Debug("member with bad meta ignored", "member", mn.Name, "err", err)
 		return
 	}
 	cp := *mn
-	n.mu.Lock()
-	n.members[mn.Name] = member{node: &cp, meta: meta}
-	n.rebuildRoles()
-	n.mu.Unlock()
-	if mn.Name == n.cfg.Name {
+	c.mu.Lock()
+	c.members[mn.Name] = member{node: &cp, meta: meta}
+	c.rebuildRoles()
+	c.mu.Unlock()
+	if mn.Name == c.cfg.Name {
 		return
 	}
-	if n.view != nil {
-		n.view.memberUp(mn.Name, meta)
+	if joined && c.id != nil {
+		c.sendIdentity(mn.Name, false)
 	}
-	if n.pub != nil && joined && meta.Role == RoleRouter {
-		n.pub.routerJoined(mn.Name)
+	if c.hooks.up != nil {
+		c.hooks.up(mn.Name, meta, joined)
 	}
 }
 
@@ -429,4 +557,7 @@ type Stats struct {
 	LearnedDropped  atomic.Uint64 // router: learned records dropped (queue full)
 	StatusReordered atomic.Uint64 // router: older status ignored
 	NameConflicts   atomic.Uint64 // another member claimed this node's name, or this node another's
+	// Rejected counts messages and members refused by identity checks,
+	// by reason (see rejectReasons).
+	Rejected [numRejectReasons]atomic.Uint64
 }

@@ -85,7 +85,7 @@ type ResidencyDelta struct {
 // Apply, Reset and SetStatus may be called from any goroutine; they only
 // take a short lock and never do network I/O.
 type Publisher struct {
-	n   *Node
+	c   *core
 	cfg SidecarConfig
 
 	mu      sync.Mutex
@@ -114,15 +114,15 @@ type sentDelta struct {
 	msg []byte
 }
 
-func newPublisher(n *Node, cfg SidecarConfig) *Publisher {
+func newPublisher(c *core, cfg SidecarConfig) *Publisher {
 	cfg.defaults()
 	return &Publisher{
-		n: n, cfg: cfg,
+		c: c, cfg: cfg,
 		set:      newKeySet(0),
 		changed:  map[uint64]bool{},
 		state:    StateExact,
 		pubState: StateExact,
-		epoch:    uint64(n.now().UnixNano()),
+		epoch:    uint64(c.now().UnixNano()),
 		fullWant: map[string]bool{},
 		wake:     make(chan struct{}, 1),
 		fullCh:   make(chan struct{}, 1),
@@ -236,7 +236,7 @@ func (p *Publisher) flushLocked() [][]byte {
 	var msgs [][]byte
 	first := true
 	for first || len(added)+len(removed) > 0 {
-		m := residencyMsg{From: p.n.cfg.Name, Epoch: p.epoch, Cleared: p.cleared && first, State: p.state}
+		m := residencyMsg{From: p.c.cfg.Name, Epoch: p.epoch, Cleared: p.cleared && first, State: p.state}
 		if m.Cleared {
 			p.pubCount, p.pubDigest = 0, 0
 		}
@@ -255,7 +255,7 @@ func (p *Publisher) flushLocked() [][]byte {
 		}
 		p.seq++
 		m.Seq, m.Count, m.Digest = p.seq, p.pubCount, p.pubDigest
-		msg := encodeResidency(msgResidencyDelta, &m)
+		msg := p.c.seal(encodeResidency(msgResidencyDelta, &m))
 		if len(p.ring) >= p.cfg.ResendWindow {
 			p.ring = slices.Delete(p.ring, 0, len(p.ring)-p.cfg.ResendWindow+1)
 		}
@@ -277,8 +277,8 @@ func (p *Publisher) flush() {
 
 func (p *Publisher) sendAll(msgs [][]byte) {
 	for _, msg := range msgs {
-		for _, r := range *p.n.routers.Load() {
-			p.n.send(r, msg)
+		for _, r := range *p.c.routers.Load() {
+			p.c.send(r, msg)
 		}
 	}
 }
@@ -287,7 +287,7 @@ func (p *Publisher) sendAll(msgs [][]byte) {
 // resulting seq.
 func (p *Publisher) fullLocked() (delta [][]byte, full []byte) {
 	delta = p.flushLocked()
-	m := residencyMsg{From: p.n.cfg.Name, Epoch: p.epoch, Seq: p.seq, State: p.pubState, Count: p.pubCount, Digest: p.pubDigest}
+	m := residencyMsg{From: p.c.cfg.Name, Epoch: p.epoch, Seq: p.seq, State: p.pubState, Count: p.pubCount, Digest: p.pubDigest}
 	m.Added = make([]uint64, 0, p.set.Len())
 	p.set.Each(func(k uint64) { m.Added = append(m.Added, k) })
 	return delta, encodeResidency(msgResidencyFull, &m)
@@ -296,12 +296,12 @@ func (p *Publisher) fullLocked() (delta [][]byte, full []byte) {
 func (p *Publisher) sendStatus() {
 	p.mu.Lock()
 	p.statusSeq++
-	m := statusMsg{From: p.n.cfg.Name, Seq: p.statusSeq, Epoch: p.epoch, ResSeq: p.seq,
+	m := statusMsg{From: p.c.cfg.Name, Seq: p.statusSeq, Epoch: p.epoch, ResSeq: p.seq,
 		Count: p.pubCount, Digest: p.pubDigest, ResState: p.pubState, Status: p.status}
 	p.mu.Unlock()
-	msg := encodeStatus(&m)
-	for _, r := range *p.n.routers.Load() {
-		p.n.send(r, msg)
+	msg := p.c.seal(encodeStatus(&m))
+	for _, r := range *p.c.routers.Load() {
+		p.c.send(r, msg)
 	}
 }
 
@@ -336,9 +336,9 @@ func (p *Publisher) handleResync(body []byte) error {
 
 // answerResync resends the deltas a router missed, or queues a full state.
 func (p *Publisher) answerResync(m *resyncMsg) {
-	mem, ok := p.n.memberByName(m.From)
+	mem, ok := p.c.memberByName(m.From)
 	if !ok || mem.meta.Role != RoleRouter {
-		p.n.stats.UnknownSender.Add(1)
+		p.c.stats.UnknownSender.Add(1)
 		return
 	}
 	p.mu.Lock()
@@ -368,8 +368,8 @@ func (p *Publisher) answerResync(m *resyncMsg) {
 		return
 	}
 	for _, msg := range msgs {
-		p.n.send(mem.node, msg)
-		p.n.stats.DeltasResent.Add(1)
+		p.c.send(mem.node, msg)
+		p.c.stats.DeltasResent.Add(1)
 	}
 }
 
@@ -404,7 +404,7 @@ func (p *Publisher) run(ctx context.Context) {
 			p.answerResync(m)
 		case <-fullC:
 			var names []string
-			for _, r := range *p.n.routers.Load() {
+			for _, r := range *p.c.routers.Load() {
 				names = append(names, r.Name)
 			}
 			p.wantFull(names...)
@@ -428,9 +428,12 @@ func (p *Publisher) fullWorker(ctx context.Context) {
 			delta, full = p.fullLocked()
 		}
 		p.mu.Unlock()
+		if full != nil {
+			full = p.c.seal(full)
+		}
 		p.sendAll(delta)
 		for name := range want {
-			mem, ok := p.n.memberByName(name)
+			mem, ok := p.c.memberByName(name)
 			if !ok {
 				continue
 			}
@@ -440,11 +443,7 @@ func (p *Publisher) fullWorker(ctx context.Context) {
 }
 
 func (p *Publisher) sendFull(to *memberlist.Node, full []byte) {
-	if err := p.n.ml.SendReliable(to, full); err != nil {
-		p.n.stats.SendErrors.Add(1)
-		return
+	if p.c.sendReliable(to, full) {
+		p.c.stats.FullsSent.Add(1)
 	}
-	p.n.stats.MsgsSent.Add(1)
-	p.n.stats.AppBytesSent.Add(uint64(len(full)))
-	p.n.stats.FullsSent.Add(1)
 }

@@ -16,8 +16,9 @@ const maxRouterVersions = 1024
 // routers need them, and the epidemic queue would push them through every
 // sidecar too.
 type routerShare struct {
-	n   *Node
-	cfg RouterConfig
+	c    *core
+	view *View
+	cfg  RouterConfig
 
 	mu       sync.Mutex
 	inflight map[string]Load // latest published own loads
@@ -31,9 +32,9 @@ type routerShare struct {
 	inbox chan Learned
 }
 
-func newRouterShare(n *Node, cfg RouterConfig) *routerShare {
+func newRouterShare(c *core, view *View, cfg RouterConfig) *routerShare {
 	cfg.defaults()
-	return &routerShare{n: n, cfg: cfg, inflight: map[string]Load{}, sentNZ: map[string]bool{}, versions: map[string]uint64{},
+	return &routerShare{c: c, view: view, cfg: cfg, inflight: map[string]Load{}, sentNZ: map[string]bool{}, versions: map[string]uint64{},
 		kick: make(chan struct{}, 1), inbox: make(chan Learned, cfg.LearnedBuffer)}
 }
 
@@ -49,12 +50,12 @@ type Load struct {
 // other routers at once (a send is also repeated every InflightInterval).
 // The caller decides the cadence (router/meshstate publishes on change).
 // The map is copied; it never blocks.
-func (v *View) PublishLoads(loads map[string]Load) {
-	s := v.n.router
+func (r *Router) PublishLoads(loads map[string]Load) {
+	s := r.share
 	s.mu.Lock()
 	s.inflight = maps.Clone(loads)
 	s.mu.Unlock()
-	for url, e := range *v.engines.Load() {
+	for url, e := range *r.view.engines.Load() {
 		e.own.Store(int64(min(loads[url].Inflight, maxCount)))
 		e.ownPrefill.Store(loads[url].Prefill)
 	}
@@ -64,29 +65,19 @@ func (v *View) PublishLoads(loads map[string]Load) {
 	}
 }
 
-// PublishInflight is PublishLoads with in-flight counts alone.
-func (v *View) PublishInflight(counts map[string]uint64) {
-	loads := make(map[string]Load, len(counts))
-	for u, n := range counts {
-		loads[u] = Load{Inflight: n}
-	}
-	v.PublishLoads(loads)
-}
-
 // PublishConfigVersion sets the config_version this router has applied;
 // it travels with the in-flight counts, so the other routers can tell
 // which replicas have converged on a config change.
-func (v *View) PublishConfigVersion(version uint64) {
-	s := v.n.router
+func (r *Router) PublishConfigVersion(version uint64) {
+	s := r.share
 	s.mu.Lock()
 	s.version = version
 	s.mu.Unlock()
 }
 
-// RouterConfigVersion returns the config_version router name last
-// reported; ok is false when it has reported none.
-func (v *View) RouterConfigVersion(name string) (version uint64, ok bool) {
-	s := v.n.router
+// configVersion returns the config_version router name last reported; ok
+// is false when it has reported none.
+func (s *routerShare) configVersion(name string) (version uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	version, ok = s.versions[name]
@@ -95,16 +86,16 @@ func (v *View) RouterConfigVersion(name string) (version uint64, ok bool) {
 
 // Share queues a learned record for the other routers. It never blocks; a
 // full queue drops the record (counted).
-func (v *View) Share(r Learned) {
-	s := v.n.router
-	if r.TTL > maxLearnedTTL {
-		r.TTL = maxLearnedTTL
+func (r *Router) Share(rec Learned) {
+	s := r.share
+	if rec.TTL > maxLearnedTTL {
+		rec.TTL = maxLearnedTTL
 	}
 	s.mu.Lock()
 	if len(s.outbox) < s.cfg.LearnedBuffer {
-		s.outbox = append(s.outbox, r)
+		s.outbox = append(s.outbox, rec)
 	} else {
-		v.n.stats.LearnedDropped.Add(1)
+		r.stats.LearnedDropped.Add(1)
 	}
 	s.mu.Unlock()
 }
@@ -112,7 +103,7 @@ func (v *View) Share(r Learned) {
 // Learned returns the channel of records other routers shared. Records
 // arrive in batches; when the consumer falls behind, new ones are dropped
 // (counted) rather than blocking the gossip receive loop.
-func (v *View) Learned() <-chan Learned { return v.n.router.inbox }
+func (r *Router) Learned() <-chan Learned { return r.share.inbox }
 
 func (s *routerShare) run(ctx context.Context) {
 	inflight := time.NewTicker(s.cfg.InflightInterval)
@@ -127,7 +118,7 @@ func (s *routerShare) run(ctx context.Context) {
 			s.sendInflight()
 		case <-inflight.C:
 			s.mu.Lock()
-			recent := s.n.now().Sub(s.sentAt) < s.cfg.InflightInterval/2
+			recent := s.c.now().Sub(s.sentAt) < s.cfg.InflightInterval/2
 			s.mu.Unlock()
 			if !recent {
 				s.sendInflight()
@@ -158,10 +149,10 @@ func (s *routerShare) sendInflight() {
 		}
 	}
 	s.sentNZ = nz
-	s.sentAt = s.n.now()
+	s.sentAt = s.c.now()
 	version := s.version
 	s.mu.Unlock()
-	routers := *s.n.routers.Load()
+	routers := *s.c.routers.Load()
 	if (len(entries) == 0 && version == 0) || len(routers) == 0 {
 		return
 	}
@@ -173,10 +164,10 @@ func (s *routerShare) sendInflight() {
 				break
 			}
 		}
-		msg := encodeInflight(&inflightMsg{From: s.n.cfg.Name, Entries: entries[:i], ConfigVersion: version})
+		msg := s.c.seal(encodeInflight(&inflightMsg{From: s.c.cfg.Name, Entries: entries[:i], ConfigVersion: version}))
 		entries = entries[i:]
 		for _, r := range routers {
-			s.n.send(r, msg)
+			s.c.send(r, msg)
 		}
 	}
 }
@@ -186,7 +177,7 @@ func (s *routerShare) sendLearned() {
 	out := s.outbox
 	s.outbox = nil
 	s.mu.Unlock()
-	routers := *s.n.routers.Load()
+	routers := *s.c.routers.Load()
 	if len(out) == 0 || len(routers) == 0 {
 		return
 	}
@@ -198,10 +189,10 @@ func (s *routerShare) sendLearned() {
 				break
 			}
 		}
-		msg := encodeLearned(&learnedMsg{From: s.n.cfg.Name, Records: out[:i]})
+		msg := s.c.seal(encodeLearned(&learnedMsg{From: s.c.cfg.Name, Records: out[:i]}))
 		out = out[i:]
 		for _, r := range routers {
-			s.n.send(r, msg)
+			s.c.send(r, msg)
 		}
 	}
 }
@@ -221,7 +212,7 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 			select {
 			case s.inbox <- r:
 			default:
-				s.n.stats.LearnedDropped.Add(1)
+				s.c.stats.LearnedDropped.Add(1)
 			}
 		}
 		return nil
@@ -240,8 +231,8 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 		}
 		s.mu.Unlock()
 	}
-	v := s.n.view
-	now := s.n.now()
+	v := s.view
+	now := s.c.now()
 	expires := now.Add(4 * s.cfg.InflightInterval)
 	for _, en := range m.Entries {
 		e := v.lookup(NormalizeURL(en.URL))
@@ -274,9 +265,9 @@ func (e *engine) sumRemoteLocked() {
 }
 
 func (s *routerShare) fromRouter(name string) bool {
-	m, ok := s.n.memberByName(name)
-	if !ok || m.meta.Role != RoleRouter || name == s.n.cfg.Name {
-		s.n.stats.UnknownSender.Add(1)
+	m, ok := s.c.memberByName(name)
+	if !ok || m.meta.Role != RoleRouter || name == s.c.cfg.Name {
+		s.c.stats.UnknownSender.Add(1)
 		return false
 	}
 	return true

@@ -3,6 +3,8 @@ package mesh
 import (
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // An engine no sidecar reports on is still pinned by every router whose
@@ -15,11 +17,11 @@ func TestOtherRoutersInflightToSidecarlessEngine(t *testing.T) {
 	url := NormalizeURL("http://10.9.9.9:8000")
 	a.Targets([]string{url})
 	b.Targets([]string{url})
-	b.PublishInflight(map[string]uint64{url: 5})
-	eventually(t, 5*time.Second, "router a sees router b's 5 requests", func() bool {
+	publishInflight(h.Routers[1], map[string]uint64{url: 5})
+	testwait.For(t, 5*time.Second, "router a sees router b's 5 requests", func() bool {
 		q, ok := a.Load(url)
 		return ok && q == 5
 	})
-	b.PublishInflight(map[string]uint64{})
-	eventually(t, 5*time.Second, "they end", func() bool { q, _ := a.Load(url); return q == 0 })
+	publishInflight(h.Routers[1], map[string]uint64{})
+	testwait.For(t, 5*time.Second, "they end", func() bool { q, _ := a.Load(url); return q == 0 })
 }

@@ -1,9 +1,7 @@
 package mesh
 
 import (
-	"encoding/json"
 	"math"
-	"net/http"
 	"slices"
 	"strings"
 )
@@ -84,26 +82,22 @@ func (v *View) Engines(model string) []EngineInfo {
 	return out
 }
 
-// Snapshot returns the view for the admin API.
-func (v *View) Snapshot() Snapshot {
-	n := v.n
-	s := Snapshot{Self: n.cfg.Name, Routers: []RouterInfo{}, Engines: []EngineSnapshot{}}
+// Snapshot returns the router's picture of the pool for the admin API.
+func (r *Router) Snapshot() Snapshot {
+	v := r.view
+	s := Snapshot{Self: r.cfg.Name, Routers: []RouterInfo{}, Engines: []EngineSnapshot{}}
 	var names []string // memberlist names, index-aligned with s.Routers
-	n.mu.RLock()
-	for _, m := range n.members {
+	r.eachMember(func(_ string, m member) {
 		if m.meta.Role == RoleRouter {
 			s.Routers = append(s.Routers, RouterInfo{NodeID: m.meta.NodeID, Address: m.node.Address(), Build: m.meta.Build,
 				RaftAddr: m.meta.RaftAddr, AdminAddr: m.meta.AdminAddr})
 			names = append(names, m.node.Name)
 		}
+	})
+	for i, name := range names {
+		s.Routers[i].ConfigVersion, _ = r.share.configVersion(name)
 	}
-	n.mu.RUnlock()
-	if n.router != nil {
-		for i, name := range names {
-			s.Routers[i].ConfigVersion, _ = v.RouterConfigVersion(name)
-		}
-	}
-	now := n.now().UnixNano()
+	now := r.now().UnixNano()
 	for _, e := range *v.engines.Load() {
 		e.mu.Lock()
 		es := EngineSnapshot{
@@ -149,21 +143,11 @@ func (v *View) Snapshot() Snapshot {
 	return s
 }
 
-// ServeHTTP serves Snapshot as JSON (GET /api/v1/cluster; the admin API
-// mounts it behind its own auth).
-func (v *View) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, `{"error":{"message":"method not allowed","type":"invalid_request_error","code":"method_not_allowed"}}`, http.StatusMethodNotAllowed)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v.Snapshot())
-}
+// ResidencyBytes returns the memory held by the view's residency index and
+// the number of resident (engine, block) pairs it holds.
+func (r *Router) ResidencyBytes() (bytes, blocks int) { return r.view.residencyBytes() }
 
-// ResidencyBytes returns the memory held by every engine's residency index
-// and the number of resident (engine, block) pairs it holds.
-func (v *View) ResidencyBytes() (bytes, blocks int) {
+func (v *View) residencyBytes() (bytes, blocks int) {
 	for _, e := range *v.engines.Load() {
 		if set := e.set.Load(); set != nil {
 			bytes += set.Bytes()

@@ -15,10 +15,9 @@ import (
 func TestStaleFreesDivergedIndex(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Unix(1000, 0).UnixNano())
-	n := &Node{cfg: Config{Name: "router"}, log: slog.New(slog.DiscardHandler), members: map[string]member{},
+	n := &core{cfg: Config{Name: "router"}, log: slog.New(slog.DiscardHandler), members: map[string]member{},
 		now: func() time.Time { return time.Unix(0, clock.Load()) }}
 	v := newView(n, RouterConfig{StaleAfter: time.Second})
-	n.view = v
 	const url = "http://127.0.0.1:1"
 	v.memberUp("liar", Meta{Role: RoleSidecar, EngineURL: url})
 	keys := []uint64{1, 2, 3, 4, 5}

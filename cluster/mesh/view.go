@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // RouterConfig tunes a router's cluster view and what it shares with the
@@ -68,7 +70,7 @@ func (c *RouterConfig) defaults() {
 // lock-free: they load atomics and immutable snapshots. Writes come from
 // memberlist's receive goroutines, serialised per engine.
 type View struct {
-	n   *Node
+	c   *core
 	cfg RouterConfig
 
 	// engines is an immutable URL → engine map, copied on insert.
@@ -121,6 +123,11 @@ type engine struct {
 	peerSeq     uint64 // sidecar's latest seq from its status
 	inflight    map[string]remoteCount
 	goneSince   time.Time
+	// askTo and ask are a resync request queued under mu, sent by unlock
+	// once mu is released: nothing goes on the network under an engine
+	// lock.
+	askTo *memberlist.Node
+	ask   []byte
 }
 
 type remoteCount struct {
@@ -140,9 +147,9 @@ const maxPending = 128
 // parallel stream handlers) before the router asks for a resend.
 const reorderWait = 40 * time.Millisecond
 
-func newView(n *Node, cfg RouterConfig) *View {
+func newView(c *core, cfg RouterConfig) *View {
 	cfg.defaults()
-	v := &View{n: n, cfg: cfg, changed: make(chan struct{})}
+	v := &View{c: c, cfg: cfg, changed: make(chan struct{})}
 	v.engines.Store(&map[string]*engine{})
 	return v
 }
@@ -166,7 +173,7 @@ func (v *View) engineFor(url string, pin bool) *engine {
 		return e
 	}
 	if !pin && len(old) >= v.cfg.MaxEngines && !v.evictLocked(old) {
-		v.n.stats.EnginesRefused.Add(1)
+		v.c.stats.EnginesRefused.Add(1)
 		return nil
 	}
 	old = *v.engines.Load()
@@ -184,7 +191,7 @@ func (v *View) engineFor(url string, pin bool) *engine {
 // evictLocked removes one unpinned engine gone for more than 10×StaleAfter
 // to make room; it reports whether it did.
 func (v *View) evictLocked(old map[string]*engine) bool {
-	now := v.n.now()
+	now := v.c.now()
 	for url, e := range old {
 		e.mu.Lock()
 		gone := !e.alive && !e.goneSince.IsZero() && now.Sub(e.goneSince) > 10*v.cfg.StaleAfter
@@ -232,7 +239,7 @@ func (v *View) memberUp(name string, meta Meta) {
 		// Another live sidecar already speaks for this engine: keep it.
 		// The newcomer takes over if the owner leaves (see memberGone).
 		e.mu.Unlock()
-		v.n.stats.Conflicts.Add(1)
+		v.c.stats.Conflicts.Add(1)
 		return
 	}
 	changed := !e.alive || e.owner != name || !slices.Equal(e.meta.Models, meta.Models)
@@ -242,10 +249,10 @@ func (v *View) memberUp(name string, meta Meta) {
 	}
 	e.owner, e.meta, e.alive = name, meta, true
 	e.goneSince = time.Time{}
-	e.lastMsg.Store(v.n.now().UnixNano())
+	e.lastMsg.Store(v.c.now().UnixNano())
 	// Leave STALE now: Engines lists the engine from this notify on (a
 	// route target's entry is STALE until its sidecar joins).
-	e.refreshLocked(v, v.n.now())
+	e.refreshLocked(v, v.c.now())
 	e.mu.Unlock()
 	v.byNode.Store(name, e)
 	if changed {
@@ -263,9 +270,9 @@ func (v *View) memberGone(name string, meta Meta) {
 	e.mu.Lock()
 	if e.owner == name {
 		e.alive = false
-		e.goneSince = v.n.now()
+		e.goneSince = v.c.now()
 		e.resetLocked(v)
-		e.refreshLocked(v, v.n.now())
+		e.refreshLocked(v, v.c.now())
 	}
 	e.mu.Unlock()
 	v.byNode.Delete(name)
@@ -273,16 +280,13 @@ func (v *View) memberGone(name string, meta Meta) {
 	// Hand the engine to another live sidecar announcing the same URL
 	// (e.g. a sidecar restarted under a new name before the old one's
 	// death was detected).
-	v.n.mu.RLock()
 	var heir string
 	var heirMeta Meta
-	for other, m := range v.n.members {
-		if other != name && m.meta.Role == RoleSidecar && m.meta.EngineURL == e.url {
+	v.c.eachMember(func(other string, m member) {
+		if heir == "" && other != name && m.meta.Role == RoleSidecar && m.meta.EngineURL == e.url {
 			heir, heirMeta = other, m.meta
-			break
 		}
-	}
-	v.n.mu.RUnlock()
+	})
 	if heir != "" {
 		v.memberUp(heir, heirMeta)
 	}
@@ -329,7 +333,7 @@ func (e *engine) refreshLocked(v *View, now time.Time) {
 func (v *View) sender(from string) *engine {
 	x, ok := v.byNode.Load(from)
 	if !ok {
-		v.n.stats.UnknownSender.Add(1)
+		v.c.stats.UnknownSender.Add(1)
 		return nil
 	}
 	return x.(*engine)
@@ -361,15 +365,15 @@ func (v *View) handle(typ byte, body []byte) error {
 }
 
 func (v *View) applyStatus(e *engine, m *statusMsg) {
-	now := v.n.now()
+	now := v.c.now()
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer v.unlock(e)
 	if e.owner != m.From {
-		v.n.stats.Conflicts.Add(1)
+		v.c.stats.Conflicts.Add(1)
 		return
 	}
 	if m.Seq <= e.statusSeq && m.Epoch == e.statusEpoch {
-		v.n.stats.StatusReordered.Add(1)
+		v.c.stats.StatusReordered.Add(1)
 		return
 	}
 	e.statusSeq, e.statusEpoch = max(m.Seq, 1), m.Epoch
@@ -392,7 +396,7 @@ func (v *View) applyStatus(e *engine, m *statusMsg) {
 	case m.ResSeq == e.seq:
 		e.wireState = m.ResState
 		if set := e.set.Load(); !e.overCap && set != nil && (uint64(set.Len()) != m.Count || set.Digest() != m.Digest) {
-			v.n.stats.Divergences.Add(1)
+			v.c.stats.Divergences.Add(1)
 			v.askLocked(e, now, true)
 		}
 	case m.ResSeq > e.seq:
@@ -405,18 +409,30 @@ func (v *View) applyStatus(e *engine, m *statusMsg) {
 	e.refreshLocked(v, now)
 }
 
-// askLocked sends a resync request, at most once per ResyncEvery.
+// unlock releases e.mu and then sends the resync request askLocked
+// queued, if any.
+func (v *View) unlock(e *engine) {
+	to, msg := e.askTo, e.ask
+	e.askTo, e.ask = nil, nil
+	e.mu.Unlock()
+	if msg != nil {
+		v.c.send(to, v.c.seal(msg))
+	}
+}
+
+// askLocked queues a resync request, at most once per ResyncEvery; the
+// caller releases e.mu with unlock, which sends it.
 func (v *View) askLocked(e *engine, now time.Time, full bool) {
 	if now.Sub(e.lastAsk) < v.cfg.ResyncEvery {
 		return
 	}
-	mem, ok := v.n.memberByName(e.owner)
+	mem, ok := v.c.memberByName(e.owner)
 	if !ok {
 		return
 	}
 	e.lastAsk = now
-	v.n.stats.ResyncsAsked.Add(1)
-	m := resyncMsg{From: v.n.cfg.Name, Epoch: e.epoch, HaveSeq: e.seq, Full: full || !e.haveFull}
+	v.c.stats.ResyncsAsked.Add(1)
+	m := resyncMsg{From: v.c.cfg.Name, Epoch: e.epoch, HaveSeq: e.seq, Full: full || !e.haveFull}
 	if !m.Full && len(e.pending) > 0 {
 		// Name the holes below the highest buffered delta; anything after
 		// it (lost tail) comes too when the list ends below peerSeq.
@@ -433,15 +449,15 @@ func (v *View) askLocked(e *engine, now time.Time, full bool) {
 			m.Missing = nil // tail lost too, or too many holes: resend all after HaveSeq
 		}
 	}
-	v.n.send(mem.node, encodeResync(&m))
+	e.askTo, e.ask = mem.node, encodeResync(&m)
 }
 
 func (v *View) applyResidency(e *engine, full bool, m *residencyMsg) {
-	now := v.n.now()
+	now := v.c.now()
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer v.unlock(e)
 	if e.owner != m.From {
-		v.n.stats.Conflicts.Add(1)
+		v.c.stats.Conflicts.Add(1)
 		return
 	}
 	e.lastMsg.Store(now.UnixNano())
@@ -458,7 +474,7 @@ func (v *View) applyResidency(e *engine, full bool, m *residencyMsg) {
 		e.overCap = false
 		v.addKeys(e, set, m.Added)
 		e.epoch, e.seq, e.haveFull, e.wireState = m.Epoch, m.Seq, true, m.State
-		v.n.stats.FullsApplied.Add(1)
+		v.c.stats.FullsApplied.Add(1)
 		v.verifyLocked(e, m, now)
 		v.drainLocked(e, now)
 	case !e.haveFull || m.Epoch != e.epoch:
@@ -531,7 +547,7 @@ func (v *View) applyDeltaLocked(e *engine, m *residencyMsg, now time.Time) {
 func (v *View) addKeys(e *engine, set *keySet, keys []uint64) {
 	for i, k := range keys {
 		if set.Len() >= v.cfg.MaxBlocksPerEngine || v.total.Load() >= int64(v.cfg.MaxBlocksTotal) {
-			v.n.stats.KeysDropped.Add(uint64(len(keys) - i))
+			v.c.stats.KeysDropped.Add(uint64(len(keys) - i))
 			e.overCap = true
 			return
 		}
@@ -549,7 +565,7 @@ func (v *View) verifyLocked(e *engine, m *residencyMsg, now time.Time) {
 		return
 	}
 	if uint64(set.Len()) != m.Count || set.Digest() != m.Digest {
-		v.n.stats.Divergences.Add(1)
+		v.c.stats.Divergences.Add(1)
 		e.haveFull = false
 		e.lastAsk = time.Time{}
 		v.askLocked(e, now, true)
@@ -571,7 +587,7 @@ func (v *View) run(ctx context.Context) {
 }
 
 func (v *View) sweep() {
-	now := v.n.now()
+	now := v.c.now()
 	for _, e := range *v.engines.Load() {
 		e.mu.Lock()
 		wasFresh := e.state.Load() != uint32(StateStale)
@@ -590,7 +606,7 @@ func (v *View) sweep() {
 			}
 		}
 		stale := e.state.Load() == uint32(StateStale)
-		e.mu.Unlock()
+		v.unlock(e)
 		if wasFresh && stale {
 			v.notify()
 		}

@@ -20,6 +20,7 @@ const (
 	msgResync         byte = 4 // router → sidecar, UDP: resend from a sequence or full
 	msgInflight       byte = 5 // router → each other router, UDP
 	msgLearned        byte = 6 // router → each other router, UDP
+	msgIdentity       byte = 7 // any member → a member that joined, TCP: its certificate
 )
 
 // Protocol versions this build speaks. A message whose version is outside

@@ -1,0 +1,223 @@
+package mesh
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/rolter/rolter/internal/testwait"
+)
+
+func newIdentityHarness(t *testing.T, keyType string, routers, sidecars int) *Harness {
+	t.Helper()
+	return newHarness(t, HarnessConfig{Routers: routers, Sidecars: sidecars, Seed: 31, Identity: keyType})
+}
+
+func rejected(c *core, reason int) uint64 { return c.stats.Rejected[reason].Load() }
+
+// With identity on, a message in another member's name is refused whether
+// it is unsigned or signed by the forger's own (valid) certificate, and the
+// honest member's view does not move; honest messages still flow.
+func TestIdentityRefusesMessagesInAnothersName(t *testing.T) {
+	for _, keyType := range []string{KeyECDSA, KeyEd25519} {
+		t.Run(keyType, func(t *testing.T) {
+			h := newIdentityHarness(t, keyType, 2, 2)
+			rt, honest, forger := h.Routers[0], h.Sidecars[0], h.Sidecars[1]
+			keys := randomKeys(rand.New(rand.NewPCG(3, 4)), 100)
+			honest.Publisher().Apply(ResidencyDelta{Added: keys, State: StateExact})
+			honest.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1, Waiting: 3})
+			tg := rt.View().Targets([]string{EngineURL(0)})
+			testwait.For(t, 10*time.Second, "honest signed residency and status applied", func() bool {
+				q, ok := tg.Load(0)
+				return viewMatches(rt, EngineURL(0), keys) && ok && q == 4
+			})
+			deliver := (*delegate)(rt.core).NotifyMsg
+			before := [numRejectReasons]uint64{}
+			for r := range before {
+				before[r] = rejected(rt.core, r)
+			}
+
+			forged := [][]byte{}
+			for seq := uint64(1); seq <= 400; seq++ {
+				forged = append(forged, encodeStatus(&statusMsg{From: honest.Name(), Seq: 1 << 40 * seq, Epoch: 1,
+					Status: EngineStatus{MetricsOK: true, Waiting: 777}}))
+			}
+			for seq := uint64(1); seq <= 300; seq++ {
+				typ := msgResidencyDelta
+				if seq == 1 {
+					typ = msgResidencyFull
+				}
+				forged = append(forged, encodeResidency(typ, &residencyMsg{From: honest.Name(), Epoch: 1, Seq: seq,
+					Added: []uint64{seq}, Count: seq, Digest: 0}))
+			}
+			for i := range 300 {
+				forged = append(forged, encodeLearned(&learnedMsg{From: h.Routers[1].Name(), Records: []Learned{
+					{Kind: LearnedPin, Model: "m", Target: EngineURL(0), Key: uint64(i), TTL: time.Minute}}}))
+			}
+			for i, msg := range forged {
+				if i%2 == 1 {
+					msg = forger.seal(msg) // signed, but by the forger's certificate
+				}
+				deliver(msg)
+			}
+			unsigned := rejected(rt.core, rejectUnsigned) - before[rejectUnsigned]
+			badSig := rejected(rt.core, rejectBadSignature) - before[rejectBadSignature]
+			t.Logf("%d forged messages: %d refused unsigned, %d refused with a bad signature", len(forged), unsigned, badSig)
+			if int(unsigned+badSig) != len(forged) {
+				t.Errorf("refused %d of %d forged messages", unsigned+badSig, len(forged))
+			}
+			if q, _ := tg.Load(0); q != 4 || !viewMatches(rt, EngineURL(0), keys) {
+				t.Errorf("the honest engine's view moved: load %d (want 4), residency matches %v", q, viewMatches(rt, EngineURL(0), keys))
+			}
+			if n := len(rt.Learned()); n != 0 {
+				t.Errorf("%d forged learned records reached the router", n)
+			}
+
+			// Honest router-to-router traffic still arrives.
+			h.Routers[1].Share(Learned{Kind: LearnedPin, Model: "m", Target: EngineURL(0), Key: 42, TTL: time.Minute})
+			select {
+			case got := <-rt.Learned():
+				if got.Key != 42 || got.From != h.Routers[1].Name() {
+					t.Errorf("received %+v", got)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("an honest signed learned record did not arrive")
+			}
+		})
+	}
+}
+
+// A certificate the CA did not sign is refused, and so is one for another
+// name than the member it claims to be.
+func TestIdentityRefusesForeignCertificates(t *testing.T) {
+	h := newIdentityHarness(t, KeyECDSA, 1, 1)
+	rt := h.Routers[0]
+	other, err := NewTestCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := other.Issue(h.Sidecars[0].Name(), KeyECDSA, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongName, err := h.CA.Issue("someone-else", KeyECDSA, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := rejected(rt.core, rejectBadCert)
+	for _, id := range []*Identity{foreign, wrongName} {
+		msg := encodeIdentity(&identityMsg{From: h.Sidecars[0].Name(), Chain: id.Chain})
+		(*delegate)(rt.core).NotifyMsg(msg)
+	}
+	if got := rejected(rt.core, rejectBadCert) - before; got != 2 {
+		t.Errorf("bad_certificate rose by %d, want 2", got)
+	}
+}
+
+// A member without a certificate is not let into a pool whose members
+// have identities: its engine never shows and its messages are refused.
+func TestIdentityRefusesMembersWithoutCertificate(t *testing.T) {
+	h := newIdentityHarness(t, KeyECDSA, 1, 0)
+	rt := h.Routers[0]
+	tr, err := NewLoopbackTransport(77)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := StartSidecar(t.Context(), Config{Name: "plain", Meta: Meta{EngineURL: EngineURL(5), Models: []string{"m"}},
+		InsecureDev: true, Transport: tr, Timing: FastTiming}, []string{rt.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	plain.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 9})
+	testwait.For(t, 5*time.Second, "the member without a certificate refused and its statuses dropped", func() bool {
+		return rejected(rt.core, rejectNoIdentity) > 0 && rejected(rt.core, rejectUnsigned) >= 2
+	})
+	if got := rt.View().Engines(""); len(got) != 0 {
+		t.Errorf("engines listed: %+v", got)
+	}
+}
+
+// A second process with a certificate for a live member's name (issued
+// twice, or copied with another key) is refused at join, with a log line
+// naming both addresses.
+func TestIdentityBindsANameToOneCertificate(t *testing.T) {
+	var logs syncBuffer
+	h, err := NewHarness(t.Context(), HarnessConfig{Routers: 1, Sidecars: 1, Seed: 32, Identity: KeyECDSA,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	waitMembers(t, h)
+	rt, honest := h.Routers[0], h.Sidecars[0]
+	testwait.For(t, 5*time.Second, "the router verified the honest sidecar's certificate", func() bool {
+		rt.mu.RLock()
+		defer rt.mu.RUnlock()
+		p, ok := rt.peers[honest.Name()]
+		return ok && bytes.Equal(p.keyID, rt.members[honest.Name()].meta.keyID)
+	})
+	twinID, err := h.CA.Issue(honest.Name(), KeyECDSA, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewLoopbackTransport(78)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twinPort := tr.inner.(*memberlist.NetTransport).GetAutoBindPort()
+	twin, err := StartSidecar(t.Context(), Config{Meta: Meta{EngineURL: EngineURL(0)}, InsecureDev: true,
+		Identity: twinID, Transport: tr, Timing: FastTiming}, []string{rt.Addr()})
+	if err == nil {
+		twin.Close()
+		t.Fatal("a second holder of a live member's name joined")
+	}
+	if !errors.Is(err, ErrNameConflict) {
+		t.Errorf("err = %v, want ErrNameConflict", err)
+	}
+	testwait.For(t, 5*time.Second, "the router refused the twin and logged both addresses", func() bool {
+		out := logs.String()
+		return rejected(rt.core, rejectNameTaken) > 0 && strings.Contains(out, "held_by="+honest.Addr()) &&
+			strings.Contains(out, "refused=127.0.0.1:"+strconv.Itoa(twinPort))
+	})
+	if e := rt.View().lookup(EngineURL(0)); e == nil || e.owner != honest.Name() || !e.alive {
+		t.Error("the honest sidecar no longer owns its engine")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func benchIdentity(b *testing.B, keyType string) *Identity {
+	ca, err := NewTestCA(time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	id, err := ca.Issue("bench", keyType, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return id
+}
