@@ -34,11 +34,14 @@ const partitionSeeds = 5
 
 // partitionRun is what one seed measured.
 type partitionRun struct {
-	Seed                             uint64
-	Writes, Unknown, Attempts        int
-	Retries, Audited                 int
-	Linearizable                     porcupine.CheckResult
-	NewLeader1, Stable2              time.Duration // time to a new leader (P1), to a leader agreed after P2 (P2 keeps it)
+	Seed                      uint64
+	Writes, Unknown, Attempts int
+	Retries, Audited          int
+	Linearizable              porcupine.CheckResult
+	NewLeader1                time.Duration // P1: from the cut to a new leader agreed by the majority
+	// CatchUp1, CatchUp2: from the heal until the router that was cut off
+	// runs (data plane) the config_version the majority had at the heal.
+	CatchUp1, CatchUp2               time.Duration
 	Leader2Changed                   bool
 	MajorityReqs, MajorityFailed     int
 	MinorityReqs, MinorityFailed     int
@@ -57,10 +60,10 @@ func TestPartitions(t *testing.T) {
 	}
 	for _, r := range runs {
 		t.Logf("seed %d: %d writes (%d unknown), %d HTTP attempts (%d retries), %d audited; porcupine %s; "+
-			"new leader after P1 in %v; P2 leader changed %v (agreed again %v after heal); data plane majority %d/%d failed, minority %d/%d failed; "+
+			"new leader after P1 in %v, old leader caught up %v after the heal; P2 leader changed %v, follower caught up %v after the heal; data plane majority %d/%d failed, minority %d/%d failed; "+
 			"slowest data-plane request in a partition %v; minority /readyz P1 %q P2 %q; %d datagrams dropped",
 			r.Seed, r.Writes, r.Unknown, r.Attempts, r.Retries, r.Audited, r.Linearizable, r.NewLeader1.Round(time.Millisecond),
-			r.Leader2Changed, r.Stable2.Round(time.Millisecond), r.MajorityFailed, r.MajorityReqs, r.MinorityFailed, r.MinorityReqs,
+			r.CatchUp1.Round(time.Millisecond), r.Leader2Changed, r.CatchUp2.Round(time.Millisecond), r.MajorityFailed, r.MajorityReqs, r.MinorityFailed, r.MinorityReqs,
 			r.Slowest.Round(time.Millisecond), r.MinorityReadyz1, r.MinorityReadyz2, r.UDPDropped)
 	}
 }
@@ -183,10 +186,7 @@ targets = [{ provider = "e1", model = %q }, { provider = "e2", model = %q }]
 	res.MinorityReadyz1 = waitReadyzSays(ctx, c.Routers[l], "no raft leader")
 	hold(6 * time.Second)
 	windows = append(windows, window{p1, time.Now(), []int{l}})
-	fn.Heal()
-	if _, err := waitLeaderOn(ctx, c, []int{0, 1, 2}, func(id string) bool { return id != "" }); err != nil {
-		t.Fatalf("after healing P1: %v", err)
-	}
+	res.CatchUp1 = healAndCatchUp(ctx, t, c, fn, l)
 	hold(2 * time.Second)
 
 	// P2: a follower alone.
@@ -205,12 +205,7 @@ targets = [{ provider = "e1", model = %q }, { provider = "e2", model = %q }]
 	}
 	res.Leader2Changed = l2 != leader
 	windows = append(windows, window{p2, time.Now(), []int{f}})
-	fn.Heal()
-	healed := time.Now()
-	if _, err := waitLeaderOn(ctx, c, []int{0, 1, 2}, func(id string) bool { return id != "" }); err != nil {
-		t.Fatalf("after healing P2: %v", err)
-	}
-	res.Stable2 = time.Since(healed)
+	res.CatchUp2 = healAndCatchUp(ctx, t, c, fn, f)
 	hold(2 * time.Second)
 	fn.Degrade(0, 0, 0, 0)
 
@@ -317,6 +312,34 @@ func chatThrough(api string) error {
 		err = fmt.Errorf("%d %.200s", resp.StatusCode, b)
 	}
 	return err
+}
+
+// healAndCatchUp heals the net and returns how long the router cut off
+// (index cut) takes to run the config_version the majority ran at the
+// heal; every router must then agree on a leader.
+func healAndCatchUp(ctx context.Context, t *testing.T, c *Cluster, fn *FaultNet, cut int) time.Duration {
+	t.Helper()
+	want, err := metric(ctx, c.Routers[(cut+1)%3], "rolter_config_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn.Heal()
+	healed := time.Now()
+	err = Eventually(60*time.Second, 20*time.Millisecond, func() error {
+		got, err := metric(ctx, c.Routers[cut], "rolter_config_version")
+		if err == nil && got < want {
+			err = fmt.Errorf("%s runs config_version %v, the majority ran %v at the heal", c.Routers[cut].ID, got, want)
+		}
+		return err
+	})
+	took := time.Since(healed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitLeaderOn(ctx, c, []int{0, 1, 2}, func(id string) bool { return id != "" }); err != nil {
+		t.Fatalf("after the heal: %v", err)
+	}
+	return took
 }
 
 func others(i int) []int {
