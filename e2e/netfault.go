@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -425,11 +424,4 @@ func freeTCPUDP(t testing.TB) string {
 	}
 	t.Fatal("no port free for TCP and UDP")
 	return ""
-}
-
-// Port returns the port of a HOST:PORT.
-func Port(addr string) int {
-	_, p, _ := net.SplitHostPort(addr)
-	n, _ := strconv.Atoi(p)
-	return n
 }

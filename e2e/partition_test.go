@@ -301,7 +301,7 @@ var dataClient = &http.Client{Timeout: 30 * time.Second}
 
 // chatThrough sends one chat request to api and returns why it failed.
 func chatThrough(api string) error {
-	body := fmt.Sprintf(`{"model":"chat","messages":[{"role":"user","content":"ping"}],"max_tokens":4}`)
+	const body = `{"model":"chat","messages":[{"role":"user","content":"ping"}],"max_tokens":4}`
 	resp, err := dataClient.Post(api+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		return err
