@@ -56,6 +56,9 @@ type FaultNet struct {
 	rnd     *rand.Rand
 	// UDPDropped counts datagrams the relay dropped (cut or lost).
 	UDPDropped, UDPSent int
+	// Unidentified counts TCP connections whose caller was not found (they
+	// went straight to the real port, past every fault).
+	Unidentified int
 }
 
 type faultNode struct {
@@ -218,6 +221,10 @@ func (f *FaultNet) front(d int, addr, real string, pair []*toxiproxy.Proxy) {
 					pair[s].Lock()
 					to = pair[s].Listen
 					pair[s].Unlock()
+				} else {
+					f.mu.Lock()
+					f.Unidentified++
+					f.mu.Unlock()
 				}
 				up, err := net.DialTimeout("tcp", to, time.Second)
 				if err != nil {

@@ -291,6 +291,9 @@ targets = [{ provider = "e1", model = %q }, { provider = "e2", model = %q }]
 	}
 	fn.mu.Lock()
 	res.UDPDropped = fn.UDPDropped
+	if fn.Unidentified > 0 {
+		t.Errorf("%d Raft or gossip connections bypassed the fault net (caller not found)", fn.Unidentified)
+	}
 	fn.mu.Unlock()
 	return res
 }
