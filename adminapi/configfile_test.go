@@ -171,7 +171,7 @@ price_out_per_mtok = 0.6
 	if err != nil || applied.Outcome != "applied" || !slices.Equal(applied.Changes, want) {
 		t.Fatalf("apply: %+v %v", applied, err)
 	}
-	eventually(t, 5*time.Second, "the file's price on this router", func() bool {
+	testwait.For(t, 5*time.Second, "the file's price on this router", func() bool {
 		return m.c.Node(idx).State().Models[model].ReadOnly
 	})
 	r := call(t, api, http.MethodGet, "/api/v1/model-prices", superToken, "")

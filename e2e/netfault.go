@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -43,7 +42,6 @@ import (
 // pair, and the relay drops it when the pair is cut or at the loss rate,
 // and delays it by the latency.
 type FaultNet struct {
-	t     testing.TB
 	srv   *toxiproxy.ApiServer
 	nodes []*faultNode
 
@@ -59,6 +57,8 @@ type FaultNet struct {
 	// Unidentified counts TCP connections whose caller was not found (they
 	// went straight to the real port, past every fault).
 	Unidentified int
+	// Errors counts proxies that failed to start again after a heal.
+	Errors []string
 }
 
 type faultNode struct {
@@ -73,30 +73,54 @@ type faultNode struct {
 
 // NewFaultNet allocates the addresses of n routers and starts the fronts
 // and the pair proxies; seed drives the UDP relay's losses and jitter.
-func NewFaultNet(t testing.TB, n int, seed uint64) *FaultNet {
-	t.Helper()
-	logger := zerolog.Nop()
-	f := &FaultNet{t: t, srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), logger),
+// Close stops them.
+func NewFaultNet(n int, seed uint64) (*FaultNet, error) {
+	f := &FaultNet{srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
 		pids: map[int]int{}, cut: map[[2]int]bool{}, rnd: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
+	if err := f.start(n); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *FaultNet) start(n int) error {
 	for range n {
-		f.nodes = append(f.nodes, &faultNode{RaftReal: FreeAddrs(t, 1)[0], RaftFront: FreeAddrs(t, 1)[0],
-			GossipReal: freeTCPUDP(t), GossipFront: freeTCPUDP(t)})
+		var addrs [4]string
+		for i := range addrs {
+			a, err := freeTCPUDP()
+			if err != nil {
+				return err
+			}
+			addrs[i] = a
+		}
+		f.nodes = append(f.nodes, &faultNode{RaftReal: addrs[0], RaftFront: addrs[1], GossipReal: addrs[2], GossipFront: addrs[3]})
 	}
 	for d, nd := range f.nodes {
 		for s := range f.nodes {
 			var raft, gossip *toxiproxy.Proxy
 			if s != d {
-				raft = f.proxy(fmt.Sprintf("raft-%d-%d", s, d), nd.RaftReal)
-				gossip = f.proxy(fmt.Sprintf("gossip-%d-%d", s, d), nd.GossipReal)
+				var err error
+				if raft, err = f.proxy(fmt.Sprintf("raft-%d-%d", s, d), nd.RaftReal); err != nil {
+					return err
+				}
+				if gossip, err = f.proxy(fmt.Sprintf("gossip-%d-%d", s, d), nd.GossipReal); err != nil {
+					return err
+				}
 			}
 			nd.raft, nd.gossip = append(nd.raft, raft), append(nd.gossip, gossip)
 		}
-		f.front(d, nd.RaftFront, nd.RaftReal, nd.raft)
-		f.front(d, nd.GossipFront, nd.GossipReal, nd.gossip)
-		f.udpRelay(d)
+		if err := f.front(d, nd.RaftFront, nd.RaftReal, nd.raft); err != nil {
+			return err
+		}
+		if err := f.front(d, nd.GossipFront, nd.GossipReal, nd.gossip); err != nil {
+			return err
+		}
+		if err := f.udpRelay(d); err != nil {
+			return err
+		}
 	}
-	t.Cleanup(f.close)
-	return f
+	return nil
 }
 
 // Node returns router i's addresses.
@@ -137,7 +161,7 @@ func (f *FaultNet) Partition(groups ...[]int) {
 				if side[s] != side[d] {
 					p.Stop()
 				} else if err := p.Start(); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
-					f.t.Errorf("faultnet: restart %s: %v", p.Name, err)
+					f.fail("faultnet: restart %s: %v", p.Name, err)
 				}
 			}
 		}
@@ -158,7 +182,7 @@ func (f *FaultNet) Degrade(latency, jitter time.Duration, loss, resets float64) 
 		for _, name := range []string{"lat_up", "lat_down", "reset"} {
 			if p.Toxics.GetToxic(name) != nil {
 				if err := p.Toxics.RemoveToxic(context.Background(), name); err != nil {
-					f.t.Errorf("faultnet: %s: remove %s: %v", p.Name, name, err)
+					f.fail("faultnet: %s: remove %s: %v", p.Name, name, err)
 				}
 			}
 		}
@@ -174,7 +198,7 @@ func (f *FaultNet) Degrade(latency, jitter time.Duration, loss, resets float64) 
 		}
 		for _, j := range toxics {
 			if _, err := p.Toxics.AddToxicJson(strings.NewReader(j)); err != nil {
-				f.t.Errorf("faultnet: %s: add %s: %v", p.Name, j, err)
+				f.fail("faultnet: %s: add %s: %v", p.Name, j, err)
 			}
 		}
 	}
@@ -192,21 +216,28 @@ func (f *FaultNet) proxies() []*toxiproxy.Proxy {
 	return out
 }
 
-func (f *FaultNet) proxy(name, upstream string) *toxiproxy.Proxy {
+// fail records a fault the net could not inject; the test reads Errors.
+func (f *FaultNet) fail(format string, a ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Errors = append(f.Errors, fmt.Sprintf(format, a...))
+}
+
+func (f *FaultNet) proxy(name, upstream string) (*toxiproxy.Proxy, error) {
 	p := toxiproxy.NewProxy(f.srv, name, "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
-		f.t.Fatalf("faultnet: start %s: %v", name, err)
+		return nil, fmt.Errorf("faultnet: start %s: %w", name, err)
 	}
-	return p
+	return p, nil
 }
 
 // front accepts router connections at addr and passes each to the pair
 // proxy of its caller; a caller that is not a router (none in these
 // tests) goes straight to real.
-func (f *FaultNet) front(d int, addr, real string, pair []*toxiproxy.Proxy) {
+func (f *FaultNet) front(d int, addr, real string, pair []*toxiproxy.Proxy) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		f.t.Fatalf("faultnet: front %s: %v", addr, err)
+		return fmt.Errorf("faultnet: front %s: %w", addr, err)
 	}
 	f.nodes[d].lns = append(f.nodes[d].lns, ln)
 	go func() {
@@ -235,6 +266,7 @@ func (f *FaultNet) front(d int, addr, real string, pair []*toxiproxy.Proxy) {
 			}()
 		}
 	}()
+	return nil
 }
 
 // pipe copies both ways until either side ends, then closes both.
@@ -317,23 +349,23 @@ func ownsSocket(pid int, inode string) bool {
 // (named by its real gossip port) through udpPair[s] to d's real port;
 // what d answers to udpPair[s] goes back to s from the front, so s sees
 // d's advertised address.
-func (f *FaultNet) udpRelay(d int) {
+func (f *FaultNet) udpRelay(d int) error {
 	nd := f.nodes[d]
-	front, err := net.ListenUDP("udp", udpAddr(f.t, nd.GossipFront))
+	front, err := net.ListenUDP("udp", udpAddr(nd.GossipFront))
 	if err != nil {
-		f.t.Fatalf("faultnet: udp front %s: %v", nd.GossipFront, err)
+		return fmt.Errorf("faultnet: udp front %s: %w", nd.GossipFront, err)
 	}
 	nd.udpFront = front
-	real := udpAddr(f.t, nd.GossipReal)
+	real := udpAddr(nd.GossipReal)
 	bySource := map[string]int{}
 	for s, o := range f.nodes {
-		bySource[udpAddr(f.t, o.GossipReal).String()] = s
+		bySource[udpAddr(o.GossipReal).String()] = s
 		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
-			f.t.Fatalf("faultnet: udp pair socket: %v", err)
+			return fmt.Errorf("faultnet: udp pair socket: %w", err)
 		}
 		nd.udpPair = append(nd.udpPair, pc)
-		back := udpAddr(f.t, o.GossipReal)
+		back := udpAddr(o.GossipReal)
 		go func() {
 			buf := make([]byte, 64<<10)
 			for {
@@ -359,6 +391,7 @@ func (f *FaultNet) udpRelay(d int) {
 			f.relay(s, d, nd.udpPair[s], real, buf[:n])
 		}
 	}()
+	return nil
 }
 
 // relay sends one datagram of the pair s → d from conn to to, unless the
@@ -387,7 +420,8 @@ func (f *FaultNet) relay(s, d int, conn *net.UDPConn, to *net.UDPAddr, b []byte)
 	time.AfterFunc(delay, func() { _, _ = conn.WriteToUDP(msg, to) })
 }
 
-func (f *FaultNet) close() {
+// Close stops the fronts, the relays and the proxies.
+func (f *FaultNet) Close() {
 	for _, nd := range f.nodes {
 		for _, ln := range nd.lns {
 			ln.Close()
@@ -404,31 +438,27 @@ func (f *FaultNet) close() {
 	}
 }
 
-func udpAddr(t testing.TB, s string) *net.UDPAddr {
-	a, err := net.ResolveUDPAddr("udp", s)
-	if err != nil {
-		t.Fatal(err)
-	}
+// udpAddr parses a loopback HOST:PORT this file built.
+func udpAddr(s string) *net.UDPAddr {
+	a, _ := net.ResolveUDPAddr("udp", s)
 	return a
 }
 
 // freeTCPUDP returns a loopback address whose port is free for TCP and
 // UDP alike (memberlist binds both on one port).
-func freeTCPUDP(t testing.TB) string {
-	t.Helper()
+func freeTCPUDP() (string, error) {
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		addr := ln.Addr().String()
 		pc, err := net.ListenPacket("udp", addr)
 		ln.Close()
 		if err == nil {
 			pc.Close()
-			return addr
+			return addr, nil
 		}
 	}
-	t.Fatal("no port free for TCP and UDP")
-	return ""
+	return "", errors.New("faultnet: no port free for TCP and UDP")
 }

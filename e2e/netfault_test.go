@@ -11,7 +11,11 @@ import (
 // A connection to a router's front from a known process reaches the real
 // port through the pair's proxy, and a partition of that pair cuts it.
 func TestFaultNetRoutesAndCutsAPair(t *testing.T) {
-	fn := NewFaultNet(t, 2, 1)
+	fn, err := NewFaultNet(2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fn.Close()
 	fn.SetPID(0, os.Getpid())
 	ln, err := net.Listen("tcp", fn.Node(1).RaftReal)
 	if err != nil {

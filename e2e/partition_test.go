@@ -100,7 +100,11 @@ api_base = %q
 model = "chat"
 targets = [{ provider = "e1", model = %q }, { provider = "e2", model = %q }]
 `, engines[0], engines[1], sim.DefaultModelName, sim.DefaultModelName)
-	fn := NewFaultNet(t, 3, seed)
+	fn, err := NewFaultNet(3, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fn.Close)
 	c := StartCluster(t, ClusterOptions{Bin: bin, N: 3, Dir: dir, Config: cfg,
 		Wire: func(i int, r *Router) (string, []string, []string) {
 			r.Raft = fn.Node(i).RaftReal
@@ -291,6 +295,9 @@ targets = [{ provider = "e1", model = %q }, { provider = "e2", model = %q }]
 	}
 	fn.mu.Lock()
 	res.UDPDropped = fn.UDPDropped
+	if len(fn.Errors) > 0 {
+		t.Errorf("the fault net could not inject every fault: %v", fn.Errors)
+	}
 	if fn.Unidentified > 0 {
 		t.Errorf("%d Raft or gossip connections bypassed the fault net (caller not found)", fn.Unidentified)
 	}
