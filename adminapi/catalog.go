@@ -12,12 +12,27 @@ import (
 // DELETE removes it. Model names may contain slashes
 // ("meta-llama/Llama-3.1-8B-Instruct"). Prices are validated as in
 // rolter.toml (config.CheckPrices), replicated through Raft and reach
-// every router's balancers with the next config_version.
+// every router's balancers with the next config_version. An entry
+// rolter.toml's [[models]] declares is managed by the file: it reads
+// "managed_by":"file" and PUT and DELETE answer 409 readonly, as for
+// every other file-owned kind.
+
+type modelPriceJSON struct {
+	Model           string  `json:"model"`
+	PriceInPerMtok  float64 `json:"price_in_per_mtok"`
+	PriceOutPerMtok float64 `json:"price_out_per_mtok"`
+	ReadOnly        bool    `json:"readonly"`
+	ManagedBy       string  `json:"managed_by"`
+}
+
+func modelPriceOut(m config.ModelPrice) modelPriceJSON {
+	return modelPriceJSON{m.Model, m.PriceInPerMtok, m.PriceOutPerMtok, m.ReadOnly, managedBy(m.ReadOnly)}
+}
 
 func (a *API) listModelPrices(w http.ResponseWriter, _ *http.Request, _ principal) {
-	out := a.d.Store.State().ModelList()
-	if out == nil {
-		out = []config.ModelPrice{}
+	out := []modelPriceJSON{}
+	for _, m := range a.d.Store.State().ModelList() {
+		out = append(out, modelPriceOut(m))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": out})
 }
@@ -28,7 +43,7 @@ func (a *API) getModelPrice(w http.ResponseWriter, r *http.Request, _ principal)
 		writeError(w, http.StatusNotFound, "no such model in the price catalog", "invalid_request_error", "not_found")
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	writeJSON(w, http.StatusOK, modelPriceOut(m))
 }
 
 func (a *API) putModelPrice(w http.ResponseWriter, r *http.Request, p principal) {
@@ -56,6 +71,6 @@ func (a *API) putModelPrice(w http.ResponseWriter, r *http.Request, p principal)
 	}
 	_, err := a.d.Store.SetModelPrice(r.Context(), a.author(r, p), m)
 	if a.written(w, "model price "+m.Model, err) {
-		writeJSON(w, http.StatusOK, m)
+		writeJSON(w, http.StatusOK, modelPriceOut(m))
 	}
 }

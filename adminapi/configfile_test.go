@@ -145,3 +145,58 @@ func TestConfigDiffAndApplyThroughTheClient(t *testing.T) {
 		t.Fatalf("viewer apply: %v", err)
 	}
 }
+
+// A [[models]] entry applied from a file is file-owned: listed as
+// managed_by "file", refused with 409 readonly on PUT and DELETE, while a
+// price created through the API stays editable.
+func TestFileOwnedModelPricesAreReadOnly(t *testing.T) {
+	m := newMesh(t)
+	idx := m.follower()
+	api := m.apis[idx]
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	const model = "meta-llama/Llama-3.1-8B"
+	if r := call(t, api, http.MethodPut, "/api/v1/model-prices/mine", superToken, `{"price_in_per_mtok":1,"price_out_per_mtok":2}`); r.code != http.StatusOK || r.body["managed_by"] != "api" {
+		t.Fatalf("create: %d %s", r.code, r.raw)
+	}
+	cl := &Client{Admin: srv.URL, Token: superToken, HTTP: srv.Client()}
+	file := meshFile("1", "http://127.0.0.1:8000/v1") + `
+[[models]]
+model = "` + model + `"
+price_in_per_mtok = 0.2
+price_out_per_mtok = 0.6
+`
+	applied, err := cl.Apply(context.Background(), []byte(file))
+	want := []string{"+ model/" + model + " price_in_per_mtok=0.2 price_out_per_mtok=0.6"}
+	if err != nil || applied.Outcome != "applied" || !slices.Equal(applied.Changes, want) {
+		t.Fatalf("apply: %+v %v", applied, err)
+	}
+	testwait.For(t, 5*time.Second, "the file's price on this router", func() bool {
+		return m.c.Node(idx).State().Models[model].ReadOnly
+	})
+	r := call(t, api, http.MethodGet, "/api/v1/model-prices", superToken, "")
+	managed := map[string]string{}
+	for _, e := range r.body["data"].([]any) {
+		e := e.(map[string]any)
+		managed[e["model"].(string)] = e["managed_by"].(string)
+	}
+	if managed[model] != "file" || managed["mine"] != "api" {
+		t.Fatalf("managed_by: %v (%s)", managed, r.raw)
+	}
+	for _, c := range []struct{ method, body string }{
+		{http.MethodPut, `{"price_in_per_mtok":9,"price_out_per_mtok":9}`},
+		{http.MethodDelete, ""},
+	} {
+		r := call(t, api, c.method, "/api/v1/model-prices/"+model, superToken, c.body)
+		e, _ := r.body["error"].(map[string]any)
+		if r.code != http.StatusConflict || e["code"] != "readonly" || !strings.Contains(errMessage(r), "managed by rolter.toml") {
+			t.Errorf("%s %s: %d %s; want 409 naming rolter.toml", c.method, model, r.code, r.raw)
+		}
+	}
+	if got := m.c.Node(idx).State().Models[model].PriceInPerMtok; got != 0.2 {
+		t.Errorf("the file's price changed to %v", got)
+	}
+	if r := call(t, api, http.MethodPut, "/api/v1/model-prices/mine", superToken, `{"price_in_per_mtok":3,"price_out_per_mtok":4}`); r.code != http.StatusOK {
+		t.Errorf("an API-created price stays editable: %d %s", r.code, r.raw)
+	}
+}

@@ -182,6 +182,41 @@ func (s *Source) PeerConfig(ca *x509.CertPool) *tls.Config {
 	return c
 }
 
+// MutualConfig returns the config of both ends of a mutual-TLS link
+// between routers (the Raft port): it presents the current pair as server
+// and as client, and requires the other end's certificate to chain to the
+// current Files.ClientCA (the cluster CA), checking as a client the name
+// it dialled (tls.Config.ServerName) as crypto/tls would. Every handshake
+// reads the pair and the CA as they are now, so Reload renews both for the
+// next connection and leaves established ones alone.
+func (s *Source) MutualConfig() *tls.Config {
+	pair := func() *tls.Certificate { return s.pair.Load() }
+	server := func() *tls.Config {
+		return &tls.Config{MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: s.cas.Load(),
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair(), nil }}
+	}
+	c := server()
+	c.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { return server(), nil }
+	c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair(), nil }
+	// A client verifies the server against the CA loaded now, which a
+	// fixed RootCAs could not follow. (A server answers with server(),
+	// where crypto/tls verifies the client against ClientCAs.)
+	c.InsecureSkipVerify = true
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("certs: the peer presented no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: s.cas.Load(), Intermediates: inter,
+			DNSName: cs.ServerName, CurrentTime: s.now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+		return err
+	}
+	return c
+}
+
 // LoadPool reads a PEM bundle of CA certificates.
 func LoadPool(file string) (*x509.CertPool, error) {
 	pem, err := os.ReadFile(file)

@@ -269,3 +269,92 @@ func TestPeerConfigVerifiesTheCAOnly(t *testing.T) {
 		})
 	}
 }
+
+// The Raft port's mutual TLS: both ends present their pair and verify the
+// other's against the cluster CA, and a renewed pair is what the next
+// handshake presents, while an established link stays up.
+func TestMutualConfigReloadsWithoutDroppingLinks(t *testing.T) {
+	ca, other := certstest.NewCA(t, "cluster"), certstest.NewCA(t, "other")
+	load := func(l certstest.Leaf, issuer *certstest.CA) *certs.Source {
+		t.Helper()
+		s, err := certs.Load(certs.Files{Cert: l.Cert, Key: l.Key, ClientCA: issuer.CertPEM})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	server := load(ca.Valid(t, "r1"), ca)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		tl := tls.NewListener(ln, server.MutualConfig())
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }() // echo
+		}
+	}()
+	dial := func(src *certs.Source) (*tls.Conn, error) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		conf := src.MutualConfig()
+		conf.ServerName = "127.0.0.1"
+		tc := tls.Client(c, conf)
+		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			tc.Close()
+			return nil, err
+		}
+		// TLS 1.3: the server checks the client certificate after the
+		// client's handshake returns; an echo proves it was accepted.
+		if _, err := tc.Write([]byte("x")); err != nil {
+			tc.Close()
+			return nil, err
+		}
+		if _, err := io.ReadFull(tc, make([]byte, 1)); err != nil {
+			tc.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+	peer := load(ca.Valid(t, "r2"), ca)
+	first, err := dial(peer)
+	if err != nil {
+		t.Fatalf("two routers of the cluster CA: %v", err)
+	}
+	defer first.Close()
+	before := first.ConnectionState().PeerCertificates[0].SerialNumber
+
+	renewed := ca.Valid(t, "r1") // in place, as cert-manager does
+	if err := server.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := dial(peer)
+	if err != nil {
+		t.Fatalf("after the reload: %v", err)
+	}
+	defer second.Close()
+	if got := second.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(renewed.Serial) != 0 || got.Cmp(before) == 0 {
+		t.Fatalf("the next handshake presented serial %v; want the renewed %v (was %v)", got, renewed.Serial, before)
+	}
+	if _, err := first.Write([]byte("y")); err != nil {
+		t.Fatalf("the link opened before the reload dropped: %v", err)
+	}
+	if _, err := io.ReadFull(first, make([]byte, 1)); err != nil {
+		t.Fatalf("the link opened before the reload dropped: %v", err)
+	}
+
+	if _, err := dial(load(other.Valid(t, "intruder"), ca)); err == nil {
+		t.Fatal("a client certificate of another CA was accepted")
+	}
+	if _, err := dial(load(ca.Valid(t, "r3"), other)); err == nil {
+		t.Fatal("a client trusting another CA accepted the server")
+	}
+}

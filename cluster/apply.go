@@ -279,8 +279,10 @@ func (s *State) mutate(cmd *raftstore.Command) *raftstore.Result {
 		if f, err := config.CheckPrices(m.PriceInPerMtok, m.PriceOutPerMtok); err != nil {
 			return fail(raftstore.Code_CODE_INVALID, "%s: %s", f, err.Error())
 		}
-		if old, ok := s.Models[m.Model]; ok && old.ReadOnly {
-			return fail(raftstore.Code_CODE_READONLY, "model price %q is readonly (set in rolter.toml)", m.Model)
+		if old, ok := s.Models[m.Model]; ok {
+			if res := existsWritable("model price", m.Model, ok, old.ReadOnly); res != nil {
+				return res
+			}
 		}
 		m.ReadOnly = false
 		s.Models = cloneMap(s.Models)

@@ -16,7 +16,8 @@ import (
 )
 
 // This file is rolter.toml as code. The entries the file declares
-// (providers, routes, provider groups, keys) are owned by the file: they
+// (providers, routes, provider groups, keys, the [[models]] price
+// catalog) are owned by the file: they
 // are stored read-only, the admin API refuses to change them, and every
 // router, on start and on SIGHUP, sends the difference between its file
 // and the stored file-owned entries to the leader as one FileSync
@@ -85,12 +86,17 @@ type fileEntries struct {
 	routes    map[string]config.Route
 	groups    map[string]config.ProviderGroup
 	keys      map[string]APIKey
+	models    map[string]config.ModelPrice
+}
+
+func newFileEntries() fileEntries {
+	return fileEntries{providers: map[string]config.Provider{}, routes: map[string]config.Route{},
+		groups: map[string]config.ProviderGroup{}, keys: map[string]APIKey{}, models: map[string]config.ModelPrice{}}
 }
 
 // declaredEntries is what c declares, as it is stored: read-only.
 func declaredEntries(c *config.Config) fileEntries {
-	e := fileEntries{providers: map[string]config.Provider{}, routes: map[string]config.Route{},
-		groups: map[string]config.ProviderGroup{}, keys: map[string]APIKey{}}
+	e := newFileEntries()
 	if c == nil {
 		return e
 	}
@@ -111,13 +117,16 @@ func declaredEntries(c *config.Config) fileEntries {
 		// this is the seed's and every file sync's only source of keys.
 		e.keys[k.Name] = APIKey{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models), Providers: slices.Clone(k.Providers), ReadOnly: true}
 	}
+	for _, m := range c.Models {
+		m.ReadOnly = true
+		e.models[m.Model] = m
+	}
 	return e
 }
 
 // ownedEntries is the file-owned part of s: its read-only entries.
 func ownedEntries(s *State) fileEntries {
-	e := fileEntries{providers: map[string]config.Provider{}, routes: map[string]config.Route{},
-		groups: map[string]config.ProviderGroup{}, keys: map[string]APIKey{}}
+	e := newFileEntries()
 	for n, p := range s.Providers {
 		if p.ReadOnly {
 			e.providers[n] = p
@@ -138,6 +147,11 @@ func ownedEntries(s *State) fileEntries {
 			e.keys[n] = k
 		}
 	}
+	for n, m := range s.Models {
+		if m.ReadOnly {
+			e.models[n] = m
+		}
+	}
 	return e
 }
 
@@ -149,6 +163,7 @@ func withAdopted(owned fileEntries, s *State, want fileEntries) fileEntries {
 	adopt(owned.routes, s.Routes, want.routes, func(r config.Route) bool { return r.ReadOnly })
 	adopt(owned.groups, s.Groups, want.groups, func(g config.ProviderGroup) bool { return g.ReadOnly })
 	adopt(owned.keys, s.Keys, want.keys, func(k APIKey) bool { return k.ReadOnly })
+	adopt(owned.models, s.Models, want.models, func(m config.ModelPrice) bool { return m.ReadOnly })
 	return owned
 }
 
@@ -179,6 +194,9 @@ func FileRevisionOf(c *config.Config) FileRevision {
 	}
 	for _, k := range sortedValues(e.keys) {
 		msg.PutKeys = append(msg.PutKeys, KeyToPB(k))
+	}
+	for _, m := range sortedValues(e.models) {
+		msg.PutModels = append(msg.PutModels, ModelPriceToPB(m))
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
@@ -239,10 +257,14 @@ func PlanFileSync(st *State, c *config.Config) FilePlan {
 	for _, n := range changedNames(want.keys, st.Keys, keyEqual) {
 		fs.PutKeys = append(fs.PutKeys, KeyToPB(want.keys[n]))
 	}
+	for _, n := range changedNames(want.models, st.Models, modelEqual) {
+		fs.PutModels = append(fs.PutModels, ModelPriceToPB(want.models[n]))
+	}
 	fs.DeleteProviders = removedNames(have.providers, want.providers)
 	fs.DeleteRoutes = removedNames(have.routes, want.routes)
 	fs.DeleteGroups = removedNames(have.groups, want.groups)
 	fs.DeleteKeys = removedNames(have.keys, want.keys)
+	fs.DeleteModels = removedNames(have.models, want.models)
 	p.Sync = fs
 	return p
 }
@@ -285,6 +307,10 @@ func groupEqual(a, b config.ProviderGroup) bool { return proto.Equal(GroupToPB(a
 
 func keyEqual(a, b APIKey) bool { return proto.Equal(KeyToPB(a), KeyToPB(b)) }
 
+func modelEqual(a, b config.ModelPrice) bool {
+	return proto.Equal(ModelPriceToPB(a), ModelPriceToPB(b))
+}
+
 // field is one named, rendered field of an entry, for the diff.
 type field struct{ name, value string }
 
@@ -306,6 +332,10 @@ func groupFields(g config.ProviderGroup) []field {
 // keyFields never renders the key's hash, only whether it changed.
 func keyFields(k APIKey) []field {
 	return []field{{"sha256", "sha256:" + hashTag(k.SHA256)}, {"models", "[" + strings.Join(k.Models, ", ") + "]"}}
+}
+
+func modelFields(m config.ModelPrice) []field {
+	return []field{{"price_in_per_mtok", fmtFloat(m.PriceInPerMtok)}, {"price_out_per_mtok", fmtFloat(m.PriceOutPerMtok)}}
 }
 
 // hashTag is a stable, non-reversible tag of a key hash for the diff: it
@@ -336,6 +366,8 @@ func diffEntries(have, want fileEntries) []string {
 	out = appendDiff(out, "provider_group", have.groups, want.groups, kindOf(groupFields, groupEqual,
 		func(g config.ProviderGroup) bool { return g.ReadOnly }))
 	out = appendDiff(out, "key", have.keys, want.keys, kindOf(keyFields, keyEqual, func(k APIKey) bool { return k.ReadOnly }))
+	out = appendDiff(out, "model", have.models, want.models, kindOf(modelFields, modelEqual,
+		func(m config.ModelPrice) bool { return m.ReadOnly }))
 	return out
 }
 
@@ -409,8 +441,7 @@ func (s *State) fileSync(fs *raftstore.FileSync) (res *raftstore.Result, diff []
 		return fail(raftstore.Code_CODE_CONFLICT, "computed against %s but the cluster is at %s; recompute the difference",
 			base, s.File), nil, false
 	}
-	puts := fileEntries{providers: map[string]config.Provider{}, routes: map[string]config.Route{},
-		groups: map[string]config.ProviderGroup{}, keys: map[string]APIKey{}}
+	puts := newFileEntries()
 	for _, p := range fs.GetPutProviders() {
 		puts.providers[p.GetName()] = config.Provider{}
 	}
@@ -423,9 +454,13 @@ func (s *State) fileSync(fs *raftstore.FileSync) (res *raftstore.Result, diff []
 	for _, k := range fs.GetPutKeys() {
 		puts.keys[k.GetName()] = APIKey{}
 	}
+	for _, m := range fs.GetPutModels() {
+		puts.models[m.GetModel()] = config.ModelPrice{}
+	}
 	before := withAdopted(ownedEntries(s), s, puts)
 	n := *s
 	n.Providers, n.Routes, n.Groups, n.Keys = cloneMap(s.Providers), cloneMap(s.Routes), cloneMap(s.Groups), cloneMap(s.Keys)
+	n.Models = cloneMap(s.Models)
 	for _, name := range fs.GetDeleteProviders() {
 		if !n.Providers[name].ReadOnly {
 			return fail(raftstore.Code_CODE_INVALID, "provider %q is not owned by rolter.toml", name), nil, false
@@ -450,6 +485,12 @@ func (s *State) fileSync(fs *raftstore.FileSync) (res *raftstore.Result, diff []
 		}
 		delete(n.Keys, name)
 	}
+	for _, name := range fs.GetDeleteModels() {
+		if !n.Models[name].ReadOnly {
+			return fail(raftstore.Code_CODE_INVALID, "model price %q is not owned by rolter.toml", name), nil, false
+		}
+		delete(n.Models, name)
+	}
 	for _, p := range fs.GetPutProviders() {
 		v := providerFromPB(p)
 		v.ReadOnly = true
@@ -469,6 +510,17 @@ func (s *State) fileSync(fs *raftstore.FileSync) (res *raftstore.Result, diff []
 		v := keyFromPB(k)
 		v.ReadOnly = true
 		n.Keys[v.Name] = v
+	}
+	for _, m := range fs.GetPutModels() {
+		v := modelPriceFromPB(m)
+		if v.Model == "" {
+			return fail(raftstore.Code_CODE_INVALID, "model price: model required"), nil, false
+		}
+		if f, err := config.CheckPrices(v.PriceInPerMtok, v.PriceOutPerMtok); err != nil {
+			return fail(raftstore.Code_CODE_INVALID, "model price %q: %s: %s", v.Model, f, err.Error()), nil, false
+		}
+		v.ReadOnly = true
+		n.Models[v.Model] = v
 	}
 	if msg := n.danglingReference(); msg != "" {
 		return fail(raftstore.Code_CODE_INVALID, "%s", msg), nil, false

@@ -41,6 +41,11 @@ members = [{ provider = "a" }]
 name = "ci"
 sha256 = "0000000000000000000000000000000000000000000000000000000000000001"
 models = ["chat"]
+
+[[models]]
+model = "meta-llama/Llama-3.1-8B"
+price_in_per_mtok = 0.2
+price_out_per_mtok = 0.6
 `
 
 func parse(t *testing.T, toml string) *config.Config {
@@ -152,6 +157,9 @@ func TestFileRevisionIgnoresCommentsOrderAndLocalSections(t *testing.T) {
 	if got := FileRevisionOf(parse(t, edit(1, "8002", "8003"))); got.SHA256 == base.SHA256 {
 		t.Error("a changed api_base kept the hash")
 	}
+	if got := FileRevisionOf(parse(t, edit(1, "price_out_per_mtok = 0.6", "price_out_per_mtok = 0.7"))); got.SHA256 == base.SHA256 {
+		t.Error("a changed model price kept the hash")
+	}
 }
 
 func TestSeedMakesEveryFileEntryFileOwned(t *testing.T) {
@@ -159,7 +167,8 @@ func TestSeedMakesEveryFileEntryFileOwned(t *testing.T) {
 	if st.File != FileRevisionOf(parse(t, fileV1)) {
 		t.Fatalf("seeded revision %v", st.File)
 	}
-	if !st.Providers["a"].ReadOnly || !st.Routes["chat"].ReadOnly || !st.Groups["pool"].ReadOnly || !st.Keys["ci"].ReadOnly {
+	if !st.Providers["a"].ReadOnly || !st.Routes["chat"].ReadOnly || !st.Groups["pool"].ReadOnly || !st.Keys["ci"].ReadOnly ||
+		!st.Models["meta-llama/Llama-3.1-8B"].ReadOnly {
 		t.Fatal("seeded entries are not read-only (file-owned)")
 	}
 	// The admin API cannot change a file-owned entry, and its answer names the file.
@@ -509,5 +518,93 @@ func TestFileAdoptsAnAPIEntryUnderItsName(t *testing.T) {
 	}
 	if p := f.State().Providers["c"]; !p.ReadOnly || p.APIBase != "http://127.0.0.1:8003/v1" {
 		t.Fatalf("provider c: %+v, want file-owned at the file's address", p)
+	}
+}
+
+// The [[models]] price catalog is file-owned like every other declared
+// kind: an edited price reaches the state, a removed entry goes, an entry
+// the admin API created stays, and the API cannot change the file's.
+func TestFileSyncOwnsTheModelPriceCatalog(t *testing.T) {
+	const model = "meta-llama/Llama-3.1-8B"
+	f := seeded(t, fileV1)
+	su := HashToken(testSuperadmin)
+	setPrice := func(name string, in, out float64) *raftstore.Result {
+		return f.apply(&raftstore.Command{Op: raftstore.Op_OP_SET_MODEL_PRICE, ActorTokenSha256: su,
+			Payload: &raftstore.Command_ModelPrice{ModelPrice: &raftstore.ModelPrice{Model: name, PriceInPerMtok: in, PriceOutPerMtok: out}}})
+	}
+	if res := setPrice(model, 9, 9); res.GetCode() != raftstore.Code_CODE_READONLY || !strings.Contains(res.GetMessage(), "managed by rolter.toml") {
+		t.Fatalf("API update of a file-owned price: %v", res)
+	}
+	if res := f.apply(&raftstore.Command{Op: raftstore.Op_OP_DELETE_MODEL_PRICE, ActorTokenSha256: su,
+		Payload: &raftstore.Command_Name{Name: model}}); res.GetCode() != raftstore.Code_CODE_READONLY {
+		t.Fatalf("API delete of a file-owned price: %v", res)
+	}
+	if res := setPrice("api-model", 1, 2); res.GetCode() != raftstore.Code_CODE_OK {
+		t.Fatal(res)
+	}
+
+	v2 := parse(t, edit(2, "price_in_per_mtok = 0.2", "price_in_per_mtok = 0.25")+
+		"\n[[models]]\nmodel = \"qwen\"\nprice_in_per_mtok = 0.1\nprice_out_per_mtok = 0.3\n")
+	want := []string{
+		"~ model/meta-llama/Llama-3.1-8B price_in_per_mtok: 0.2 → 0.25",
+		"+ model/qwen price_in_per_mtok=0.1 price_out_per_mtok=0.3",
+	}
+	if got := PlanFileSync(f.State(), v2).Changes; !slices.Equal(got, want) {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if r, err := SyncFile(context.Background(), f, v2, FileSender{Origin: "file:r1"}); err != nil || r.Outcome != FileApplied {
+		t.Fatalf("sync: %+v %v", r, err)
+	}
+	st := f.State()
+	if m := st.Models[model]; !m.ReadOnly || m.PriceInPerMtok != 0.25 || m.PriceOutPerMtok != 0.6 {
+		t.Errorf("edited price: %+v", m)
+	}
+	if m := st.Models["qwen"]; !m.ReadOnly || m.PriceOutPerMtok != 0.3 {
+		t.Errorf("added price: %+v", m)
+	}
+	if cfg := st.Config(nil); len(cfg.Models) != 3 {
+		t.Errorf("data-plane catalog %+v, want 3 entries", cfg.Models)
+	}
+	a := fileSyncAudits(st)
+	if len(a) != 1 || !slices.Equal(a[0].Diff, want) {
+		t.Fatalf("audit: %+v", a)
+	}
+
+	// Dropping every [[models]] entry removes the file's, not the API's.
+	v3 := parse(t, strings.Replace(fileV1, "generation = 1", "generation = 3", 1)[:strings.Index(fileV1, "[[models]]")])
+	if got := PlanFileSync(f.State(), v3).Changes; !slices.Equal(got, []string{"- model/" + model, "- model/qwen"}) {
+		t.Fatalf("plan of the removal: %v", got)
+	}
+	if _, err := SyncFile(context.Background(), f, v3, FileSender{Origin: "file:r1"}); err != nil {
+		t.Fatal(err)
+	}
+	st = f.State()
+	if _, ok := st.Models[model]; ok {
+		t.Error("a price removed from the file survived")
+	}
+	if m, ok := st.Models["api-model"]; !ok || m.ReadOnly || m.PriceOutPerMtok != 2 {
+		t.Errorf("the API-created price changed: %+v %v", m, ok)
+	}
+}
+
+// A catalog entry the admin API created under a model the file declares
+// becomes the file's, and the diff says so.
+func TestFileAdoptsAnAPIModelPrice(t *testing.T) {
+	f := seeded(t, fileV1)
+	res := f.apply(&raftstore.Command{Op: raftstore.Op_OP_SET_MODEL_PRICE, ActorTokenSha256: HashToken(testSuperadmin),
+		Payload: &raftstore.Command_ModelPrice{ModelPrice: &raftstore.ModelPrice{Model: "qwen", PriceInPerMtok: 1, PriceOutPerMtok: 2}}})
+	if res.GetCode() != raftstore.Code_CODE_OK {
+		t.Fatal(res)
+	}
+	v2 := parse(t, edit(2)+"\n[[models]]\nmodel = \"qwen\"\nprice_in_per_mtok = 1\nprice_out_per_mtok = 3\n")
+	want := []string{"~ model/qwen managed_by: api → file", "~ model/qwen price_out_per_mtok: 2 → 3"}
+	if got := PlanFileSync(f.State(), v2).Changes; !slices.Equal(got, want) {
+		t.Fatalf("plan:\n%s", strings.Join(got, "\n"))
+	}
+	if _, err := SyncFile(context.Background(), f, v2, FileSender{Origin: "file:r1"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := f.State().Models["qwen"]; !m.ReadOnly || m.PriceOutPerMtok != 3 {
+		t.Fatalf("qwen: %+v, want file-owned at the file's price", m)
 	}
 }

@@ -169,10 +169,10 @@ func SeedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 		for _, k := range sortedValues(e.keys) {
 			s.Keys = append(s.Keys, KeyToPB(k))
 		}
-		s.Policy = PolicyToPB(c.AdaptiveRouting.Policy())
-		for _, m := range c.Models {
+		for _, m := range sortedValues(e.models) {
 			s.Models = append(s.Models, ModelPriceToPB(m))
 		}
+		s.Policy = PolicyToPB(c.AdaptiveRouting.Policy())
 	}
 	if superadminSHA256 != "" {
 		s.Tokens = append(s.Tokens, TokenToPB(AdminToken{Name: "bootstrap", SHA256: superadminSHA256,

@@ -14,7 +14,7 @@ import (
 // Config is a parsed, defaulted rolter.toml.
 type Config struct {
 	// Generation is the revision of the entries the file declares
-	// (providers, routes, provider groups, keys): raise it with every
+	// (providers, routes, provider groups, keys, models): raise it with every
 	// change to them. A router syncs them to the cluster only when its
 	// generation is newer than the cluster's, so a router with an older
 	// file never rolls a newer one back.

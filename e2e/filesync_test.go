@@ -22,8 +22,9 @@ import (
 )
 
 // fileSyncTOML is the rolter.toml of TestFileSync: the provider "engine"
-// at apiBase behind the route "chat", at generation gen.
-func fileSyncTOML(gen int, apiBase string) string {
+// at apiBase behind the route "chat", and the served model's catalog
+// price priceIn (input) per Mtok, at generation gen.
+func fileSyncTOML(gen int, apiBase string, priceIn float64) string {
 	return fmt.Sprintf(`generation = %d
 
 [[providers]]
@@ -34,9 +35,14 @@ api_base = %q
 model = "chat"
 targets = [{ provider = "engine", model = %q }]
 
+[[models]]
+model = %q
+price_in_per_mtok = %g
+price_out_per_mtok = 0.6
+
 [health]
 interval = "1s"
-`, gen, apiBase, sim.DefaultModelName)
+`, gen, apiBase, sim.DefaultModelName, sim.DefaultModelName, priceIn)
 }
 
 type auditRow struct {
@@ -90,6 +96,33 @@ func providers(ctx context.Context, c *Cluster, r *Router) (map[string]providerR
 		out[p.Name] = p
 	}
 	return out, nil
+}
+
+type modelPriceRow struct {
+	Model          string  `json:"model"`
+	PriceInPerMtok float64 `json:"price_in_per_mtok"`
+	ManagedBy      string  `json:"managed_by"`
+}
+
+// waitModelPrice waits until every live router's admin API lists the
+// served model at priceIn, owned by the file.
+func waitModelPrice(ctx context.Context, c *Cluster, priceIn float64) error {
+	return Eventually(20*time.Second, 100*time.Millisecond, func() error {
+		for _, r := range c.Live() {
+			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/model-prices/"+sim.DefaultModelName, c.Token, "")
+			if err != nil || code != http.StatusOK {
+				return fmt.Errorf("model price on %s: %d %s %v", r.ID, code, b, err)
+			}
+			var m modelPriceRow
+			if err := json.Unmarshal(b, &m); err != nil {
+				return err
+			}
+			if m.PriceInPerMtok != priceIn || m.ManagedBy != "file" {
+				return fmt.Errorf("%s: %+v, want price_in_per_mtok %g managed by the file", r.ID, m, priceIn)
+			}
+		}
+		return nil
+	})
 }
 
 // metric returns the value of the series line (name plus labels) in r's
@@ -156,7 +189,7 @@ func TestFileSync(t *testing.T) {
 	}
 	stopSim := func(base string) { procs[base].Kill() }
 	simA, simB, simC, simD := start("sim-a"), start("sim-b"), start("sim-c"), start("sim-d")
-	c := StartCluster(t, ClusterOptions{Bin: bin, N: 3, Dir: dir, Config: fileSyncTOML(1, simA)})
+	c := StartCluster(t, ClusterOptions{Bin: bin, N: 3, Dir: dir, Config: fileSyncTOML(1, simA, 0.2)})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	file := filepath.Join(dir, "rolter.toml")
@@ -180,6 +213,11 @@ func TestFileSync(t *testing.T) {
 	if code, b, err := Do(ctx, http.MethodDelete, r3.Admin+"/api/v1/routes/chat", c.Token, ""); err != nil || code != http.StatusConflict {
 		t.Fatalf("DELETE of the file-owned route: %d %s %v", code, b, err)
 	}
+	code, b, err = Do(ctx, http.MethodPut, r3.Admin+"/api/v1/model-prices/"+sim.DefaultModelName, c.Token,
+		`{"price_in_per_mtok":9,"price_out_per_mtok":9}`)
+	if err != nil || code != http.StatusConflict || !strings.Contains(string(b), "managed by rolter.toml") {
+		t.Fatalf("PUT of the file-owned model price: %d %s %v; want 409 naming rolter.toml", code, b, err)
+	}
 	ps, err := providers(ctx, c, r3)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +228,7 @@ func TestFileSync(t *testing.T) {
 
 	// 1. Edit api_base, restart one router: every router's requests
 	// reach the new address (the old one is gone).
-	writeFile(t, file, fileSyncTOML(2, simB))
+	writeFile(t, file, fileSyncTOML(2, simB, 0.2))
 	stopSim(simA)
 	c.Restart(t, r1, "")
 	if err := waitAPIBase(ctx, c, simB); err != nil {
@@ -211,14 +249,15 @@ func TestFileSync(t *testing.T) {
 	}
 	t.Logf("restart of r1 with generation 2: audited %q at config_version %d", audits[0].Diff[0], audits[0].ConfigVersion)
 
-	// 2. Edit again, SIGHUP all three routers at once: one change.
+	// 2. Edit again (the address and the model's price), SIGHUP all
+	// three routers at once: one change.
 	before := map[string]float64{}
 	for _, r := range c.Routers {
 		if before[r.ID], err = syncsSeen(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	writeFile(t, file, fileSyncTOML(3, simC))
+	writeFile(t, file, fileSyncTOML(3, simC, 0.3))
 	for _, r := range c.Routers {
 		if err := r.Proc.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
@@ -259,15 +298,21 @@ func TestFileSync(t *testing.T) {
 		}
 	}
 	wantDiff = fmt.Sprintf("~ provider/engine api_base: %s → %s", simB, simC)
-	if ok != 2 || audits[0].Diff[0] != wantDiff || audits[0].ConfigVersion != audits[len(audits)-1].ConfigVersion+1 {
-		t.Fatalf("audit after SIGHUP to three routers: %+v; want exactly one more config.file_sync, %q, one config_version later", audits, wantDiff)
+	wantPrice := fmt.Sprintf("~ model/%s price_in_per_mtok: 0.2 → 0.3", sim.DefaultModelName)
+	if ok != 2 || len(audits[0].Diff) != 2 || audits[0].Diff[0] != wantDiff || audits[0].Diff[1] != wantPrice ||
+		audits[0].ConfigVersion != audits[len(audits)-1].ConfigVersion+1 {
+		t.Fatalf("audit after SIGHUP to three routers: %+v; want exactly one more config.file_sync, %q and %q, one config_version later",
+			audits, wantDiff, wantPrice)
+	}
+	if err := waitModelPrice(ctx, c, 0.3); err != nil {
+		t.Fatalf("the file's new model price after SIGHUP: %v", err)
 	}
 	t.Logf("SIGHUP to 3 routers with generation 3: 3 syncs, 1 change (%s by %s), config_version %d",
 		audits[0].Diff[0], audits[0].Actor, audits[0].ConfigVersion)
 
 	// 3. A router restarted with an older file cannot roll back.
 	oldFile := filepath.Join(dir, "rolter-old.toml")
-	writeFile(t, oldFile, fileSyncTOML(2, simB))
+	writeFile(t, oldFile, fileSyncTOML(2, simB, 0.2))
 	c.Restart(t, r2, oldFile)
 	err = Eventually(20*time.Second, 100*time.Millisecond, func() error {
 		v, err := metric(ctx, r2, `rolter_config_file_sync_total{result="refused"}`)
@@ -289,6 +334,9 @@ func TestFileSync(t *testing.T) {
 	if err := waitAPIBase(ctx, c, simC); err != nil {
 		t.Fatalf("rolled back: %v", err)
 	}
+	if err := waitModelPrice(ctx, c, 0.3); err != nil {
+		t.Fatalf("rolled back the model price: %v", err)
+	}
 	if err := chatReaches(ctx, r2, "chat"); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +345,7 @@ func TestFileSync(t *testing.T) {
 	// 4. GitOps: diff, then apply through r3's admin API.
 	tokenFile := filepath.Join(dir, "admin-token")
 	gitops := filepath.Join(dir, "rolter-gitops.toml")
-	writeFile(t, gitops, fileSyncTOML(4, simD))
+	writeFile(t, gitops, fileSyncTOML(4, simD, 0.3))
 	out := runCLI(t, bin, "config", "diff", "--admin", r3.Admin, "--token-file", tokenFile, "--config", gitops)
 	wantDiff = fmt.Sprintf("~ provider/engine api_base: %s → %s", simC, simD)
 	if !strings.Contains(out, "1 change(s) would be applied") || !strings.Contains(out, wantDiff) {

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -215,6 +216,12 @@ type ClusterOptions struct {
 	// Config is the rolter.toml every router starts with.
 	Config string
 	Dir    string
+	// Wire, when set, may rebind router i's Raft (r.Raft) and gives the
+	// address the others dial (--raft-advertise; "" keeps --raft) and extra flags;
+	// seeds (gossip HOST:PORT) join --join after the Raft peers.
+	Wire func(i int, r *Router) (raftAdvertise string, seeds []string, extra []string)
+	// Started, when set, is told each router process once it runs.
+	Started func(i int, r *Router)
 }
 
 // StartCluster starts N routers with static --join, --bootstrap-expect N
@@ -231,12 +238,22 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	}
 	addrs := FreeAddrs(t, 3*o.N)
 	var join []string
+	advertise := make([]string, o.N)
+	seeds := make([][]string, o.N)
+	extra := make([][]string, o.N)
 	for i := range o.N {
 		r := &Router{ID: fmt.Sprintf("r%d", i+1), API: "http://" + addrs[3*i], Admin: "http://" + addrs[3*i+1], Raft: addrs[3*i+2]}
 		c.Routers = append(c.Routers, r)
-		join = append(join, r.ID+"="+r.Raft)
+		dial := r.Raft
+		if o.Wire != nil {
+			advertise[i], seeds[i], extra[i] = o.Wire(i, r)
+			if advertise[i] != "" {
+				dial = advertise[i]
+			}
+		}
+		join = append(join, r.ID+"="+dial)
 	}
-	for _, r := range c.Routers {
+	for i, r := range c.Routers {
 		var peers []string
 		for _, o := range c.Routers {
 			if o != r {
@@ -246,12 +263,19 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 		r.args = []string{"router",
 			"--config", filepath.Join(o.Dir, "rolter.toml"),
 			"--http", strings.TrimPrefix(r.API, "http://"), "--admin", strings.TrimPrefix(r.Admin, "http://"),
-			"--node-id", r.ID, "--raft", r.Raft, "--join", strings.Join(join, ","),
+			"--node-id", r.ID, "--raft", r.Raft, "--join", strings.Join(append(slices.Clone(join), seeds[i]...), ","),
 			"--peer-admin", strings.Join(peers, ","),
 			"--bootstrap-expect", fmt.Sprint(o.N), "--data-dir", filepath.Join(o.Dir, "data-"+r.ID),
 			"--insecure-dev", "--admin-token-file", filepath.Join(o.Dir, "admin-token"),
 			"--internal-token-file", filepath.Join(o.Dir, "internal-token")}
+		if advertise[i] != "" {
+			r.args = append(r.args, "--raft-advertise", advertise[i])
+		}
+		r.args = append(r.args, extra[i]...)
 		r.Proc = Start(t, o.Bin, r.ID, o.Dir, r.args...)
+		if o.Started != nil {
+			o.Started(i, r)
+		}
 	}
 	for _, r := range c.Routers {
 		c.WaitReady(t, r)
@@ -259,7 +283,8 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	return c
 }
 
-// WaitReady waits until r's /readyz answers 200.
+// WaitReady waits until r's /readyz answers 200 and not degraded (a
+// Raft leader is known).
 func (c *Cluster) WaitReady(t testing.TB, r *Router) {
 	t.Helper()
 	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
@@ -267,7 +292,7 @@ func (c *Cluster) WaitReady(t testing.TB, r *Router) {
 			return errors.New("exited")
 		}
 		code, body, err := Do(context.Background(), http.MethodGet, r.Admin+"/readyz", "", "")
-		if err == nil && code != http.StatusOK {
+		if err == nil && (code != http.StatusOK || bytes.Contains(body, []byte("degraded"))) {
 			err = fmt.Errorf("%d %s", code, bytes.TrimSpace(body))
 		}
 		return err

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -124,6 +125,7 @@ func TestAdminHooks(t *testing.T) {
 	}{
 		{"readyz waits for the hook", "/readyz", notReady, http.StatusServiceUnavailable, "no raft leader"},
 		{"readyz once the hook agrees", "/readyz", nil, http.StatusOK, "ready"},
+		{"readyz serves on, degraded", "/readyz", fmt.Errorf("%w: no raft leader", ErrDegraded), http.StatusOK, "ready, degraded: no raft leader"},
 		{"extra paths reach AdminExtra", "/api/v1/routes", nil, http.StatusOK, "extra /api/v1/routes"},
 		{"healthz stays the router's", "/healthz", notReady, http.StatusOK, "ok"},
 	} {

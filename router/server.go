@@ -53,7 +53,8 @@ type Options struct {
 	// starts before any config is applied (default config.Default()).
 	Base *config.Config
 	// Ready is an extra /readyz condition (the control plane's): a non-nil
-	// error makes /readyz answer 503 with the error's text.
+	// error makes /readyz answer 503 with the error's text, or 200 with
+	// "ready, degraded: " and the text when it wraps ErrDegraded.
 	Ready func() error
 	// AdminExtra serves every admin-port path AdminHandler does not own
 	// itself (the admin API, the dashboard); nil: 404.
@@ -279,6 +280,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// ErrDegraded marks an Options.Ready error under which the router still
+// serves from the config it runs (a control plane cut from its Raft
+// leader): /readyz answers 200 and says why it is degraded.
+var ErrDegraded = errors.New("degraded")
+
 // AdminHandler serves /metrics, /healthz (the process is up) and /readyz
 // (a config is applied, the server is not draining and Options.Ready
 // agrees); every other path goes to Options.AdminExtra.
@@ -296,7 +302,10 @@ func (s *Server) AdminHandler() http.Handler {
 			http.Error(w, "no config applied", http.StatusServiceUnavailable)
 		default:
 			if s.ready != nil {
-				if err := s.ready(); err != nil {
+				if err := s.ready(); errors.Is(err, ErrDegraded) {
+					_, _ = io.WriteString(w, "ready, "+err.Error()+"\n")
+					return
+				} else if err != nil {
 					http.Error(w, err.Error(), http.StatusServiceUnavailable)
 					return
 				}

@@ -2,7 +2,6 @@ package routerd
 
 import (
 	crand "crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolter/rolter/certs"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
@@ -163,6 +163,19 @@ func ReadToken(file, env string, getenv func(string) string) (string, error) {
 // identity, data dir, TLS and tokens. It refuses plaintext Raft without
 // --insecure-dev and a multi-router cluster without an internal token.
 func (c *Config) storeConfig(getenv func(string) string, log *slog.Logger) (cluster.StoreConfig, error) {
+	sc, _, err := c.storeAndCerts(getenv, log)
+	return sc, err
+}
+
+// storeAndCerts is storeConfig that also returns Raft's TLS material (nil:
+// plaintext), which Reload renews: sc.TLS reads it on every handshake.
+func (c *Config) storeAndCerts(getenv func(string) string, log *slog.Logger) (cluster.StoreConfig, *certs.Source, error) {
+	var raftCerts *certs.Source
+	sc, err := c.resolveStore(getenv, log, &raftCerts)
+	return sc, raftCerts, err
+}
+
+func (c *Config) resolveStore(getenv func(string) string, log *slog.Logger, raftCerts **certs.Source) (cluster.StoreConfig, error) {
 	sc := cluster.StoreConfig{RaftAddr: c.RaftAddr, Advertise: c.RaftAdvertise, BootstrapExpect: c.BootstrapExpect,
 		InsecureDev: c.InsecureDev, Seed: c.File, Logger: log}
 	if c.RaftTimeout > 0 {
@@ -195,11 +208,13 @@ func (c *Config) storeConfig(getenv func(string) string, log *slog.Logger) (clus
 		if c.RaftCert == "" || c.RaftKey == "" || c.RaftCA == "" {
 			return sc, fmt.Errorf("%w: --tls-cert, --tls-key and --tls-ca go together", ErrFlags)
 		}
-		var tc *tls.Config
-		if tc, err = cluster.LoadTLS(c.RaftCert, c.RaftKey, c.RaftCA); err != nil {
-			return sc, fmt.Errorf("%w: %v", ErrFlags, err)
+		// Renewed with the listeners' certificates (Router.RaftCerts): the
+		// next Raft connection presents and checks the renewed files.
+		src, err := certs.Load(certs.Files{Cert: c.RaftCert, Key: c.RaftKey, ClientCA: c.RaftCA})
+		if err != nil {
+			return sc, fmt.Errorf("%w: Raft TLS: %v", ErrFlags, err)
 		}
-		sc.TLS = tc
+		sc.TLS, *raftCerts = src.MutualConfig(), src
 	} else if !c.InsecureDev {
 		if why := c.needsSecurity(join); why != "" {
 			return sc, fmt.Errorf("%w: Raft traffic needs mutual TLS because %s: pass --tls-cert, --tls-key and --tls-ca "+

@@ -3,12 +3,14 @@ package routerd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router"
 )
 
 // The config follower: every config_version the Raft store commits
@@ -88,17 +90,23 @@ func newFollower(s store, plane dataPlane, polls enginePolls, files fileSync, ba
 	return &follower{store: s, plane: plane, polls: polls, files: files, base: base, log: log, reload: make(chan struct{}, 1)}
 }
 
-// ready is the control plane's /readyz condition: a Raft leader is known
-// and the data plane runs a snapshot of the replicated config.
+// ready is the control plane's /readyz condition: the data plane runs a
+// snapshot of the replicated config. A router that knows no Raft leader
+// (the minority side of a partition) keeps serving that snapshot: it is
+// ready, degraded, and says which config_version it serves.
 func (f *follower) ready() error {
-	if f.store.Info().Leader == "" {
-		return errors.New("no raft leader")
-	}
 	f.mu.Lock()
 	applied := f.applied
 	f.mu.Unlock()
-	if applied == 0 {
+	leader := f.store.Info().Leader
+	switch {
+	case applied == 0 && leader == "":
+		return errors.New("no raft leader")
+	case applied == 0:
 		return errors.New("replicated config not applied yet")
+	case leader == "":
+		return fmt.Errorf("%w: no raft leader; serving config_version %d, the last applied, until one is reachable "+
+			"(admin writes answer 503 meanwhile)", router.ErrDegraded, applied)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router"
 )
 
 // fakeStore is the replicated state without Raft: set replaces the state
@@ -204,6 +206,12 @@ func TestFollowerAppliesEveryConfigVersion(t *testing.T) {
 		if err := r.f.ready(); err != nil {
 			t.Fatalf("ready after the seed: %v", err)
 		}
+		// Cut from the leader, it keeps serving v1 and says so.
+		r.store.leader.Store("")
+		if err := r.f.ready(); !errors.Is(err, router.ErrDegraded) || !strings.Contains(err.Error(), "serving config_version 1") {
+			t.Fatalf("ready without a leader after the seed: %v, want degraded serving config_version 1", err)
+		}
+		r.store.leader.Store("r1")
 
 		r.plane.refuse[2] = true
 		r.store.set(2)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rolter/rolter/adminapi"
+	"github.com/rolter/rolter/certs"
 	"github.com/rolter/rolter/cluster"
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
@@ -29,6 +30,7 @@ type Router struct {
 	poller     *scrape.Poller // [metrics_scrape], [providers.lmcache]: engines no sidecar reports
 	api, admin net.Listener
 	tls        TLS
+	raftCerts  *certs.Source // nil: plaintext Raft
 	banner     string
 
 	closeOnce sync.Once
@@ -84,6 +86,11 @@ func (r *Router) Close() {
 // Banner is the line `rolter router` prints once it listens.
 func (r *Router) Banner() string { return r.banner }
 
+// RaftCerts is Raft's mutual-TLS material (nil: plaintext Raft or
+// standalone); the command reloads it with the listeners' on SIGHUP and
+// when its files change.
+func (r *Router) RaftCerts() *certs.Source { return r.raftCerts }
+
 // listen opens the API and admin listeners, TLS-wrapped.
 func (r *Router) listen(cfg Config) error {
 	api, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -102,10 +109,11 @@ func (r *Router) listen(cfg Config) error {
 
 func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 	log := r.log
-	sc, err := cfg.storeConfig(cfg.getenv, log)
+	sc, raftCerts, err := cfg.storeAndCerts(cfg.getenv, log)
 	if err != nil {
 		return flagError(err)
 	}
+	r.raftCerts = raftCerts
 	peerAdmin, err := parsePeerAdmin(cfg.PeerAdmin)
 	if err != nil {
 		return flagError(err)

@@ -1298,7 +1298,7 @@ func (x *Seed) GetModels() []*ModelPrice {
 
 // FileRevision names one content of the entries rolter.toml declares:
 // the operator's monotonic generation key and the SHA-256 of the
-// declared providers, routes, groups and keys.
+// declared providers, routes, groups, keys and model prices.
 type FileRevision struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
@@ -1370,7 +1370,11 @@ type FileSync struct {
 	DeleteKeys      []string               `protobuf:"bytes,10,rep,name=delete_keys,json=deleteKeys,proto3" json:"delete_keys,omitempty"`
 	// origin names the sender for the audit ("file:<node-id>" for a
 	// router's own rolter.toml); an admin-token sync is audited by token.
-	Origin        string `protobuf:"bytes,11,opt,name=origin,proto3" json:"origin,omitempty"`
+	Origin string `protobuf:"bytes,11,opt,name=origin,proto3" json:"origin,omitempty"`
+	// put_models/delete_models are the [[models]] price catalog's entries,
+	// by upstream model name.
+	PutModels     []*ModelPrice `protobuf:"bytes,20,rep,name=put_models,json=putModels,proto3" json:"put_models,omitempty"`
+	DeleteModels  []string      `protobuf:"bytes,21,rep,name=delete_models,json=deleteModels,proto3" json:"delete_models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1480,6 +1484,20 @@ func (x *FileSync) GetOrigin() string {
 		return x.Origin
 	}
 	return ""
+}
+
+func (x *FileSync) GetPutModels() []*ModelPrice {
+	if x != nil {
+		return x.PutModels
+	}
+	return nil
+}
+
+func (x *FileSync) GetDeleteModels() []string {
+	if x != nil {
+		return x.DeleteModels
+	}
+	return nil
 }
 
 // Command is one Raft log entry. actor_token_sha256 names the admin token
@@ -2180,7 +2198,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"\xa5\x04\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"\x8a\x05\n" +
 	"\bFileSync\x12=\n" +
 	"\brevision\x18\x01 \x01(\v2!.rolter.raftstore.v1.FileRevisionR\brevision\x125\n" +
 	"\x04base\x18\x02 \x01(\v2!.rolter.raftstore.v1.FileRevisionR\x04base\x12B\n" +
@@ -2196,7 +2214,10 @@ const file_raftstore_proto_rawDesc = "" +
 	"\vdelete_keys\x18\n" +
 	" \x03(\tR\n" +
 	"deleteKeys\x12\x16\n" +
-	"\x06origin\x18\v \x01(\tR\x06origin\"\xe4\x05\n" +
+	"\x06origin\x18\v \x01(\tR\x06origin\x12>\n" +
+	"\n" +
+	"put_models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\tputModels\x12#\n" +
+	"\rdelete_models\x18\x15 \x03(\tR\fdeleteModels\"\xe4\x05\n" +
 	"\aCommand\x12'\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x17.rolter.raftstore.v1.OpR\x02op\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12,\n" +
@@ -2352,35 +2373,36 @@ var file_raftstore_proto_depIdxs = []int32{
 	7,  // 15: rolter.raftstore.v1.FileSync.put_routes:type_name -> rolter.raftstore.v1.Route
 	8,  // 16: rolter.raftstore.v1.FileSync.put_groups:type_name -> rolter.raftstore.v1.ProviderGroup
 	10, // 17: rolter.raftstore.v1.FileSync.put_keys:type_name -> rolter.raftstore.v1.Key
-	2,  // 18: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
-	6,  // 19: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
-	7,  // 20: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
-	8,  // 21: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
-	10, // 22: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
-	11, // 23: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
-	12, // 24: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
-	15, // 25: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
-	17, // 26: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
-	9,  // 27: rolter.raftstore.v1.Command.model_price:type_name -> rolter.raftstore.v1.ModelPrice
-	14, // 28: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
-	6,  // 29: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
-	7,  // 30: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
-	8,  // 31: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	10, // 32: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
-	11, // 33: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	12, // 34: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
-	13, // 35: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
-	19, // 36: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
-	16, // 37: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
-	9,  // 38: rolter.raftstore.v1.Snapshot.models:type_name -> rolter.raftstore.v1.ModelPrice
-	3,  // 39: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
-	14, // 40: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
-	4,  // 41: rolter.raftstore.v1.ForwardResponse.fault:type_name -> rolter.raftstore.v1.Fault
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	9,  // 18: rolter.raftstore.v1.FileSync.put_models:type_name -> rolter.raftstore.v1.ModelPrice
+	2,  // 19: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
+	6,  // 20: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
+	7,  // 21: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
+	8,  // 22: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 23: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
+	11, // 24: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
+	12, // 25: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
+	15, // 26: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
+	17, // 27: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
+	9,  // 28: rolter.raftstore.v1.Command.model_price:type_name -> rolter.raftstore.v1.ModelPrice
+	14, // 29: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
+	6,  // 30: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
+	7,  // 31: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
+	8,  // 32: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 33: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
+	11, // 34: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	12, // 35: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
+	13, // 36: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
+	19, // 37: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
+	16, // 38: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
+	9,  // 39: rolter.raftstore.v1.Snapshot.models:type_name -> rolter.raftstore.v1.ModelPrice
+	3,  // 40: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
+	14, // 41: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
+	4,  // 42: rolter.raftstore.v1.ForwardResponse.fault:type_name -> rolter.raftstore.v1.Fault
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_raftstore_proto_init() }

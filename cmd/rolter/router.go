@@ -24,7 +24,7 @@ import (
 func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("router", stderr)
 	var rc routerd.Config
-	fs.StringVar(&rc.ConfigPath, "config", "rolter.toml", "path of rolter.toml (its providers, routes, groups and keys are synced into the replicated state on start and SIGHUP; "+
+	fs.StringVar(&rc.ConfigPath, "config", "rolter.toml", "path of rolter.toml (its providers, routes, groups, keys and model prices are synced into the replicated state on start and SIGHUP; "+
 		"its retry, breaker, health, timeouts and limits sections stay local to this router)")
 	fs.StringVar(&rc.HTTPAddr, "http", "127.0.0.1:4000", "address of the OpenAI-compatible API")
 	fs.StringVar(&rc.AdminAddr, "admin", "127.0.0.1:4001", "address of the admin API, /ui/, /metrics, /healthz and /readyz")
@@ -46,7 +46,6 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if rc.Logger, err = newLogger(*logFormat, stderr); err != nil {
 		return err
 	}
-	go reloadCertsOnHUP(ctx, rc.Logger, tlsSrc.API, tlsSrc.Admin)
 	rc.TLS, rc.Build = tlsSrc, version
 	r, err := routerd.Open(ctx, rc)
 	if fe := (*routerd.FlagError)(nil); errors.As(err, &fe) {
@@ -56,6 +55,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer r.Close()
+	go reloadCertsOnHUP(ctx, rc.Logger, tlsSrc.API, tlsSrc.Admin, r.RaftCerts())
 	hup, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
 	go reloadOnHUP(hup, rc.ConfigPath, rc.Logger, r.Reload)

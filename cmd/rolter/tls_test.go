@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -162,6 +163,82 @@ func TestRouterTLSAndSIGHUPReload(t *testing.T) {
 			t.Fatalf("exit code %d", code)
 		}
 	case <-time.After(10 * time.Second):
+		t.Fatal("router did not stop")
+	}
+}
+
+// TestRaftTLSReloadsOnSIGHUP: the Raft port's mutual-TLS certificate is
+// renewed in place and SIGHUP sent; the next connection to the Raft port
+// is served the renewed certificate.
+func TestRaftTLSReloadsOnSIGHUP(t *testing.T) {
+	guard := make(chan os.Signal, 1)
+	signal.Notify(guard, syscall.SIGHUP)
+	defer signal.Stop(guard)
+
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "rolter.toml")
+	if err := os.WriteFile(cfg, []byte("[[providers]]\nname = \"e\"\napi_base = \"http://127.0.0.1:9/v1\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca := certstest.NewCA(t, "cluster")
+	raftLeaf, peer := ca.Valid(t, "raft"), ca.Valid(t, "peer")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr := ln.Addr().String()
+	ln.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"router", "--config", cfg, "--http", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+			"--node-id", "r1", "--raft", raftAddr, "--data-dir", filepath.Join(dir, "data"),
+			"--tls-cert", raftLeaf.Cert, "--tls-key", raftLeaf.Key, "--tls-ca", ca.CertPEM}, outW, io.Discard)
+		outW.Close()
+	}()
+	if _, err := bufio.NewReader(outR).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+
+	pair, err := tls.LoadX509KeyPair(peer.Cert, peer.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := func() (*x509.Certificate, error) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", raftAddr,
+			&tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0], nil
+	}
+	if got, err := served(); err != nil || got.SerialNumber.Cmp(raftLeaf.Serial) != 0 {
+		t.Fatalf("raft port before the reload: %v %v, want serial %v", got, err, raftLeaf.Serial)
+	}
+	renewed := ca.Valid(t, "raft")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := served()
+		if err == nil && got.SerialNumber.Cmp(renewed.Serial) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the raft port still serves %v (%v) 10s after SIGHUP, want serial %v", got, err, renewed.Serial)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
 		t.Fatal("router did not stop")
 	}
 }
