@@ -31,6 +31,16 @@ type PrefillView interface {
 	PeerPrefill(apiBase string) uint64
 }
 
+// MeshRank is an optional capability of an EngineView, checked by type
+// assertion: how many routers the mesh has, this one included, and this
+// router's rank among them (RouteContext.Routers and Rank, with which the
+// strategies keep routers that pick at one instant from all choosing the
+// same engine; see strategies.HomeShare). Same contract as Load: hot path,
+// in-process state only, no blocking, no allocation.
+type MeshRank interface {
+	Routers() (live, rank int)
+}
+
 // SourceFactory hands a pool's strategies the out-of-band engine state they
 // read (KV residency, LMCache occupancy, resident adapters). Apply calls
 // Sources once per pool (each route, each provider group, each provider

@@ -36,6 +36,9 @@ func PreferLoad(primary, secondary EngineView) EngineView {
 	if p.prefill, _ = primary.(PrefillView); p.prefill == nil {
 		p.prefill, _ = secondary.(PrefillView)
 	}
+	if p.rank, _ = primary.(MeshRank); p.rank == nil {
+		p.rank, _ = secondary.(MeshRank)
+	}
 	return p
 }
 
@@ -43,6 +46,16 @@ type preferLoad struct {
 	primary, secondary EngineView
 	reporter           EngineReporter // primary's capability, or nil
 	prefill            PrefillView    // the first view's that has one, or nil
+	rank               MeshRank       // likewise
+}
+
+// Routers implements MeshRank with the first view that offers it; alone
+// (1, 0) without one.
+func (p preferLoad) Routers() (live, rank int) {
+	if p.rank == nil {
+		return 1, 0
+	}
+	return p.rank.Routers()
 }
 
 // PeerPrefill implements PrefillView with the first view that offers it

@@ -111,3 +111,24 @@ func TestPreferLoadPassesPeerPrefill(t *testing.T) {
 		t.Error("views without peer prefill report some")
 	}
 }
+
+func (prefillView) Routers() (int, int) { return 4, 3 }
+
+// The mesh's router count and rank reach the proxy through PreferLoad
+// whichever side the mesh is on; with neither a router is alone.
+func TestPreferLoadPassesMeshRank(t *testing.T) {
+	mesh := prefillView{reportingView{fakeView{load: map[string]uint64{}, reported: map[string]bool{}}}}
+	polls := fakeView{load: map[string]uint64{}}
+	for name, v := range map[string]EngineView{"mesh first": PreferLoad(mesh, polls), "polls first": PreferLoad(polls, mesh)} {
+		if mr, ok := v.(MeshRank); !ok {
+			t.Errorf("%s: no MeshRank", name)
+		} else if live, rank := mr.Routers(); live != 4 || rank != 3 {
+			t.Errorf("%s: Routers() = %d, %d, want 4, 3", name, live, rank)
+		}
+	}
+	if mr, ok := PreferLoad(polls, fakeView{}).(MeshRank); ok {
+		if live, rank := mr.Routers(); live != 1 || rank != 0 {
+			t.Errorf("views without a mesh: Routers() = %d, %d, want 1, 0", live, rank)
+		}
+	}
+}

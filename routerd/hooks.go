@@ -60,6 +60,9 @@ func (m *meshHooks) Load(apiBase string) (uint64, bool) { return m.state.Load(ap
 // PeerPrefill implements router.PrefillView.
 func (m *meshHooks) PeerPrefill(apiBase string) uint64 { return m.state.PeerPrefill(apiBase) }
 
+// Routers implements router.MeshRank.
+func (m *meshHooks) Routers() (live, rank int) { return m.state.Routers() }
+
 // Reported implements router.EngineReporter: a live sidecar reports the
 // engine, so it wins over the router's own [metrics_scrape].
 func (m *meshHooks) Reported(apiBase string) bool { return m.view.Reported(m.key(apiBase)) }
@@ -139,6 +142,18 @@ func (t viewTransport) Publish(loads []meshstate.EngineLoad) {
 		m[l.Engine] = mesh.Load{Inflight: l.Inflight, Prefill: l.Prefill}
 	}
 	t.node.PublishLoads(m)
+}
+
+// Routers implements meshstate.Inventory: the router members gossip
+// knows, this one included, ranked by node id (the node's name is its
+// node id).
+func (t viewTransport) Routers() (live, rank int) {
+	snap := t.view.Snapshot()
+	rank = slices.IndexFunc(snap.Routers, func(r mesh.RouterInfo) bool { return r.NodeID == snap.Self })
+	if rank < 0 {
+		return len(snap.Routers) + 1, 0
+	}
+	return len(snap.Routers), rank
 }
 
 // Engine implements meshstate.Transport.

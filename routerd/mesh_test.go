@@ -327,3 +327,29 @@ func TestInventoryForgetsRoutersADayAfterTheyLeft(t *testing.T) {
 		t.Fatalf("peers after r2 came back: %+v", got)
 	}
 }
+
+// TestMeshRanksRouters: every router of a pool learns how many routers the
+// mesh has and takes a distinct rank among them (what the strategies'
+// home share is keyed by), all agreeing on the order.
+func TestMeshRanksRouters(t *testing.T) {
+	h := startPool(t, 3, 0)
+	ranks := make([]int, 3)
+	testwait.For(t, 5*time.Second, "router inventory", func() error {
+		seen := map[int]bool{}
+		for i, n := range h.Routers {
+			live, rank := viewTransport{view: n.View(), now: time.Now}.Routers()
+			if live != 3 {
+				return fmt.Errorf("router %d sees %d routers", i, live)
+			}
+			if seen[rank] {
+				return fmt.Errorf("rank %d taken twice", rank)
+			}
+			seen[rank], ranks[i] = true, rank
+		}
+		return nil
+	})
+	m := newMeshHooks(h.Routers[2].View(), time.Now)
+	if live, rank := m.Routers(); live != 3 || rank != ranks[2] {
+		t.Errorf("meshHooks.Routers() = %d, %d, want 3, %d", live, rank, ranks[2])
+	}
+}

@@ -134,6 +134,12 @@ func TestPicksDoNotAllocate(t *testing.T) {
 			if allocs != 0 {
 				t.Errorf("%s: %.1f allocs per pick, want 0", name, allocs)
 			}
+			// A router of a mesh, on a request prefill wait decides.
+			mesh := *ctx
+			mesh.Adapter, mesh.Routers, mesh.Rank = "", 3, 1
+			if allocs := testing.AllocsPerRun(200, func() { lb.PickEligible(&mesh, loads, el) }); allocs != 0 {
+				t.Errorf("%s in a mesh of 3: %.1f allocs per pick, want 0", name, allocs)
+			}
 		})
 	}
 }

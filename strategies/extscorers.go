@@ -231,15 +231,18 @@ func (LeastPrefill) Score(c *Cycle, cands []int, out []float64) {
 		LeastLoad{}.Score(c, cands, out)
 		return
 	}
-	var mx uint64
-	for _, t := range cands {
-		mx = max(mx, q[t])
-	}
+	// out holds each candidate's queued work (plus, in a mesh, the cost of
+	// leaving this router's home; see HomeShare) until it is a score.
+	var mx float64
 	for k, t := range cands {
+		out[k] = float64(q[t]) + awayCost(c, t, float64(c.Ctx.PromptTokens))
+		mx = max(mx, out[k])
+	}
+	for k := range cands {
 		if mx == 0 {
 			out[k] = 1
 		} else {
-			out[k] = 1 - float64(q[t])/float64(mx)
+			out[k] = 1 - out[k]/mx
 		}
 	}
 }

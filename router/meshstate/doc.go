@@ -18,7 +18,10 @@
 //   - the other routers' per-engine queued-prefill sums, added to this
 //     router's own in RouteContext.QueuedPrefill;
 //   - the publish cadence of this router's per-engine counts and sums: on
-//     change, at most every PublishGap, and at least every Heartbeat.
+//     change, at most every PublishGap, and at least every Heartbeat;
+//   - the router inventory a pick needs against herding: how many routers
+//     the mesh has and this one's rank (RouteContext.Routers and Rank;
+//     strategies.HomeShare says what they decide).
 //
 // Time comes from an injected clock; the package starts no goroutine of
 // its own except in Run, which the router calls and the simulator does not

@@ -94,6 +94,16 @@ type Transport interface {
 	Engine(key string) (Remote, bool)
 }
 
+// Inventory is an optional Transport capability, type-asserted: the
+// routers of the mesh. live is how many are in it now, this one included;
+// rank is this router's position among them (0 ≤ rank < live) in an order
+// every router agrees on (cluster/mesh's router members by node id). The
+// state reads it when it is built and then at most every Heartbeat from
+// Tick, never on the request path, so it may allocate.
+type Inventory interface {
+	Routers() (live, rank int)
+}
+
 // The balancers' mesh hooks (package strategies), type-asserted.
 type prefixImporter interface {
 	ObservePrefixRemote(target int, prefix string)
@@ -131,6 +141,11 @@ type State struct {
 	lastAt    time.Time
 	scratch   []EngineLoad
 	published atomic.Uint64
+
+	// The router inventory as last read (Inventory): live routers and
+	// this one's rank, packed live<<32 | rank; invAt is when.
+	inv   atomic.Uint64
+	invAt time.Time
 }
 
 type entry struct {
@@ -160,7 +175,32 @@ func New(tr Transport, now func() time.Time, o Options) *State {
 			[]string{"kind", "event"})}
 	empty := map[string]uint64{}
 	s.own.Store(&empty)
+	s.inv.Store(1 << 32)
+	s.readInventory(now())
 	return s
+}
+
+// readInventory refreshes the router inventory from the transport.
+func (s *State) readInventory(now time.Time) {
+	s.invAt = now
+	inv, ok := s.tr.(Inventory)
+	if !ok {
+		return
+	}
+	live, rank := inv.Routers()
+	live = max(live, 1)
+	rank = min(max(rank, 0), live-1)
+	s.inv.Store(uint64(live)<<32 | uint64(rank))
+}
+
+// Routers returns how many routers the mesh has (this one included) and
+// this router's rank among them, as the transport's Inventory last said
+// (1, 0 without one): RouteContext.Routers and Rank, with which the
+// strategies spread what several routers place at one instant (see
+// strategies.HomeShare). It does not allocate.
+func (s *State) Routers() (live, rank int) {
+	v := s.inv.Load()
+	return int(v >> 32), int(v & (1<<32 - 1))
 }
 
 // Collector returns the state's metrics for a registry.
@@ -344,10 +384,14 @@ func (s *State) PeerPrefill(engine string) uint64 {
 // Tick publishes loads (this router's per-engine counts and sums at now)
 // when they changed since the last publication and PublishGap has passed
 // since it, or when Heartbeat has passed. loads is read, not kept. It
-// reports whether it published.
+// reports whether it published. It also rereads the router inventory
+// (Inventory) once Heartbeat has passed since the last read.
 func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
+	if now.Sub(s.invAt) >= Heartbeat {
+		s.readInventory(now)
+	}
 	changed := len(loads) != len(s.last)
 	for _, l := range loads {
 		if p, ok := s.last[l.Engine]; !ok || p != l {

@@ -148,3 +148,45 @@ func TestLearnedRecordsShareFileImportExpire(t *testing.T) {
 		t.Fatalf("expired records imported: %v %v", late.prefixAt, late.pins)
 	}
 }
+
+// rankedTransport is a fakeTransport with a router inventory.
+type rankedTransport struct {
+	fakeTransport
+	live, rank int
+	reads      int
+}
+
+func (r *rankedTransport) Routers() (int, int) { r.reads++; return r.live, r.rank }
+
+// The router count and rank strategies see come from the transport's
+// inventory: read when the state is built, then again from Tick once a
+// Heartbeat has passed (a router joining changes every router's rank);
+// without an inventory a router is alone.
+func TestRoutersFollowTheInventory(t *testing.T) {
+	if live, rank := New(&fakeTransport{}, time.Now, Options{}).Routers(); live != 1 || rank != 0 {
+		t.Errorf("no inventory: Routers() = %d, %d, want 1, 0", live, rank)
+	}
+	tr := &rankedTransport{live: 3, rank: 2}
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := New(tr, c.now, Options{})
+	if live, rank := s.Routers(); live != 3 || rank != 2 {
+		t.Fatalf("built with 3 routers, rank 2: Routers() = %d, %d", live, rank)
+	}
+	tr.live, tr.rank = 4, 1 // a router joined ahead of this one
+	c.t = c.t.Add(PublishGap)
+	s.Tick(c.t, nil)
+	if live, _ := s.Routers(); live != 3 {
+		t.Errorf("inventory reread before a Heartbeat passed: live %d", live)
+	}
+	c.t = c.t.Add(Heartbeat)
+	s.Tick(c.t, nil)
+	if live, rank := s.Routers(); live != 4 || rank != 1 {
+		t.Errorf("after a Heartbeat: Routers() = %d, %d, want 4, 1", live, rank)
+	}
+	tr.live, tr.rank = 0, 5 // nonsense from a transport is clamped
+	c.t = c.t.Add(Heartbeat)
+	s.Tick(c.t, nil)
+	if live, rank := s.Routers(); live != 1 || rank != 0 {
+		t.Errorf("inventory (0, 5): Routers() = %d, %d, want 1, 0", live, rank)
+	}
+}

@@ -96,6 +96,10 @@ func (g gossip) Engine(key string) (meshstate.Remote, bool) {
 	return rem, true
 }
 
+// Routers implements meshstate.Inventory: the run's replicas, ranked by
+// index.
+func (g gossip) Routers() (live, rank int) { return g.r.cfg.Routers, g.k }
+
 // meshOn reports whether the replicas exchange anything at all.
 func (r *run) meshOn() bool { return !r.cfg.Isolated && r.cfg.Routers > 1 && !r.oracleOn }
 
