@@ -148,7 +148,7 @@ func (t viewTransport) Publish(loads []meshstate.EngineLoad) {
 // knows, this one included, ranked by node id (the node's name is its
 // node id).
 func (t viewTransport) Routers() (live, rank int) {
-	snap := t.view.Snapshot()
+	snap := t.node.Snapshot()
 	rank = slices.IndexFunc(snap.Routers, func(r mesh.RouterInfo) bool { return r.NodeID == snap.Self })
 	if rank < 0 {
 		return len(snap.Routers) + 1, 0

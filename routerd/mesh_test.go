@@ -337,7 +337,7 @@ func TestMeshRanksRouters(t *testing.T) {
 	testwait.For(t, 5*time.Second, "router inventory", func() error {
 		seen := map[int]bool{}
 		for i, n := range h.Routers {
-			live, rank := viewTransport{view: n.View(), now: time.Now}.Routers()
+			live, rank := viewTransport{node: n, now: time.Now}.Routers()
 			if live != 3 {
 				return fmt.Errorf("router %d sees %d routers", i, live)
 			}
@@ -348,7 +348,7 @@ func TestMeshRanksRouters(t *testing.T) {
 		}
 		return nil
 	})
-	m := newMeshHooks(h.Routers[2].View(), time.Now)
+	m := newMeshHooks(h.Routers[2], time.Now)
 	if live, rank := m.Routers(); live != 3 || rank != ranks[2] {
 		t.Errorf("meshHooks.Routers() = %d, %d, want 3, %d", live, rank, ranks[2])
 	}
