@@ -252,7 +252,7 @@ func TestControlPlaneDrivesDataPlane(t *testing.T) {
 		}
 		// The router's own pusher reports every 15 s; a second one over the
 		// same source and table reports now.
-		now := &adminapi.Pusher{NodeID: "r1", Source: adminSource{r.r}, Local: r.r.api0.Telemetry()}
+		now := &adminapi.Pusher{NodeID: "r1", Source: adminSource{r.r}, Local: r.r.adminAPI.Telemetry()}
 		now.PushOnce(context.Background())
 		out := expectStatus(t, http.StatusOK, http.MethodGet, r.admin+"/api/v1/adaptive-routing-telemetry", r.token, "")
 		var view struct {

@@ -43,14 +43,14 @@ type Router struct {
 	path       string         // Config.ConfigPath
 
 	// In a cluster.
-	stopped context.Context // cancelled with mesh.ErrNameConflict by a late join
-	store   *cluster.Store
-	files   *cluster.FileSyncer
-	follow  *follower
-	api0    *adminapi.API
-	pusher  *adminapi.Pusher
-	hooks   *meshHooks   // nil without gossip
-	node    *mesh.Router // nil without gossip
+	stopped  context.Context // cancelled with mesh.ErrNameConflict by a late join
+	store    *cluster.Store
+	files    *cluster.FileSyncer
+	follow   *follower
+	adminAPI *adminapi.API
+	pusher   *adminapi.Pusher
+	hooks    *meshHooks   // nil without gossip
+	node     *mesh.Router // nil without gossip
 }
 
 // Open checks cfg, listens on its addresses and opens what the router
@@ -216,7 +216,7 @@ func (r *Router) openControlPlane(ctx context.Context, sc cluster.StoreConfig, b
 		r.follow.engines, r.follow.announce = r.node.View(), r.node
 	}
 	deps.Parked = adminSource{r}
-	r.api0 = adminapi.New(deps)
+	r.adminAPI = adminapi.New(deps)
 	opts.AdminExtra = r.adminHandler()
 	r.srv = router.New(opts)
 	r.follow.plane = r.srv
@@ -230,7 +230,7 @@ func (r *Router) openControlPlane(ctx context.Context, sc cluster.StoreConfig, b
 	}
 	r.follow.files = r.files
 	r.pusher = &adminapi.Pusher{NodeID: sc.NodeID, InternalToken: sc.InternalToken, Source: adminSource{r},
-		Local: r.api0.Telemetry(), Peers: peers, Logger: log}
+		Local: r.adminAPI.Telemetry(), Peers: peers, Logger: log}
 	return nil
 }
 
@@ -238,8 +238,8 @@ func (r *Router) openControlPlane(ctx context.Context, sc cluster.StoreConfig, b
 // own /metrics, /healthz and /readyz.
 func (r *Router) adminHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/api/", r.api0)
-	mux.Handle("/internal/", r.api0)
+	mux.Handle("/api/", r.adminAPI)
+	mux.Handle("/internal/", r.adminAPI)
 	mux.Handle(dashboard.Prefix, dashboard.Handler())
 	mux.Handle("/ui", dashboard.Handler())
 	return mux
