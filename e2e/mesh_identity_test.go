@@ -37,8 +37,9 @@ func rejectedBy(ctx context.Context, base, reason string) float64 {
 // finding F): a router and an honest sidecar hold certificates from one CA
 // (--gossip-tls-cert/-key/-ca). Hostile members written against the wire
 // format forge statuses, residency and learned records in the honest
-// sidecar's name: unsigned (a member without a certificate), signed with
-// their own valid certificate, and signed by a second certificate issued
+// sidecar's name: without a MAC (a member without a certificate), with a
+// MAC under the key their own valid certificate shares with the router,
+// and under the key of a second certificate issued
 // for the honest sidecar's own name that joins under it. None may be
 // applied; the honest engine's view must not move while they try, and
 // rolter_gossip_rejected_total{reason} counts them.
@@ -108,6 +109,9 @@ func TestMeshForgedIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer liar.Close()
+	if err := liar.PairWith(rCert.Cert); err != nil { // the key the liar really shares with the router
+		t.Fatal(err)
+	}
 	if err := Eventually(10*time.Second, 50*time.Millisecond, func() error {
 		if rejectedBy(ctx, r.Admin, "no_identity") == 0 {
 			return fmt.Errorf("the member without a certificate was not refused")
@@ -146,7 +150,7 @@ func TestMeshForgedIdentity(t *testing.T) {
 		t.Logf("%d forged messages sent, the honest view checked %d times while they went", sent, checks)
 		return sent
 	}
-	reasons := []string{"unsigned", "unknown_key", "bad_signature", "bad_certificate", "no_identity", "name_taken"}
+	reasons := []string{"no_mac", "unknown_key", "bad_mac", "bad_certificate", "no_identity", "name_taken"}
 	counts := func() map[string]float64 {
 		out := map[string]float64{}
 		for _, reason := range reasons {
@@ -161,13 +165,13 @@ func TestMeshForgedIdentity(t *testing.T) {
 		var after map[string]float64
 		err := Eventually(10*time.Second, 100*time.Millisecond, func() error {
 			after = counts()
-			if got := after["unsigned"] - before["unsigned"] + after["bad_signature"] - before["bad_signature"]; got < float64(sent) {
+			if got := after["no_mac"] - before["no_mac"] + after["bad_mac"] - before["bad_mac"]; got < float64(sent) {
 				return fmt.Errorf("rejected %.0f of %d", got, sent)
 			}
 			return nil
 		})
-		t.Logf("08F forged (unsigned and signed by another certificate): %d sent in sidecar-0's name: rejected unsigned +%.0f, "+
-			"bad_signature +%.0f; honest view unchanged", sent, after["unsigned"]-before["unsigned"], after["bad_signature"]-before["bad_signature"])
+		t.Logf("08F forged (no MAC, and a MAC under the forger's own certificate): %d sent in sidecar-0's name: rejected no_mac +%.0f, "+
+			"bad_mac +%.0f; honest view unchanged", sent, after["no_mac"]-before["no_mac"], after["bad_mac"]-before["bad_mac"])
 		if err != nil {
 			t.Error(err)
 		}
@@ -188,6 +192,9 @@ func TestMeshForgedIdentity(t *testing.T) {
 			return
 		}
 		defer twin.Close()
+		if err := twin.PairWith(rCert.Cert); err != nil {
+			t.Fatal(err)
+		}
 		if err := Eventually(10*time.Second, 50*time.Millisecond, func() error {
 			if counts()["name_taken"] == before["name_taken"] {
 				return fmt.Errorf("the twin's join under sidecar-0 was not refused")
@@ -200,16 +207,16 @@ func TestMeshForgedIdentity(t *testing.T) {
 		var after map[string]float64
 		err = Eventually(10*time.Second, 100*time.Millisecond, func() error {
 			after = counts()
-			if got := after["bad_signature"] - before["bad_signature"]; got < float64(sent) {
-				return fmt.Errorf("bad signatures %.0f of %d", got, sent)
+			if got := after["bad_mac"] - before["bad_mac"]; got < float64(sent) {
+				return fmt.Errorf("bad MACs %.0f of %d", got, sent)
 			}
 			return nil
 		})
 		logLine := strings.Contains(r.Proc.Tail(20000), "gossip join refused") &&
 			strings.Contains(r.Proc.Tail(20000), "held_by="+sa[0])
 		t.Logf("08F twin (a valid certificate for sidecar-0, another key): join refused (name_taken +%.0f, log names both addresses: %v); "+
-			"%d forged messages signed with it: bad_signature +%.0f; honest view unchanged",
-			after["name_taken"]-before["name_taken"], logLine, sent, after["bad_signature"]-before["bad_signature"])
+			"%d forged messages with a MAC under its key: bad_mac +%.0f; honest view unchanged",
+			after["name_taken"]-before["name_taken"], logLine, sent, after["bad_mac"]-before["bad_mac"])
 		if err != nil {
 			t.Error(err)
 		}

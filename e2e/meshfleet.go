@@ -1,16 +1,22 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/rand"
+	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"math"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,9 +131,11 @@ type HostileNode struct {
 	ML   *memberlist.Memberlist
 	Name string
 	// key and chain, when set, are a certificate from the pool's CA: the
-	// node announces it and signs what it sends with it (see Seal).
+	// node announces it; pair is the key it shares with one peer (see
+	// PairWith and Seal).
 	key   *ecdsa.PrivateKey
 	chain [][]byte
+	pair  []byte
 	// count and digest describe the key set the node has claimed so far,
 	// computed as the mesh does (a liar can read the code), so a router's
 	// consistency check accepts its claims.
@@ -195,8 +203,9 @@ func StartHostile(name, engineURL string, models []string, seed string) (*Hostil
 // StartHostileCertified is StartHostile for a node holding a certificate
 // from the pool's CA (PEM files certFile and keyFile, an ECDSA P-256 key):
 // it announces the certificate's key id in its meta, sends the certificate
-// to every member after joining, and Seal signs with its key. The name it
-// joins under need not be the certificate's.
+// to every member after joining; after PairWith, Seal authenticates what
+// it sends as the mesh does. The name it joins under need not be the
+// certificate's.
 func StartHostileCertified(name, engineURL string, models []string, seed, certFile, keyFile string) (*HostileNode, error) {
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -243,23 +252,61 @@ func startHostile(name, engineURL string, models []string, seed string, chain []
 	return &HostileNode{ML: ml, Name: name, chain: chain}, nil
 }
 
-// Seal signs msg as the mesh does (an ECDSA P-256 signature of its SHA-256
-// as r‖s, in field 100 at the end) with the node's certificate key; a node
-// without one returns msg unsigned.
-func (h *HostileNode) Seal(msg []byte) []byte {
+// PairWith derives the key this node shares with the holder of the
+// certificate in peerCertFile (PEM), as the mesh does: HKDF-SHA256 over
+// their P-256 ECDH secret, info "rolter gossip pair key v1" followed by
+// both key ids (the first 16 bytes of each certificate's SHA-256) in byte
+// order.
+func (h *HostileNode) PairWith(peerCertFile string) error {
 	if h.key == nil {
-		return msg
+		return errors.New("hostile node: no certificate")
 	}
-	sum := sha256.Sum256(msg)
-	r, s, err := ecdsa.Sign(rand.Reader, h.key, sum[:])
+	pemBytes, err := os.ReadFile(peerCertFile)
 	if err != nil {
+		return err
+	}
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		return errors.New("hostile node: no PEM block in " + peerCertFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return err
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		return fmt.Errorf("hostile node: peer key %T", cert.PublicKey)
+	}
+	peer, err := pub.ECDH()
+	if err != nil {
+		return err
+	}
+	own, err := h.key.ECDH()
+	if err != nil {
+		return err
+	}
+	secret, err := own.ECDH(peer)
+	if err != nil {
+		return err
+	}
+	a, b := sha256.Sum256(h.chain[0]), sha256.Sum256(block.Bytes)
+	ids := [][]byte{a[:16], b[:16]}
+	slices.SortFunc(ids, bytes.Compare)
+	h.pair, err = hkdf.Key(sha256.New, secret, nil, "rolter gossip pair key v1"+string(ids[0])+string(ids[1]), sha256.Size)
+	return err
+}
+
+// Seal authenticates msg as the mesh does (the first 16 bytes of its
+// HMAC-SHA256 under the pair key, in field 100 at the end); a node without
+// a pair key returns msg as it is.
+func (h *HostileNode) Seal(msg []byte) []byte {
+	if h.pair == nil {
 		return msg
 	}
-	sig := make([]byte, 64)
-	r.FillBytes(sig[:32])
-	s.FillBytes(sig[32:])
+	mac := hmac.New(sha256.New, h.pair)
+	mac.Write(msg)
 	out := protowire.AppendTag(slices.Clone(msg), 100, protowire.BytesType)
-	return protowire.AppendBytes(out, sig)
+	return protowire.AppendBytes(out, mac.Sum(nil)[:16])
 }
 
 // As returns a copy of h that writes sender name from into the messages

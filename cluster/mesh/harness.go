@@ -20,9 +20,8 @@ type HarnessConfig struct {
 	// Timing is every member's membership timing (nil: FastTiming; a
 	// zero Timing keeps memberlist's LAN defaults).
 	Timing *Timing
-	// Identity, when set (KeyECDSA or KeyEd25519), gives every member a
-	// certificate of that key type from the harness's CA.
-	Identity string
+	// Identity gives every member a certificate from the harness's CA.
+	Identity bool
 	// Configure adjusts every node's Config before it starts.
 	Configure func(*Config)
 	Logger    *slog.Logger
@@ -50,7 +49,7 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 		cfg.Timing = &FastTiming
 	}
 	h := &Harness{cfg: cfg, Transports: map[string]*Metered{}}
-	if cfg.Identity != "" {
+	if cfg.Identity {
 		var err error
 		if h.CA, err = NewTestCA(time.Now()); err != nil {
 			return nil, err
@@ -107,7 +106,7 @@ func start[M interface {
 	cfg := Config{Name: name, Meta: meta, Key: h.cfg.Key, InsecureDev: h.cfg.Key == nil,
 		Transport: tr, Timing: *h.cfg.Timing, Logger: h.cfg.Logger}
 	if h.CA != nil {
-		if cfg.Identity, err = h.CA.Issue(name, h.cfg.Identity, time.Now()); err != nil {
+		if cfg.Identity, err = h.CA.Issue(name, time.Now()); err != nil {
 			tr.Shutdown()
 			return zero, err
 		}

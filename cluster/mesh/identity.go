@@ -2,17 +2,16 @@ package mesh
 
 import (
 	"bytes"
-	"crypto"
+	"crypto/ecdh"
 	"crypto/ecdsa"
-	"crypto/ed25519"
 	"crypto/elliptic"
-	"crypto/rand"
+	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"time"
 
@@ -27,21 +26,22 @@ var (
 )
 
 // Identity is a member's certificate from the cluster CA and its private
-// key. With it, the member's name is the certificate's common name, every
-// message it sends is signed, and every message it receives must be signed
-// by the key certified for the name it claims (see doc.go, Trust).
+// key. With it, the member's name is the certificate's common name and
+// every message it sends to a member carries a MAC under the key the two
+// share (see doc.go, Trust): only the certificate's holder and the
+// receiver can compute it.
 type Identity struct {
 	// Chain is the DER certificate chain, leaf first.
 	Chain [][]byte
 	Leaf  *x509.Certificate
-	// Key signs: an ECDSA P-256 or an Ed25519 private key matching Leaf.
-	Key crypto.Signer
+	// Key is the certificate's ECDSA P-256 private key.
+	Key *ecdsa.PrivateKey
 	// Roots verifies the other members' certificates.
 	Roots *x509.CertPool
 }
 
-// LoadIdentity reads a PEM certificate (chain) and key and the PEM CA
-// bundle that signs every member's certificate.
+// LoadIdentity reads a PEM certificate (chain) and its ECDSA P-256 key
+// and the PEM CA bundle that signs every member's certificate.
 func LoadIdentity(certFile, keyFile, caFile string) (*Identity, error) {
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -61,11 +61,11 @@ func LoadIdentity(certFile, keyFile, caFile string) (*Identity, error) {
 			return nil, fmt.Errorf("%w: %w", ErrIdentity, err)
 		}
 	}
-	signer, ok := pair.PrivateKey.(crypto.Signer)
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("%w: unsupported private key %T", ErrIdentity, pair.PrivateKey)
+		return nil, fmt.Errorf("%w: the key is %T; gossip identity needs an ECDSA P-256 key", ErrIdentity, pair.PrivateKey)
 	}
-	id := &Identity{Chain: pair.Certificate, Leaf: leaf, Key: signer, Roots: roots}
+	id := &Identity{Chain: pair.Certificate, Leaf: leaf, Key: key, Roots: roots}
 	if err := id.check(time.Now()); err != nil {
 		return nil, err
 	}
@@ -75,8 +75,8 @@ func LoadIdentity(certFile, keyFile, caFile string) (*Identity, error) {
 // Name returns the member name the certificate gives: its common name.
 func (id *Identity) Name() string { return id.Leaf.Subject.CommonName }
 
-// check verifies that the identity is usable: a supported key, a name,
-// and a certificate the CA signed that is valid at now.
+// check verifies that the identity is usable: a P-256 key, a name, and a
+// certificate the CA signed that is valid at now.
 func (id *Identity) check(now time.Time) error {
 	if id.Leaf == nil || id.Key == nil || id.Roots == nil || len(id.Chain) == 0 {
 		return fmt.Errorf("%w: certificate, key and CA are all required", ErrIdentity)
@@ -84,8 +84,11 @@ func (id *Identity) check(now time.Time) error {
 	if id.Name() == "" {
 		return fmt.Errorf("%w: the certificate has no common name (the member name)", ErrIdentity)
 	}
-	if _, err := verifierOf(id.Leaf.PublicKey); err != nil {
+	if _, err := exchangeKey(id.Leaf.PublicKey); err != nil {
 		return err
+	}
+	if _, err := id.Key.ECDH(); err != nil {
+		return fmt.Errorf("%w: %w", ErrIdentity, err)
 	}
 	if _, err := verifyChain(id.Chain, id.Roots, now); err != nil {
 		return fmt.Errorf("%w: own certificate: %w", ErrIdentity, err)
@@ -94,7 +97,7 @@ func (id *Identity) check(now time.Time) error {
 }
 
 // keyIDLen is the bytes of a certificate's SHA-256 a member announces in
-// its meta: which certificate its messages are signed under.
+// its meta: which certificate its messages are authenticated under.
 const keyIDLen = 16
 
 func keyIDOf(leafDER []byte) []byte {
@@ -102,80 +105,75 @@ func keyIDOf(leafDER []byte) []byte {
 	return sum[:keyIDLen]
 }
 
-// sigLen is the signature size: Ed25519, or ECDSA P-256 as r‖s.
-const sigLen = 64
+// macLen is the bytes of HMAC-SHA256 a message carries.
+const macLen = 16
 
-// sigField is the protobuf field carrying a message's signature. It is the
-// last field, so the signed bytes are everything before it.
-const sigField protowire.Number = 100
+// macField is the protobuf field carrying a message's MAC. It is the last
+// field, so the authenticated bytes are everything before it.
+const macField protowire.Number = 100
 
-// sigTrailer is the encoded signature field: a 2-byte tag, a length byte
-// and the signature.
-const sigTrailer = 2 + 1 + sigLen
+// macTrailer is the encoded MAC field: a 2-byte tag, a length byte and
+// the MAC.
+const macTrailer = 2 + 1 + macLen
 
-var sigPrefix = protowire.AppendVarint(protowire.AppendTag(nil, sigField, protowire.BytesType), sigLen)
+var macPrefix = protowire.AppendVarint(protowire.AppendTag(nil, macField, protowire.BytesType), macLen)
 
-// signer signs this member's messages.
-type signer struct{ key crypto.Signer }
+// pairInfo separates rolter's pair keys from any other use of the ECDH
+// secret.
+const pairInfo = "rolter gossip pair key v1"
 
-// seal appends the signature field over msg (type byte included).
-func (s signer) seal(msg []byte) []byte {
-	var sig []byte
-	switch k := s.key.(type) {
-	case ed25519.PrivateKey:
-		sig = ed25519.Sign(k, msg)
-	case *ecdsa.PrivateKey:
-		sum := sha256.Sum256(msg)
-		r, ss, err := ecdsa.Sign(rand.Reader, k, sum[:])
-		if err != nil {
-			return msg // unreachable with crypto/rand; the receiver drops it
-		}
-		sig = make([]byte, sigLen)
-		r.FillBytes(sig[:32])
-		ss.FillBytes(sig[32:])
-	default:
-		return msg
+// exchangeKey is a certificate's public key as an ECDH key.
+func exchangeKey(pub any) (*ecdh.PublicKey, error) {
+	k, ok := pub.(*ecdsa.PublicKey)
+	if !ok || k.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("%w: the certificate's key is %T; gossip identity needs ECDSA P-256", ErrIdentity, pub)
 	}
-	out := make([]byte, 0, len(msg)+sigTrailer)
+	return k.ECDH()
+}
+
+// pairKey derives the key two members share: HKDF-SHA256 over their ECDH
+// secret, bound to both certificates (their key ids, in byte order).
+func pairKey(own *ecdsa.PrivateKey, ownID []byte, peer *ecdh.PublicKey, peerID []byte) ([]byte, error) {
+	priv, err := own.ECDH()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := priv.ECDH(peer)
+	if err != nil {
+		return nil, err
+	}
+	a, b := ownID, peerID
+	if bytes.Compare(a, b) > 0 {
+		a, b = b, a
+	}
+	return hkdf.Key(sha256.New, secret, nil, pairInfo+string(a)+string(b), sha256.Size)
+}
+
+// seal appends the MAC field over msg (type byte included) under key.
+func seal(key, msg []byte) []byte {
+	out := make([]byte, 0, len(msg)+macTrailer)
 	out = append(out, msg...)
-	out = append(out, sigPrefix...)
-	return append(out, sig...)
+	out = append(out, macPrefix...)
+	return append(out, macOf(key, msg)...)
 }
 
-// unseal splits a received message into what was signed and the
-// signature; ok is false when it carries no signature field at its end.
-func unseal(buf []byte) (signed, sig []byte, ok bool) {
-	if len(buf) < 1+sigTrailer {
-		return nil, nil, false
-	}
-	cut := len(buf) - sigTrailer
-	if !bytes.Equal(buf[cut:cut+len(sigPrefix)], sigPrefix) {
-		return nil, nil, false
-	}
-	return buf[:cut], buf[cut+len(sigPrefix):], true
+func macOf(key, msg []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write(msg)
+	return h.Sum(nil)[:macLen]
 }
 
-// verifier checks signatures made by one member's key.
-type verifier func(msg, sig []byte) bool
-
-func verifierOf(pub any) (verifier, error) {
-	switch k := pub.(type) {
-	case ed25519.PublicKey:
-		return func(msg, sig []byte) bool { return len(sig) == sigLen && ed25519.Verify(k, msg, sig) }, nil
-	case *ecdsa.PublicKey:
-		if k.Curve != elliptic.P256() {
-			return nil, fmt.Errorf("%w: ECDSA keys must be P-256", ErrIdentity)
-		}
-		return func(msg, sig []byte) bool {
-			if len(sig) != sigLen {
-				return false
-			}
-			sum := sha256.Sum256(msg)
-			r, s := new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])
-			return ecdsa.Verify(k, sum[:], r, s)
-		}, nil
+// unseal splits a received message into what was authenticated and its
+// MAC; ok is false when it carries no MAC field at its end.
+func unseal(buf []byte) (signed, mac []byte, ok bool) {
+	if len(buf) < 1+macTrailer {
+		return nil, nil, false
 	}
-	return nil, fmt.Errorf("%w: unsupported public key %T (want ECDSA P-256 or Ed25519)", ErrIdentity, pub)
+	cut := len(buf) - macTrailer
+	if !bytes.Equal(buf[cut:cut+len(macPrefix)], macPrefix) {
+		return nil, nil, false
+	}
+	return buf[:cut], buf[cut+len(macPrefix):], true
 }
 
 // verifyChain checks a DER chain (leaf first) against roots at now and
@@ -253,8 +251,9 @@ func decodeIdentity(b []byte) (*identityMsg, error) {
 	return m, nil
 }
 
-// peerKey is a member's verified certificate key.
+// peerKey is what a member keeps of another's verified certificate: its
+// key id and the key the two share.
 type peerKey struct {
-	keyID  []byte
-	verify verifier
+	keyID []byte
+	pair  []byte
 }

@@ -16,99 +16,99 @@ import (
 	"github.com/rolter/rolter/internal/testwait"
 )
 
-func newIdentityHarness(t *testing.T, keyType string, routers, sidecars int) *Harness {
+func newIdentityHarness(t *testing.T, routers, sidecars int) *Harness {
 	t.Helper()
-	return newHarness(t, HarnessConfig{Routers: routers, Sidecars: sidecars, Seed: 31, Identity: keyType})
+	return newHarness(t, HarnessConfig{Routers: routers, Sidecars: sidecars, Seed: 31, Identity: true})
 }
 
 func rejected(c *core, reason int) uint64 { return c.stats.Rejected[reason].Load() }
 
 // With identity on, a message in another member's name is refused whether
-// it is unsigned or signed by the forger's own (valid) certificate, and the
-// honest member's view does not move; honest messages still flow.
+// it carries no MAC or one under the key the forger (with a valid
+// certificate of its own) shares with the receiver, and the honest
+// member's view does not move; honest messages still flow.
 func TestIdentityRefusesMessagesInAnothersName(t *testing.T) {
-	for _, keyType := range []string{KeyECDSA, KeyEd25519} {
-		t.Run(keyType, func(t *testing.T) {
-			h := newIdentityHarness(t, keyType, 2, 2)
-			rt, honest, forger := h.Routers[0], h.Sidecars[0], h.Sidecars[1]
-			keys := randomKeys(rand.New(rand.NewPCG(3, 4)), 100)
-			honest.Publisher().Apply(ResidencyDelta{Added: keys, State: StateExact})
-			honest.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1, Waiting: 3})
-			tg := rt.View().Targets([]string{EngineURL(0)})
-			testwait.For(t, 10*time.Second, "honest signed residency and status applied", func() bool {
-				q, ok := tg.Load(0)
-				return viewMatches(rt, EngineURL(0), keys) && ok && q == 4
-			})
-			deliver := (*delegate)(rt.core).NotifyMsg
-			before := [numRejectReasons]uint64{}
-			for r := range before {
-				before[r] = rejected(rt.core, r)
-			}
+	h := newIdentityHarness(t, 2, 2)
+	rt, honest, forger := h.Routers[0], h.Sidecars[0], h.Sidecars[1]
+	keys := randomKeys(rand.New(rand.NewPCG(3, 4)), 100)
+	honest.Publisher().Apply(ResidencyDelta{Added: keys, State: StateExact})
+	honest.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1, Waiting: 3})
+	tg := rt.View().Targets([]string{EngineURL(0)})
+	testwait.For(t, 10*time.Second, "honest signed residency and status applied", func() bool {
+		q, ok := tg.Load(0)
+		return viewMatches(rt, EngineURL(0), keys) && ok && q == 4
+	})
+	deliver := (*delegate)(rt.core).NotifyMsg
+	before := [numRejectReasons]uint64{}
+	for r := range before {
+		before[r] = rejected(rt.core, r)
+	}
 
-			forged := [][]byte{}
-			for seq := uint64(1); seq <= 400; seq++ {
-				forged = append(forged, encodeStatus(&statusMsg{From: honest.Name(), Seq: 1 << 40 * seq, Epoch: 1,
-					Status: EngineStatus{MetricsOK: true, Waiting: 777}}))
+	forged := [][]byte{}
+	for seq := uint64(1); seq <= 400; seq++ {
+		forged = append(forged, encodeStatus(&statusMsg{From: honest.Name(), Seq: 1 << 40 * seq, Epoch: 1,
+			Status: EngineStatus{MetricsOK: true, Waiting: 777}}))
+	}
+	for seq := uint64(1); seq <= 300; seq++ {
+		typ := msgResidencyDelta
+		if seq == 1 {
+			typ = msgResidencyFull
+		}
+		forged = append(forged, encodeResidency(typ, &residencyMsg{From: honest.Name(), Epoch: 1, Seq: seq,
+			Added: []uint64{seq}, Count: seq, Digest: 0}))
+	}
+	for i := range 300 {
+		forged = append(forged, encodeLearned(&learnedMsg{From: h.Routers[1].Name(), Records: []Learned{
+			{Kind: LearnedPin, Model: "m", Target: EngineURL(0), Key: uint64(i), TTL: time.Minute}}}))
+	}
+	for i, msg := range forged {
+		if i%2 == 1 {
+			var ok bool
+			if msg, ok = forger.sealFor(rt.Name(), msg); !ok { // authenticated, but as the forger
+				t.Fatal("the forger shares no key with the router")
 			}
-			for seq := uint64(1); seq <= 300; seq++ {
-				typ := msgResidencyDelta
-				if seq == 1 {
-					typ = msgResidencyFull
-				}
-				forged = append(forged, encodeResidency(typ, &residencyMsg{From: honest.Name(), Epoch: 1, Seq: seq,
-					Added: []uint64{seq}, Count: seq, Digest: 0}))
-			}
-			for i := range 300 {
-				forged = append(forged, encodeLearned(&learnedMsg{From: h.Routers[1].Name(), Records: []Learned{
-					{Kind: LearnedPin, Model: "m", Target: EngineURL(0), Key: uint64(i), TTL: time.Minute}}}))
-			}
-			for i, msg := range forged {
-				if i%2 == 1 {
-					msg = forger.seal(msg) // signed, but by the forger's certificate
-				}
-				deliver(msg)
-			}
-			unsigned := rejected(rt.core, rejectUnsigned) - before[rejectUnsigned]
-			badSig := rejected(rt.core, rejectBadSignature) - before[rejectBadSignature]
-			t.Logf("%d forged messages: %d refused unsigned, %d refused with a bad signature", len(forged), unsigned, badSig)
-			if int(unsigned+badSig) != len(forged) {
-				t.Errorf("refused %d of %d forged messages", unsigned+badSig, len(forged))
-			}
-			if q, _ := tg.Load(0); q != 4 || !viewMatches(rt, EngineURL(0), keys) {
-				t.Errorf("the honest engine's view moved: load %d (want 4), residency matches %v", q, viewMatches(rt, EngineURL(0), keys))
-			}
-			if n := len(rt.Learned()); n != 0 {
-				t.Errorf("%d forged learned records reached the router", n)
-			}
+		}
+		deliver(msg)
+	}
+	unsigned := rejected(rt.core, rejectNoMAC) - before[rejectNoMAC]
+	badSig := rejected(rt.core, rejectBadMAC) - before[rejectBadMAC]
+	t.Logf("%d forged messages: %d refused without a MAC, %d refused with a MAC under another key", len(forged), unsigned, badSig)
+	if int(unsigned+badSig) != len(forged) {
+		t.Errorf("refused %d of %d forged messages", unsigned+badSig, len(forged))
+	}
+	if q, _ := tg.Load(0); q != 4 || !viewMatches(rt, EngineURL(0), keys) {
+		t.Errorf("the honest engine's view moved: load %d (want 4), residency matches %v", q, viewMatches(rt, EngineURL(0), keys))
+	}
+	if n := len(rt.Learned()); n != 0 {
+		t.Errorf("%d forged learned records reached the router", n)
+	}
 
-			// Honest router-to-router traffic still arrives.
-			h.Routers[1].Share(Learned{Kind: LearnedPin, Model: "m", Target: EngineURL(0), Key: 42, TTL: time.Minute})
-			select {
-			case got := <-rt.Learned():
-				if got.Key != 42 || got.From != h.Routers[1].Name() {
-					t.Errorf("received %+v", got)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("an honest signed learned record did not arrive")
-			}
-		})
+	// Honest router-to-router traffic still arrives.
+	h.Routers[1].Share(Learned{Kind: LearnedPin, Model: "m", Target: EngineURL(0), Key: 42, TTL: time.Minute})
+	select {
+	case got := <-rt.Learned():
+		if got.Key != 42 || got.From != h.Routers[1].Name() {
+			t.Errorf("received %+v", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an honest signed learned record did not arrive")
 	}
 }
 
 // A certificate the CA did not sign is refused, and so is one for another
 // name than the member it claims to be.
 func TestIdentityRefusesForeignCertificates(t *testing.T) {
-	h := newIdentityHarness(t, KeyECDSA, 1, 1)
+	h := newIdentityHarness(t, 1, 1)
 	rt := h.Routers[0]
 	other, err := NewTestCA(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, err := other.Issue(h.Sidecars[0].Name(), KeyECDSA, time.Now())
+	foreign, err := other.Issue(h.Sidecars[0].Name(), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrongName, err := h.CA.Issue("someone-else", KeyECDSA, time.Now())
+	wrongName, err := h.CA.Issue("someone-else", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestIdentityRefusesForeignCertificates(t *testing.T) {
 // A member without a certificate is not let into a pool whose members
 // have identities: its engine never shows and its messages are refused.
 func TestIdentityRefusesMembersWithoutCertificate(t *testing.T) {
-	h := newIdentityHarness(t, KeyECDSA, 1, 0)
+	h := newIdentityHarness(t, 1, 0)
 	rt := h.Routers[0]
 	tr, err := NewLoopbackTransport(77)
 	if err != nil {
@@ -139,7 +139,7 @@ func TestIdentityRefusesMembersWithoutCertificate(t *testing.T) {
 	defer plain.Close()
 	plain.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 9})
 	testwait.For(t, 5*time.Second, "the member without a certificate refused and its statuses dropped", func() bool {
-		return rejected(rt.core, rejectNoIdentity) > 0 && rejected(rt.core, rejectUnsigned) >= 2
+		return rejected(rt.core, rejectNoIdentity) > 0 && rejected(rt.core, rejectNoMAC) >= 2
 	})
 	if got := rt.View().Engines(""); len(got) != 0 {
 		t.Errorf("engines listed: %+v", got)
@@ -151,7 +151,7 @@ func TestIdentityRefusesMembersWithoutCertificate(t *testing.T) {
 // naming both addresses.
 func TestIdentityBindsANameToOneCertificate(t *testing.T) {
 	var logs syncBuffer
-	h, err := NewHarness(t.Context(), HarnessConfig{Routers: 1, Sidecars: 1, Seed: 32, Identity: KeyECDSA,
+	h, err := NewHarness(t.Context(), HarnessConfig{Routers: 1, Sidecars: 1, Seed: 32, Identity: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func TestIdentityBindsANameToOneCertificate(t *testing.T) {
 		p, ok := rt.peers[honest.Name()]
 		return ok && bytes.Equal(p.keyID, rt.members[honest.Name()].meta.keyID)
 	})
-	twinID, err := h.CA.Issue(honest.Name(), KeyECDSA, time.Now())
+	twinID, err := h.CA.Issue(honest.Name(), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,12 +210,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func benchIdentity(b *testing.B, keyType string) *Identity {
+func benchIdentity(b *testing.B) *Identity {
 	ca, err := NewTestCA(time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}
-	id, err := ca.Issue("bench", keyType, time.Now())
+	id, err := ca.Issue("bench", time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}

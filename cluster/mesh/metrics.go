@@ -19,9 +19,9 @@ var (
 	descBlocks  = prometheus.NewDesc("rolter_gossip_resident_blocks", "Resident (engine, block) pairs in this router's view.", nil, nil)
 	descIndex   = prometheus.NewDesc("rolter_gossip_residency_index_bytes", "Memory held by this router's residency index.", nil, nil)
 	descReject  = prometheus.NewDesc("rolter_gossip_rejected_total",
-		"Messages and joins refused by gossip identity: unsigned, unknown_key (no verified certificate for the claimed sender), "+
-			"bad_signature, bad_certificate, no_identity (a joiner without a certificate), name_taken (a joiner under a live member's name "+
-			"with another certificate).", []string{"reason"}, nil)
+		"Messages and joins refused by gossip identity: no_mac, unknown_key (no verified certificate for the claimed sender yet), "+
+			"bad_mac (not under the key shared with the claimed sender), bad_certificate, no_identity (a joiner without a certificate), "+
+			"name_taken (a joiner under a live member's name with another certificate).", []string{"reason"}, nil)
 )
 
 type counterDesc struct {

@@ -76,8 +76,9 @@ type Config struct {
 	Key         []byte
 	InsecureDev bool
 	// Identity, when set, is this member's certificate from the cluster
-	// CA: Name must be empty or its common name, every message is signed
-	// and only messages signed by their sender's certified key are taken.
+	// CA: Name must be empty or its common name, every message carries a
+	// MAC under the key this member shares with its receiver, and only
+	// messages whose MAC checks under the claimed sender's key are taken.
 	// Without it a message is taken from any member that has the pool's
 	// Key (see doc.go, Trust).
 	Identity *Identity
@@ -152,10 +153,9 @@ type core struct {
 	ml   *memberlist.Memberlist
 	tx   sender // ml, or a test's recorder
 	meta []byte
-	id   *Identity // nil: messages are neither signed nor verified
-	sig  signer
-	// udpMax is the largest message sent by UDP (udpBudget plus the
-	// signature when it is signed).
+	id   *Identity // nil: messages are neither authenticated nor checked
+	// udpMax is the largest message sent by UDP (udpBudget plus the MAC
+	// when there is one).
 	udpMax int
 	stats  Stats
 	hooks  roleHooks
@@ -254,8 +254,7 @@ func newCore(cfg Config, role Role) (*core, error) {
 	c := &core{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), now: cfg.Now, meta: meta, members: map[string]member{},
 		udpMax: udpBudget, id: cfg.Identity}
 	if c.id != nil {
-		c.sig = signer{key: c.id.Key}
-		c.udpMax += sigTrailer
+		c.udpMax += macTrailer
 		c.peers = map[string]peerKey{}
 		c.idOut = make(chan identityReq, 256)
 		c.idSent, c.idAsked = map[string]time.Time{}, map[string]time.Time{}
@@ -374,6 +373,11 @@ func (c *core) Close() error {
 // send delivers msg to one member: UDP when it fits a packet, else the
 // reliable TCP stream. Failures are counted, never returned to a loop.
 func (c *core) send(to *memberlist.Node, msg []byte) {
+	msg, ok := c.sealFor(to.Name, msg)
+	if !ok {
+		c.stats.SendErrors.Add(1)
+		return
+	}
 	var err error
 	if len(msg) <= c.udpMax {
 		err = c.tx.SendBestEffort(to, msg)
@@ -389,6 +393,17 @@ func (c *core) send(to *memberlist.Node, msg []byte) {
 
 // sendReliable delivers msg to one member by TCP; it reports success.
 func (c *core) sendReliable(to *memberlist.Node, msg []byte) bool {
+	msg, ok := c.sealFor(to.Name, msg)
+	if !ok {
+		c.stats.SendErrors.Add(1)
+		return false
+	}
+	return c.sendPlain(to, msg)
+}
+
+// sendPlain is sendReliable without a MAC: for certificates, which the
+// CA's signature authenticates.
+func (c *core) sendPlain(to *memberlist.Node, msg []byte) bool {
 	if err := c.tx.SendReliable(to, msg); err != nil {
 		c.stats.SendErrors.Add(1)
 		return false

@@ -255,7 +255,7 @@ func (p *Publisher) flushLocked() [][]byte {
 		}
 		p.seq++
 		m.Seq, m.Count, m.Digest = p.seq, p.pubCount, p.pubDigest
-		msg := p.c.seal(encodeResidency(msgResidencyDelta, &m))
+		msg := encodeResidency(msgResidencyDelta, &m)
 		if len(p.ring) >= p.cfg.ResendWindow {
 			p.ring = slices.Delete(p.ring, 0, len(p.ring)-p.cfg.ResendWindow+1)
 		}
@@ -299,7 +299,7 @@ func (p *Publisher) sendStatus() {
 	m := statusMsg{From: p.c.cfg.Name, Seq: p.statusSeq, Epoch: p.epoch, ResSeq: p.seq,
 		Count: p.pubCount, Digest: p.pubDigest, ResState: p.pubState, Status: p.status}
 	p.mu.Unlock()
-	msg := p.c.seal(encodeStatus(&m))
+	msg := encodeStatus(&m)
 	for _, r := range *p.c.routers.Load() {
 		p.c.send(r, msg)
 	}
@@ -428,9 +428,6 @@ func (p *Publisher) fullWorker(ctx context.Context) {
 			delta, full = p.fullLocked()
 		}
 		p.mu.Unlock()
-		if full != nil {
-			full = p.c.seal(full)
-		}
 		p.sendAll(delta)
 		for name := range want {
 			mem, ok := p.c.memberByName(name)

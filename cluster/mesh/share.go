@@ -164,7 +164,7 @@ func (s *routerShare) sendInflight() {
 				break
 			}
 		}
-		msg := s.c.seal(encodeInflight(&inflightMsg{From: s.c.cfg.Name, Entries: entries[:i], ConfigVersion: version}))
+		msg := encodeInflight(&inflightMsg{From: s.c.cfg.Name, Entries: entries[:i], ConfigVersion: version})
 		entries = entries[i:]
 		for _, r := range routers {
 			s.c.send(r, msg)
@@ -189,7 +189,7 @@ func (s *routerShare) sendLearned() {
 				break
 			}
 		}
-		msg := s.c.seal(encodeLearned(&learnedMsg{From: s.c.cfg.Name, Records: out[:i]}))
+		msg := encodeLearned(&learnedMsg{From: s.c.cfg.Name, Records: out[:i]})
 		out = out[i:]
 		for _, r := range routers {
 			s.c.send(r, msg)

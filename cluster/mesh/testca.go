@@ -1,23 +1,14 @@
 package mesh
 
 import (
-	"crypto"
 	"crypto/ecdsa"
-	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"math/big"
 	"sync/atomic"
 	"time"
-)
-
-// Key types a TestCA issues member certificates for.
-const (
-	KeyECDSA   = "ecdsa-p256"
-	KeyEd25519 = "ed25519"
 )
 
 // TestCA is an in-memory certificate authority for in-process pools (the
@@ -53,30 +44,17 @@ func NewTestCA(now time.Time) (*TestCA, error) {
 	return ca, nil
 }
 
-// Issue returns an identity named name with a key of keyType (KeyECDSA or
-// KeyEd25519), valid for an hour around now.
-func (ca *TestCA) Issue(name, keyType string, now time.Time) (*Identity, error) {
-	var signer crypto.Signer
-	switch keyType {
-	case KeyECDSA, "":
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, err
-		}
-		signer = k
-	case KeyEd25519:
-		_, k, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			return nil, err
-		}
-		signer = k
-	default:
-		return nil, fmt.Errorf("%w: key type %q", ErrIdentity, keyType)
+// Issue returns an identity named name with an ECDSA P-256 key, valid
+// for an hour around now.
+func (ca *TestCA) Issue(name string, now time.Time) (*Identity, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(ca.serial.Add(1)), Subject: pkix.Name{CommonName: name},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, signer.Public(), ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return nil, err
 	}
@@ -84,5 +62,5 @@ func (ca *TestCA) Issue(name, keyType string, now time.Time) (*Identity, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Identity{Chain: [][]byte{der}, Leaf: leaf, Key: signer, Roots: ca.roots}, nil
+	return &Identity{Chain: [][]byte{der}, Leaf: leaf, Key: key, Roots: ca.roots}, nil
 }

@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"errors"
 	"time"
 
@@ -12,16 +13,16 @@ import (
 // Reasons a message or a member is refused by the identity checks, the
 // label of rolter_gossip_rejected_total.
 const (
-	rejectUnsigned     = iota // no signature: the sender has no identity, or forged one
-	rejectUnknownKey          // no verified certificate for the claimed sender (yet)
-	rejectBadSignature        // signed, but not by the claimed sender's certified key
-	rejectBadCert             // a certificate the CA did not sign, expired, or naming another member
-	rejectNoIdentity          // a member announcing no certificate asked to join
-	rejectNameTaken           // a member asked to join under a live member's name with another key
+	rejectNoMAC      = iota // no MAC: the sender has no identity, or forged one
+	rejectUnknownKey        // no verified certificate for the claimed sender (yet)
+	rejectBadMAC            // a MAC, but not under the key shared with the claimed sender
+	rejectBadCert           // a certificate the CA did not sign, expired, or naming another member
+	rejectNoIdentity        // a member announcing no certificate asked to join
+	rejectNameTaken         // a member asked to join under a live member's name with another key
 	numRejectReasons
 )
 
-var rejectReasons = [numRejectReasons]string{"unsigned", "unknown_key", "bad_signature", "bad_certificate", "no_identity", "name_taken"}
+var rejectReasons = [numRejectReasons]string{"no_mac", "unknown_key", "bad_mac", "bad_certificate", "no_identity", "name_taken"}
 
 // Errors returned to memberlist to refuse a member (it logs them).
 var (
@@ -37,22 +38,42 @@ const maxPeers = 4096
 
 func (c *core) reject(reason int) { c.stats.Rejected[reason].Add(1) }
 
-// seal signs msg when this member has an identity.
-func (c *core) seal(msg []byte) []byte {
-	if c.id == nil {
-		return msg
+// pairFor returns the key this member shares with the live member name,
+// when its certificate has been verified and is the one it announces.
+func (c *core) pairFor(name string) []byte {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	m, live := c.members[name]
+	p, known := c.peers[name]
+	if !live || !known || !bytes.Equal(p.keyID, m.meta.keyID) {
+		return nil
 	}
-	return c.sig.seal(msg)
+	return p.pair
 }
 
-// verified returns the body of buf (type byte first) when it is signed by
-// the certified key of the member it names as its sender, else nil (the
-// refusal counted). A message from a live member whose certificate has not
-// arrived asks that member for it.
+// sealFor authenticates msg for member to; ok is false (and to is asked
+// for its certificate) when the two share no key yet. Without identity
+// msg goes as it is.
+func (c *core) sealFor(to string, msg []byte) (sealed []byte, ok bool) {
+	if c.id == nil {
+		return msg, true
+	}
+	key := c.pairFor(to)
+	if key == nil {
+		c.askIdentity(to)
+		return nil, false
+	}
+	return seal(key, msg), true
+}
+
+// verified returns the body of buf (type byte first) when its MAC is
+// under the key this member shares with the member it names as its
+// sender, else nil (the refusal counted). A message from a live member
+// whose certificate has not arrived asks that member for it.
 func (c *core) verified(buf []byte) []byte {
-	signed, sig, ok := unseal(buf)
+	signed, mac, ok := unseal(buf)
 	if !ok {
-		c.reject(rejectUnsigned)
+		c.reject(rejectNoMAC)
 		return nil
 	}
 	from, err := eachField(signed[1:], func(field) error { return nil })
@@ -60,19 +81,16 @@ func (c *core) verified(buf []byte) []byte {
 		c.stats.Malformed.Add(1)
 		return nil
 	}
-	c.mu.RLock()
-	m, live := c.members[from]
-	p, known := c.peers[from]
-	c.mu.RUnlock()
-	if !live || !known || !bytes.Equal(p.keyID, m.meta.keyID) {
+	key := c.pairFor(from)
+	if key == nil {
 		c.reject(rejectUnknownKey)
-		if live && from != c.cfg.Name {
+		if _, live := c.memberByName(from); live && from != c.cfg.Name {
 			c.askIdentity(from)
 		}
 		return nil
 	}
-	if !p.verify(signed, sig) {
-		c.reject(rejectBadSignature)
+	if !hmac.Equal(mac, macOf(key, signed)) {
+		c.reject(rejectBadMAC)
 		return nil
 	}
 	return signed[1:]
@@ -94,12 +112,17 @@ func (c *core) handleIdentity(body []byte) error {
 		c.log.Debug("gossip certificate refused", "claimed", m.From, "err", err)
 		return nil
 	}
-	v, err := verifierOf(leaf.PublicKey)
+	pub, err := exchangeKey(leaf.PublicKey)
 	if err != nil {
 		c.reject(rejectBadCert)
 		return nil
 	}
 	kid := keyIDOf(m.Chain[0])
+	pair, err := pairKey(c.id.Key, c.cfg.Meta.keyID, pub, kid)
+	if err != nil {
+		c.reject(rejectBadCert)
+		return nil
+	}
 	c.mu.Lock()
 	old, had := c.peers[m.From]
 	mem, live := c.members[m.From]
@@ -107,7 +130,7 @@ func (c *core) handleIdentity(body []byte) error {
 	// longer announces (a renewal), and take any while it is not known.
 	if (had || len(c.peers) < maxPeers) &&
 		(!had || !live || bytes.Equal(kid, mem.meta.keyID) || !bytes.Equal(old.keyID, mem.meta.keyID)) {
-		c.peers[m.From] = peerKey{keyID: kid, verify: v}
+		c.peers[m.From] = peerKey{keyID: kid, pair: pair}
 	}
 	c.mu.Unlock()
 	if m.Reply {
@@ -179,9 +202,9 @@ func (c *core) identityLoop(ctx context.Context) {
 				continue
 			}
 			if req.reply {
-				c.sendReliable(mem.node, ask)
+				c.sendPlain(mem.node, ask)
 			} else {
-				c.sendReliable(mem.node, msg)
+				c.sendPlain(mem.node, msg)
 			}
 		}
 	}

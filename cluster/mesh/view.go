@@ -416,7 +416,7 @@ func (v *View) unlock(e *engine) {
 	e.askTo, e.ask = nil, nil
 	e.mu.Unlock()
 	if msg != nil {
-		v.c.send(to, v.c.seal(msg))
+		v.c.send(to, msg)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	benchgossip "github.com/rolter/rolter/bench/gossip"
-	"github.com/rolter/rolter/cluster/mesh"
 )
 
 // runBenchGossip is `rolter bench gossip` (package bench/gossip):
@@ -24,8 +23,7 @@ func runBenchGossip(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed")
 	fs.Float64Var(&c.Loss, "loss", 0, "outbound UDP packet loss on every node, [0,1]")
 	fs.BoolVar(&c.Insecure, "insecure", false, "run without gossip encryption")
-	fs.StringVar(&c.Identity, "identity", "", "give every member a certificate and sign every message: "+mesh.KeyECDSA+" or "+
-		mesh.KeyEd25519+" (default: none)")
+	fs.BoolVar(&c.Identity, "identity", false, "give every member a certificate (gossip identity): every message carries a MAC")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ func registerGossipFlags(fs *flag.FlagSet, a *mesh.Addrs, def, help string) {
 		"file holding the base64 gossip encryption key (default $"+mesh.KeyEnv+"; required unless --insecure-dev "+
 			"or every gossip address is loopback)")
 	fs.StringVar(&a.CertFile, "gossip-tls-cert", "", "PEM certificate of this member from the cluster CA, its common name the "+
-		"node id: every gossip message is signed and only messages signed by their sender are taken (with --gossip-tls-key, --gossip-tls-ca)")
-	fs.StringVar(&a.CertKeyFile, "gossip-tls-key", "", "PEM private key (ECDSA P-256 or Ed25519) of --gossip-tls-cert")
+		"node id: every gossip message is authenticated and only messages from their claimed sender are taken (with --gossip-tls-key, --gossip-tls-ca)")
+	fs.StringVar(&a.CertKeyFile, "gossip-tls-key", "", "PEM private key (ECDSA P-256) of --gossip-tls-cert")
 	fs.StringVar(&a.CAFile, "gossip-tls-ca", "", "PEM CA that signs every router's and sidecar's --gossip-tls-cert")
 }
