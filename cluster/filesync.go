@@ -435,7 +435,7 @@ func (s *State) fileSync(fs *raftstore.FileSync) (res *raftstore.Result, diff []
 		return fail(raftstore.Code_CODE_CONFLICT, "%s", err.Error()), nil, false
 	}
 	if !changed {
-		return &raftstore.Result{Message: "unchanged"}, nil, true
+		return &raftstore.Result{Message: "unchanged", Unchanged: true}, nil, true
 	}
 	if base != s.File {
 		return fail(raftstore.Code_CODE_CONFLICT, "computed against %s but the cluster is at %s; recompute the difference",

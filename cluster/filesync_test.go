@@ -242,7 +242,7 @@ func TestFileSyncOfTheSameFileTwiceIsOneChange(t *testing.T) {
 	}
 	v0 := f.State().ConfigVersion
 	r1, r2 := f.apply(cmd(p1, "file:r1")), f.apply(cmd(p2, "file:r2"))
-	if r1.GetCode() != raftstore.Code_CODE_OK || r2.GetCode() != raftstore.Code_CODE_OK || r2.GetMessage() != "unchanged" {
+	if r1.GetCode() != raftstore.Code_CODE_OK || r2.GetCode() != raftstore.Code_CODE_OK || !r2.GetUnchanged() {
 		t.Fatalf("results %v / %v", r1, r2)
 	}
 	st := f.State()
