@@ -707,3 +707,34 @@ func TestResumeStreamsReplicatesToEveryRouter(t *testing.T) {
 		t.Errorf("GET route off: resume_streams %v in %s", r.body["resume_streams"], r.raw)
 	}
 }
+
+// A write the state machine refuses, made on a follower and so forwarded
+// to the leader, answers with the refusal's code in the OpenAI error
+// shape and the status that code maps to.
+func TestRefusedWritesAnswerTheirCode(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	if r := call(t, api, http.MethodPost, "/api/v1/providers", superToken, `{"name":"gpu-b","api_base":"http://127.0.0.1:9/v1"}`); r.code != http.StatusCreated {
+		t.Fatalf("create gpu-b: %d %s", r.code, r.raw)
+	}
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		code, message            string
+	}{
+		{"name taken", http.MethodPost, "/api/v1/providers", `{"name":"gpu-b","api_base":"http://127.0.0.1:9/v1"}`,
+			http.StatusConflict, "conflict", `provider "gpu-b" already exists`},
+		{"no such route", http.MethodDelete, "/api/v1/routes/nope", "", http.StatusNotFound, "not_found", `no route "nope"`},
+		{"unknown target provider", http.MethodPost, "/api/v1/routes",
+			`{"model":"m2","strategy":"round_robin","targets":[{"provider":"ghost","model":"m2","weight":1}]}`,
+			http.StatusBadRequest, "invalid", `no provider named "ghost"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := call(t, api, tc.method, tc.path, superToken, tc.body)
+			e, _ := r.body["error"].(map[string]any)
+			if r.code != tc.status || e["code"] != tc.code || e["type"] != "invalid_request_error" || !strings.Contains(errMessage(r), tc.message) {
+				t.Fatalf("%d %s, want %d with code %q and a message containing %q", r.code, r.raw, tc.status, tc.code, tc.message)
+			}
+		})
+	}
+}

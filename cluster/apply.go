@@ -45,15 +45,9 @@ var ops = map[raftstore.Op]opSpec{
 	raftstore.Op_OP_FILE_SYNC:          {RoleAdmin, "config.file_sync", "config"},
 }
 
-// RequiredRole returns the role a command's op needs (RoleNone for the
-// seed, which applies only to an unseeded store). A file sync without an
-// admin token is a router's own rolter.toml (only routers put entries in
-// the log); with one it needs RequiredRole(OP_FILE_SYNC).
-func RequiredRole(op raftstore.Op) Role { return ops[op].role }
-
-// ActionName returns the audit action of op, e.g.
+// actionName returns the audit action of op, e.g.
 // "adaptive_routing_policy.update".
-func ActionName(op raftstore.Op) string { return ops[op].action }
+func actionName(op raftstore.Op) string { return ops[op].action }
 
 func fail(code raftstore.Code, format string, a ...any) *raftstore.Result {
 	return &raftstore.Result{Code: code, Message: fmt.Sprintf(format, a...)}

@@ -184,19 +184,19 @@ func FileRevisionOf(c *config.Config) FileRevision {
 	e := declaredEntries(c)
 	msg := &raftstore.FileSync{}
 	for _, p := range sortedValues(e.providers) {
-		msg.PutProviders = append(msg.PutProviders, ProviderToPB(p))
+		msg.PutProviders = append(msg.PutProviders, providerToPB(p))
 	}
 	for _, r := range sortedValues(e.routes) {
-		msg.PutRoutes = append(msg.PutRoutes, RouteToPB(r))
+		msg.PutRoutes = append(msg.PutRoutes, routeToPB(r))
 	}
 	for _, g := range sortedValues(e.groups) {
-		msg.PutGroups = append(msg.PutGroups, GroupToPB(g))
+		msg.PutGroups = append(msg.PutGroups, groupToPB(g))
 	}
 	for _, k := range sortedValues(e.keys) {
-		msg.PutKeys = append(msg.PutKeys, KeyToPB(k))
+		msg.PutKeys = append(msg.PutKeys, keyToPB(k))
 	}
 	for _, m := range sortedValues(e.models) {
-		msg.PutModels = append(msg.PutModels, ModelPriceToPB(m))
+		msg.PutModels = append(msg.PutModels, modelPriceToPB(m))
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
@@ -246,19 +246,19 @@ func PlanFileSync(st *State, c *config.Config) FilePlan {
 	}
 	fs := &raftstore.FileSync{Revision: revisionToPB(p.To), Base: revisionToPB(p.From)}
 	for _, n := range changedNames(want.providers, st.Providers, providerEqual) {
-		fs.PutProviders = append(fs.PutProviders, ProviderToPB(want.providers[n]))
+		fs.PutProviders = append(fs.PutProviders, providerToPB(want.providers[n]))
 	}
 	for _, n := range changedNames(want.routes, st.Routes, routeEqual) {
-		fs.PutRoutes = append(fs.PutRoutes, RouteToPB(want.routes[n]))
+		fs.PutRoutes = append(fs.PutRoutes, routeToPB(want.routes[n]))
 	}
 	for _, n := range changedNames(want.groups, st.Groups, groupEqual) {
-		fs.PutGroups = append(fs.PutGroups, GroupToPB(want.groups[n]))
+		fs.PutGroups = append(fs.PutGroups, groupToPB(want.groups[n]))
 	}
 	for _, n := range changedNames(want.keys, st.Keys, keyEqual) {
-		fs.PutKeys = append(fs.PutKeys, KeyToPB(want.keys[n]))
+		fs.PutKeys = append(fs.PutKeys, keyToPB(want.keys[n]))
 	}
 	for _, n := range changedNames(want.models, st.Models, modelEqual) {
-		fs.PutModels = append(fs.PutModels, ModelPriceToPB(want.models[n]))
+		fs.PutModels = append(fs.PutModels, modelPriceToPB(want.models[n]))
 	}
 	fs.DeleteProviders = removedNames(have.providers, want.providers)
 	fs.DeleteRoutes = removedNames(have.routes, want.routes)
@@ -299,16 +299,16 @@ func removedNames[V any](have, want map[string]V) []string {
 // Entries compare by their wire form, so a field added to an entry later
 // takes part without touching this file.
 
-func providerEqual(a, b config.Provider) bool { return proto.Equal(ProviderToPB(a), ProviderToPB(b)) }
+func providerEqual(a, b config.Provider) bool { return proto.Equal(providerToPB(a), providerToPB(b)) }
 
-func routeEqual(a, b config.Route) bool { return proto.Equal(RouteToPB(a), RouteToPB(b)) }
+func routeEqual(a, b config.Route) bool { return proto.Equal(routeToPB(a), routeToPB(b)) }
 
-func groupEqual(a, b config.ProviderGroup) bool { return proto.Equal(GroupToPB(a), GroupToPB(b)) }
+func groupEqual(a, b config.ProviderGroup) bool { return proto.Equal(groupToPB(a), groupToPB(b)) }
 
-func keyEqual(a, b APIKey) bool { return proto.Equal(KeyToPB(a), KeyToPB(b)) }
+func keyEqual(a, b APIKey) bool { return proto.Equal(keyToPB(a), keyToPB(b)) }
 
 func modelEqual(a, b config.ModelPrice) bool {
-	return proto.Equal(ModelPriceToPB(a), ModelPriceToPB(b))
+	return proto.Equal(modelPriceToPB(a), modelPriceToPB(b))
 }
 
 // field is one named, rendered field of an entry, for the diff.
@@ -435,7 +435,7 @@ func (s *State) fileSync(fs *raftstore.FileSync) (res *raftstore.Result, diff []
 		return fail(raftstore.Code_CODE_CONFLICT, "%s", err.Error()), nil, false
 	}
 	if !changed {
-		return &raftstore.Result{Message: "unchanged"}, nil, true
+		return &raftstore.Result{Message: "unchanged", Unchanged: true}, nil, true
 	}
 	if base != s.File {
 		return fail(raftstore.Code_CODE_CONFLICT, "computed against %s but the cluster is at %s; recompute the difference",

@@ -102,7 +102,7 @@ func seeded(t *testing.T, toml string) *fsmApplier {
 	t.Helper()
 	f := &fsmApplier{st: emptyState()}
 	res := f.apply(&raftstore.Command{Op: raftstore.Op_OP_SEED,
-		Payload: &raftstore.Command_Seed{Seed: SeedFromConfig(parse(t, toml), HashToken(testSuperadmin))}})
+		Payload: &raftstore.Command_Seed{Seed: seedFromConfig(parse(t, toml), HashToken(testSuperadmin))}})
 	if res.GetCode() != raftstore.Code_CODE_OK {
 		t.Fatalf("seed: %v", res)
 	}
@@ -242,7 +242,7 @@ func TestFileSyncOfTheSameFileTwiceIsOneChange(t *testing.T) {
 	}
 	v0 := f.State().ConfigVersion
 	r1, r2 := f.apply(cmd(p1, "file:r1")), f.apply(cmd(p2, "file:r2"))
-	if r1.GetCode() != raftstore.Code_CODE_OK || r2.GetCode() != raftstore.Code_CODE_OK || r2.GetMessage() != "unchanged" {
+	if r1.GetCode() != raftstore.Code_CODE_OK || r2.GetCode() != raftstore.Code_CODE_OK || !r2.GetUnchanged() {
 		t.Fatalf("results %v / %v", r1, r2)
 	}
 	st := f.State()
@@ -352,7 +352,7 @@ func TestFileSyncKeepsProvidersAnAPIRouteNeeds(t *testing.T) {
 func TestAdminTokenFileSyncNeedsAdminRole(t *testing.T) {
 	f := seeded(t, fileV1)
 	res := f.apply(&raftstore.Command{Op: raftstore.Op_OP_CREATE_TOKEN, ActorTokenSha256: HashToken(testSuperadmin),
-		Payload: &raftstore.Command_Token{Token: TokenToPB(AdminToken{Name: "v", SHA256: HashToken("viewer-tok"), Role: RoleViewer})}})
+		Payload: &raftstore.Command_Token{Token: tokenToPB(AdminToken{Name: "v", SHA256: HashToken("viewer-tok"), Role: RoleViewer})}})
 	if res.GetCode() != raftstore.Code_CODE_OK {
 		t.Fatal(res)
 	}

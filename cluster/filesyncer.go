@@ -79,7 +79,7 @@ func SyncFile(ctx context.Context, sa StateApplier, c *config.Config, from FileS
 		switch res.GetCode() {
 		case raftstore.Code_CODE_OK:
 			r.Outcome = FileApplied
-			if res.GetMessage() == "unchanged" {
+			if res.GetUnchanged() {
 				r.Outcome = FileUnchanged // another router sent the same file first
 			}
 			return r, nil

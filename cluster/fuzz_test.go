@@ -32,7 +32,7 @@ func fuzzSeedConfig() *config.Config {
 func seededFSM(t testing.TB) *fsm {
 	f := newFSM(slog.New(slog.DiscardHandler))
 	seed := &raftstore.Command{Op: raftstore.Op_OP_SEED,
-		Payload: &raftstore.Command_Seed{Seed: SeedFromConfig(fuzzSeedConfig(), HashToken("root"))}}
+		Payload: &raftstore.Command_Seed{Seed: seedFromConfig(fuzzSeedConfig(), HashToken("root"))}}
 	b, err := proto.Marshal(seed)
 	if err != nil {
 		t.Fatal(err)
@@ -56,19 +56,19 @@ func fuzzCommandSeeds(f *testing.F) {
 	root := HashToken("root")
 	cmds := []*raftstore.Command{
 		{Op: raftstore.Op_OP_CREATE_PROVIDER, ActorTokenSha256: root, Actor: "bootstrap",
-			Payload: &raftstore.Command_Provider{Provider: ProviderToPB(config.Provider{Name: "q", APIBase: "http://127.0.0.1:10/v1"})}},
+			Payload: &raftstore.Command_Provider{Provider: providerToPB(config.Provider{Name: "q", APIBase: "http://127.0.0.1:10/v1"})}},
 		{Op: raftstore.Op_OP_CREATE_ROUTE, ActorTokenSha256: root, IdempotencyKey: "k1",
-			Payload: &raftstore.Command_Route{Route: RouteToPB(config.Route{Model: "r2", Strategy: "least_loaded",
+			Payload: &raftstore.Command_Route{Route: routeToPB(config.Route{Model: "r2", Strategy: "least_loaded",
 				Targets: []config.Target{{Provider: "p", Model: "m", Weight: 2}}})}},
 		{Op: raftstore.Op_OP_DELETE_PROVIDER, ActorTokenSha256: root, Payload: &raftstore.Command_Name{Name: "p"}},
 		{Op: raftstore.Op_OP_CREATE_TOKEN, ActorTokenSha256: HashToken("nobody"),
-			Payload: &raftstore.Command_Token{Token: TokenToPB(AdminToken{Name: "t", SHA256: HashToken("t"), Role: RoleSuperadmin})}},
+			Payload: &raftstore.Command_Token{Token: tokenToPB(AdminToken{Name: "t", SHA256: HashToken("t"), Role: RoleSuperadmin})}},
 		{Op: raftstore.Op_OP_SET_POLICY, ActorTokenSha256: root, Payload: &raftstore.Command_Policy{Policy: &raftstore.Policy{
 			Enabled: true, LatencyWeight: -1, ExplorationRatio: 7}}},
 		{Op: raftstore.Op_OP_SEED, Payload: &raftstore.Command_Seed{Seed: &raftstore.Seed{}}},
 		{Op: raftstore.Op_OP_FILE_SYNC, Payload: &raftstore.Command_FileSync{FileSync: &raftstore.FileSync{
 			Revision: &raftstore.FileRevision{Generation: 1, Sha256: "aa"}, Base: revisionToPB(FileRevisionOf(fuzzSeedConfig())),
-			PutProviders: []*raftstore.Provider{ProviderToPB(config.Provider{Name: "p", APIBase: "http://127.0.0.1:11/v1"})},
+			PutProviders: []*raftstore.Provider{providerToPB(config.Provider{Name: "p", APIBase: "http://127.0.0.1:11/v1"})},
 			DeleteRoutes: []string{"chat"}, Origin: "file:fuzz"}}},
 		{Op: raftstore.Op_OP_FILE_SYNC, Payload: &raftstore.Command_FileSync{FileSync: &raftstore.FileSync{
 			Revision: &raftstore.FileRevision{Generation: 2}, DeleteProviders: []string{"p", "nope"}}}},

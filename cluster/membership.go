@@ -202,7 +202,7 @@ func (s *Store) lead(ctx context.Context) {
 			sum = HashToken(s.cfg.SuperadminToken)
 		}
 		cmd := &raftstore.Command{Op: raftstore.Op_OP_SEED, Actor: "system", IdempotencyKey: "seed",
-			Payload: &raftstore.Command_Seed{Seed: SeedFromConfig(s.cfg.Seed, sum)}}
+			Payload: &raftstore.Command_Seed{Seed: seedFromConfig(s.cfg.Seed, sum)}}
 		if _, err := s.Apply(ctx, cmd); err != nil {
 			s.log.Warn("raft: seeding from rolter.toml failed", "err", err)
 		} else {

@@ -43,7 +43,7 @@ func populatedFSM(t *testing.T) *fsm {
 		}
 		f.Apply(&raft.Log{Index: i, Type: raft.LogCommand, Data: b})
 	}
-	apply(1, &raftstore.Command{Op: raftstore.Op_OP_SEED, Payload: &raftstore.Command_Seed{Seed: SeedFromConfig(seedConfig(), HashToken(testSuperadmin))}})
+	apply(1, &raftstore.Command{Op: raftstore.Op_OP_SEED, Payload: &raftstore.Command_Seed{Seed: seedFromConfig(seedConfig(), HashToken(testSuperadmin))}})
 	for i := range 20 {
 		cmd := providerCmd(fmt.Sprintf("p%d", i), testSuperadmin)
 		cmd.IdempotencyKey = fmt.Sprintf("k%d", i)

@@ -249,7 +249,7 @@ func TestFSMRejectsCommandsAboveTheTokenRole(t *testing.T) {
 			}
 			testwait.For(t, 3*time.Second, "audit entry", func() bool {
 				a := s.State().Audit
-				return len(a) > 0 && a[len(a)-1].Outcome == tt.result && a[len(a)-1].Action == ActionName(tt.op)
+				return len(a) > 0 && a[len(a)-1].Outcome == tt.result && a[len(a)-1].Action == actionName(tt.op)
 			})
 			a := s.State().Audit
 			if last := a[len(a)-1]; tt.actor != "" && last.Actor != tt.actor {

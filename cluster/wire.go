@@ -30,8 +30,8 @@ func targetsFromPB(ts []*raftstore.Target) []config.Target {
 	return out
 }
 
-// ProviderToPB converts a provider to its wire form.
-func ProviderToPB(p config.Provider) *raftstore.Provider {
+// providerToPB converts a provider to its wire form.
+func providerToPB(p config.Provider) *raftstore.Provider {
 	return &raftstore.Provider{Name: p.Name, ApiBase: p.APIBase, ApiKeyEnv: p.APIKeyEnv,
 		PriceInPerMtok: p.PriceInPerMtok, PriceOutPerMtok: p.PriceOutPerMtok, Readonly: p.ReadOnly}
 }
@@ -41,8 +41,8 @@ func providerFromPB(p *raftstore.Provider) config.Provider {
 		PriceInPerMtok: p.GetPriceInPerMtok(), PriceOutPerMtok: p.GetPriceOutPerMtok(), ReadOnly: p.GetReadonly()}
 }
 
-// RouteToPB converts a route to its wire form.
-func RouteToPB(r config.Route) *raftstore.Route {
+// routeToPB converts a route to its wire form.
+func routeToPB(r config.Route) *raftstore.Route {
 	return &raftstore.Route{Model: r.Model, Strategy: r.Strategy, Targets: targetsToPB(r.Targets),
 		Discover: r.Discover, Readonly: r.ReadOnly, MaxLoras: int32(r.MaxLoRAs), Disabled: !r.IsEnabled(),
 		ResumeStreams: r.ResumeStreams}
@@ -54,8 +54,8 @@ func routeFromPB(r *raftstore.Route) config.Route {
 		ResumeStreams: r.ResumeStreams}
 }
 
-// GroupToPB converts a provider group to its wire form.
-func GroupToPB(g config.ProviderGroup) *raftstore.ProviderGroup {
+// groupToPB converts a provider group to its wire form.
+func groupToPB(g config.ProviderGroup) *raftstore.ProviderGroup {
 	return &raftstore.ProviderGroup{Name: g.Name, Slug: g.Slug, Strategy: g.Strategy,
 		Members: targetsToPB(g.Members), Readonly: g.ReadOnly, MaxLoras: int32(g.MaxLoRAs), Disabled: !g.IsEnabled(),
 		ResumeStreams: g.ResumeStreams}
@@ -76,8 +76,8 @@ func enabledFromPB(disabled bool) *bool {
 	return nil
 }
 
-// ModelPriceToPB converts a catalog entry to its wire form.
-func ModelPriceToPB(m config.ModelPrice) *raftstore.ModelPrice {
+// modelPriceToPB converts a catalog entry to its wire form.
+func modelPriceToPB(m config.ModelPrice) *raftstore.ModelPrice {
 	return &raftstore.ModelPrice{Model: m.Model, PriceInPerMtok: m.PriceInPerMtok, PriceOutPerMtok: m.PriceOutPerMtok,
 		Readonly: m.ReadOnly}
 }
@@ -87,8 +87,8 @@ func modelPriceFromPB(m *raftstore.ModelPrice) config.ModelPrice {
 		PriceOutPerMtok: m.GetPriceOutPerMtok(), ReadOnly: m.GetReadonly()}
 }
 
-// KeyToPB converts an API key to its wire form.
-func KeyToPB(k APIKey) *raftstore.Key {
+// keyToPB converts an API key to its wire form.
+func keyToPB(k APIKey) *raftstore.Key {
 	var created int64
 	if !k.Created.IsZero() {
 		created = k.Created.UnixNano()
@@ -103,8 +103,8 @@ func keyFromPB(k *raftstore.Key) APIKey {
 		ReadOnly: k.GetReadonly(), Created: fromNanos(k.GetCreatedUnixNano())}
 }
 
-// TokenToPB converts an admin token to its wire form.
-func TokenToPB(t AdminToken) *raftstore.AdminToken {
+// tokenToPB converts an admin token to its wire form.
+func tokenToPB(t AdminToken) *raftstore.AdminToken {
 	return &raftstore.AdminToken{Name: t.Name, Sha256: t.SHA256, Role: raftstore.Role(t.Role), Readonly: t.ReadOnly}
 }
 
@@ -112,8 +112,8 @@ func tokenFromPB(t *raftstore.AdminToken) AdminToken {
 	return AdminToken{Name: t.GetName(), SHA256: t.GetSha256(), Role: Role(t.GetRole()), ReadOnly: t.GetReadonly()}
 }
 
-// PolicyToPB converts an adaptive policy to its wire form.
-func PolicyToPB(p adaptive.Policy) *raftstore.Policy {
+// policyToPB converts an adaptive policy to its wire form.
+func policyToPB(p adaptive.Policy) *raftstore.Policy {
 	return &raftstore.Policy{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
 		LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: int64(p.MinSamples)}
 }
@@ -149,33 +149,33 @@ func fromNanos(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// SeedFromConfig builds the first-bootstrap seed from rolter.toml and the
+// seedFromConfig builds the first-bootstrap seed from rolter.toml and the
 // bootstrap superadmin token's SHA-256 (empty: none). Every entry the
 // file declares is seeded file-owned (read-only), with the file's
 // revision.
-func SeedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
+func seedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 	s := &raftstore.Seed{Revision: revisionToPB(FileRevisionOf(c))}
 	if c != nil {
 		e := declaredEntries(c)
 		for _, p := range sortedValues(e.providers) {
-			s.Providers = append(s.Providers, ProviderToPB(p))
+			s.Providers = append(s.Providers, providerToPB(p))
 		}
 		for _, r := range sortedValues(e.routes) {
-			s.Routes = append(s.Routes, RouteToPB(r))
+			s.Routes = append(s.Routes, routeToPB(r))
 		}
 		for _, g := range sortedValues(e.groups) {
-			s.Groups = append(s.Groups, GroupToPB(g))
+			s.Groups = append(s.Groups, groupToPB(g))
 		}
 		for _, k := range sortedValues(e.keys) {
-			s.Keys = append(s.Keys, KeyToPB(k))
+			s.Keys = append(s.Keys, keyToPB(k))
 		}
 		for _, m := range sortedValues(e.models) {
-			s.Models = append(s.Models, ModelPriceToPB(m))
+			s.Models = append(s.Models, modelPriceToPB(m))
 		}
-		s.Policy = PolicyToPB(c.AdaptiveRouting.Policy())
+		s.Policy = policyToPB(c.AdaptiveRouting.Policy())
 	}
 	if superadminSHA256 != "" {
-		s.Tokens = append(s.Tokens, TokenToPB(AdminToken{Name: "bootstrap", SHA256: superadminSHA256,
+		s.Tokens = append(s.Tokens, tokenToPB(AdminToken{Name: "bootstrap", SHA256: superadminSHA256,
 			Role: RoleSuperadmin, ReadOnly: true}))
 	}
 	return s
@@ -186,24 +186,24 @@ func (s *State) toSnapshot() *raftstore.Snapshot {
 	out := &raftstore.Snapshot{ConfigVersion: s.ConfigVersion, Seeded: s.Seeded, AuditSeq: s.auditSeq,
 		FileRevision: revisionToPB(s.File)}
 	for _, p := range s.ProviderList() {
-		out.Providers = append(out.Providers, ProviderToPB(p))
+		out.Providers = append(out.Providers, providerToPB(p))
 	}
 	for _, r := range s.RouteList() {
-		out.Routes = append(out.Routes, RouteToPB(r))
+		out.Routes = append(out.Routes, routeToPB(r))
 	}
 	for _, g := range s.GroupList() {
-		out.Groups = append(out.Groups, GroupToPB(g))
+		out.Groups = append(out.Groups, groupToPB(g))
 	}
 	for _, k := range s.KeyList() {
-		out.Keys = append(out.Keys, KeyToPB(k))
+		out.Keys = append(out.Keys, keyToPB(k))
 	}
 	for _, m := range s.ModelList() {
-		out.Models = append(out.Models, ModelPriceToPB(m))
+		out.Models = append(out.Models, modelPriceToPB(m))
 	}
 	for _, t := range sortedValues(s.Tokens) {
-		out.Tokens = append(out.Tokens, TokenToPB(t))
+		out.Tokens = append(out.Tokens, tokenToPB(t))
 	}
-	pol := PolicyToPB(s.Policy.Policy)
+	pol := policyToPB(s.Policy.Policy)
 	if !s.Policy.UpdatedAt.IsZero() {
 		pol.UpdatedUnixNano = s.Policy.UpdatedAt.UnixNano()
 	}

@@ -105,7 +105,7 @@ func (s *Store) write(ctx context.Context, by Author, cmd *raftstore.Command) (W
 }
 
 func (s *Store) provider(ctx context.Context, by Author, op raftstore.Op, p config.Provider) (Written, error) {
-	return s.write(ctx, by, &raftstore.Command{Op: op, Payload: &raftstore.Command_Provider{Provider: ProviderToPB(p)}})
+	return s.write(ctx, by, &raftstore.Command{Op: op, Payload: &raftstore.Command_Provider{Provider: providerToPB(p)}})
 }
 
 func (s *Store) deleteNamed(ctx context.Context, by Author, op raftstore.Op, name string) (Written, error) {
@@ -129,12 +129,12 @@ func (s *Store) DeleteProvider(ctx context.Context, by Author, name string) (Wri
 
 // CreateRoute adds the route for r.Model.
 func (s *Store) CreateRoute(ctx context.Context, by Author, r config.Route) (Written, error) {
-	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_CREATE_ROUTE, Payload: &raftstore.Command_Route{Route: RouteToPB(r)}})
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_CREATE_ROUTE, Payload: &raftstore.Command_Route{Route: routeToPB(r)}})
 }
 
 // UpdateRoute replaces the route for r.Model.
 func (s *Store) UpdateRoute(ctx context.Context, by Author, r config.Route) (Written, error) {
-	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_UPDATE_ROUTE, Payload: &raftstore.Command_Route{Route: RouteToPB(r)}})
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_UPDATE_ROUTE, Payload: &raftstore.Command_Route{Route: routeToPB(r)}})
 }
 
 // DeleteRoute removes the route for model.
@@ -144,12 +144,12 @@ func (s *Store) DeleteRoute(ctx context.Context, by Author, model string) (Writt
 
 // CreateGroup adds a provider group.
 func (s *Store) CreateGroup(ctx context.Context, by Author, g config.ProviderGroup) (Written, error) {
-	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_CREATE_GROUP, Payload: &raftstore.Command_Group{Group: GroupToPB(g)}})
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_CREATE_GROUP, Payload: &raftstore.Command_Group{Group: groupToPB(g)}})
 }
 
 // UpdateGroup replaces the provider group named g.Name.
 func (s *Store) UpdateGroup(ctx context.Context, by Author, g config.ProviderGroup) (Written, error) {
-	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_UPDATE_GROUP, Payload: &raftstore.Command_Group{Group: GroupToPB(g)}})
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_UPDATE_GROUP, Payload: &raftstore.Command_Group{Group: groupToPB(g)}})
 }
 
 // DeleteGroup removes a provider group.
@@ -159,7 +159,7 @@ func (s *Store) DeleteGroup(ctx context.Context, by Author, name string) (Writte
 
 // CreateKey adds an API key (k.SHA256 is the hash of its secret).
 func (s *Store) CreateKey(ctx context.Context, by Author, k APIKey) (Written, error) {
-	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_CREATE_KEY, Payload: &raftstore.Command_Key{Key: KeyToPB(k)}})
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_CREATE_KEY, Payload: &raftstore.Command_Key{Key: keyToPB(k)}})
 }
 
 // DeleteKey removes the API key named name.
@@ -169,7 +169,7 @@ func (s *Store) DeleteKey(ctx context.Context, by Author, name string) (Written,
 
 // CreateToken adds an admin token (superadmin only).
 func (s *Store) CreateToken(ctx context.Context, by Author, t AdminToken) (Written, error) {
-	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_CREATE_TOKEN, Payload: &raftstore.Command_Token{Token: TokenToPB(t)}})
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_CREATE_TOKEN, Payload: &raftstore.Command_Token{Token: tokenToPB(t)}})
 }
 
 // DeleteToken removes the admin token named name (superadmin only).
@@ -179,13 +179,13 @@ func (s *Store) DeleteToken(ctx context.Context, by Author, name string) (Writte
 
 // SetPolicy replaces the adaptive routing policy (superadmin only).
 func (s *Store) SetPolicy(ctx context.Context, by Author, p adaptive.Policy) (Written, error) {
-	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_SET_POLICY, Payload: &raftstore.Command_Policy{Policy: PolicyToPB(p)}})
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_SET_POLICY, Payload: &raftstore.Command_Policy{Policy: policyToPB(p)}})
 }
 
 // SetModelPrice adds or replaces a model's catalog price.
 func (s *Store) SetModelPrice(ctx context.Context, by Author, m config.ModelPrice) (Written, error) {
 	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_SET_MODEL_PRICE,
-		Payload: &raftstore.Command_ModelPrice{ModelPrice: ModelPriceToPB(m)}})
+		Payload: &raftstore.Command_ModelPrice{ModelPrice: modelPriceToPB(m)}})
 }
 
 // DeleteModelPrice removes a model's catalog price.

@@ -150,7 +150,11 @@ func Do(ctx context.Context, method, url, token, body string, hdr ...string) (in
 }
 
 // Eventually polls check every interval until it returns nil or timeout
-// passes; it returns the last error then.
+// passes; it returns the last error then. Unlike internal/testwait.For
+// (which backs off and fails a test) it polls at a fixed period and
+// returns an error, because the harness's measurements (policy
+// propagation every 2 ms, a partitioned router's catch-up every 20 ms)
+// time an event to that resolution and report to their caller.
 func Eventually(timeout, interval time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {

@@ -1131,7 +1131,11 @@ type Result struct {
 	Code          Code                   `protobuf:"varint,2,opt,name=code,proto3,enum=rolter.raftstore.v1.Code" json:"code,omitempty"`
 	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// replayed is set on the copy returned for a retried idempotency key.
-	Replayed      bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// unchanged: a file sync found its file applied already (another router
+	// sent it first); nothing changed and nothing was audited. message says
+	// "unchanged" too, for routers older than this field.
+	Unchanged     bool `protobuf:"varint,5,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1190,6 +1194,13 @@ func (x *Result) GetMessage() string {
 func (x *Result) GetReplayed() bool {
 	if x != nil {
 		return x.Replayed
+	}
+	return false
+}
+
+func (x *Result) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
 	}
 	return false
 }
@@ -2179,12 +2190,13 @@ const file_raftstore_proto_rawDesc = "" +
 	"\aoutcome\x18\x06 \x01(\tR\aoutcome\x12%\n" +
 	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\x12\x12\n" +
 	"\x04diff\x18( \x03(\tR\x04diff\x12\x16\n" +
-	"\x06detail\x18\x14 \x01(\tR\x06detail\"\x94\x01\n" +
+	"\x06detail\x18\x14 \x01(\tR\x06detail\"\xb2\x01\n" +
 	"\x06Result\x12%\n" +
 	"\x0econfig_version\x18\x01 \x01(\x04R\rconfigVersion\x12-\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x19.rolter.raftstore.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed\"\xc7\x03\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x1c\n" +
+	"\tunchanged\x18\x05 \x01(\bR\tunchanged\"\xc7\x03\n" +
 	"\x04Seed\x12;\n" +
 	"\tproviders\x18\x01 \x03(\v2\x1d.rolter.raftstore.v1.ProviderR\tproviders\x122\n" +
 	"\x06routes\x18\x02 \x03(\v2\x1a.rolter.raftstore.v1.RouteR\x06routes\x12:\n" +
