@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/rolter/rolter/sim"
 )
 
 // fileSyncTOML is the rolter.toml of TestFileSync: the provider "engine"
@@ -42,7 +40,7 @@ price_out_per_mtok = 0.6
 
 [health]
 interval = "1s"
-`, gen, apiBase, sim.DefaultModelName, sim.DefaultModelName, priceIn)
+`, gen, apiBase, SimModel, SimModel, priceIn)
 }
 
 type auditRow struct {
@@ -109,7 +107,7 @@ type modelPriceRow struct {
 func waitModelPrice(ctx context.Context, c *Cluster, priceIn float64) error {
 	return Eventually(20*time.Second, 100*time.Millisecond, func() error {
 		for _, r := range c.Live() {
-			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/model-prices/"+sim.DefaultModelName, c.Token, "")
+			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/model-prices/"+SimModel, c.Token, "")
 			if err != nil || code != http.StatusOK {
 				return fmt.Errorf("model price on %s: %d %s %v", r.ID, code, b, err)
 			}
@@ -198,7 +196,7 @@ func TestFileSync(t *testing.T) {
 	// Entries made through the admin API, which no file sync may touch.
 	for _, w := range []struct{ path, body string }{
 		{"/api/v1/providers", fmt.Sprintf(`{"name":"api-made","api_base":%q}`, simD)},
-		{"/api/v1/routes", fmt.Sprintf(`{"model":"api-chat","targets":[{"provider":"api-made","model":%q}]}`, sim.DefaultModelName)},
+		{"/api/v1/routes", fmt.Sprintf(`{"model":"api-chat","targets":[{"provider":"api-made","model":%q}]}`, SimModel)},
 	} {
 		if code, b, err := Do(ctx, http.MethodPost, r2.Admin+w.path, c.Token, w.body); err != nil || code != http.StatusCreated {
 			t.Fatalf("POST %s: %d %s %v", w.path, code, b, err)
@@ -213,7 +211,7 @@ func TestFileSync(t *testing.T) {
 	if code, b, err := Do(ctx, http.MethodDelete, r3.Admin+"/api/v1/routes/chat", c.Token, ""); err != nil || code != http.StatusConflict {
 		t.Fatalf("DELETE of the file-owned route: %d %s %v", code, b, err)
 	}
-	code, b, err = Do(ctx, http.MethodPut, r3.Admin+"/api/v1/model-prices/"+sim.DefaultModelName, c.Token,
+	code, b, err = Do(ctx, http.MethodPut, r3.Admin+"/api/v1/model-prices/"+SimModel, c.Token,
 		`{"price_in_per_mtok":9,"price_out_per_mtok":9}`)
 	if err != nil || code != http.StatusConflict || !strings.Contains(string(b), "managed by rolter.toml") {
 		t.Fatalf("PUT of the file-owned model price: %d %s %v; want 409 naming rolter.toml", code, b, err)
@@ -298,7 +296,7 @@ func TestFileSync(t *testing.T) {
 		}
 	}
 	wantDiff = fmt.Sprintf("~ provider/engine api_base: %s → %s", simB, simC)
-	wantPrice := fmt.Sprintf("~ model/%s price_in_per_mtok: 0.2 → 0.3", sim.DefaultModelName)
+	wantPrice := fmt.Sprintf("~ model/%s price_in_per_mtok: 0.2 → 0.3", SimModel)
 	if ok != 2 || len(audits[0].Diff) != 2 || audits[0].Diff[0] != wantDiff || audits[0].Diff[1] != wantPrice ||
 		audits[0].ConfigVersion != audits[len(audits)-1].ConfigVersion+1 {
 		t.Fatalf("audit after SIGHUP to three routers: %+v; want exactly one more config.file_sync, %q and %q, one config_version later",

@@ -19,8 +19,6 @@ import (
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/rolter/rolter/sim"
 )
 
 // TestObservabilityOfAStreamedChat runs a real `rolter router
@@ -81,7 +79,7 @@ request_log = true
 
 [tracing]
 endpoint = %q
-`, engine, sim.DefaultModelName, recv.URL)
+`, engine, SimModel, recv.URL)
 	cfgPath := filepath.Join(dir, "rolter.toml")
 	if err := os.WriteFile(cfgPath, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
@@ -122,7 +120,7 @@ endpoint = %q
 		t.Fatalf("status %d, %d events", resp.StatusCode, events)
 	}
 	for k, want := range map[string]string{
-		"X-Request-Id": "e2e-observe-1", "X-Rolter-Target": "e0/" + sim.DefaultModelName,
+		"X-Request-Id": "e2e-observe-1", "X-Rolter-Target": "e0/" + SimModel,
 		"X-Rolter-Node-Id": "observer-router", "X-Rolter-Attempts": "1",
 	} {
 		if got := resp.Header.Get(k); got != want {
@@ -148,7 +146,7 @@ endpoint = %q
 		t.Fatalf("%v\n%s", err, proc.Tail(2000))
 	}
 	for k, want := range map[string]any{"key": "observer", "model": "chat", "route": "chat",
-		"target": "e0/" + sim.DefaultModelName, "attempts": 1.0, "status": 200.0, "stream": true} {
+		"target": "e0/" + SimModel, "attempts": 1.0, "status": 200.0, "stream": true} {
 		if line[k] != want {
 			t.Errorf("request line %s = %v, want %v (%v)", k, line[k], want, line)
 		}

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/rolter/rolter/sim"
 )
 
 // Issue 21 part 3: partitions, with the history checked. Three real
@@ -99,7 +98,7 @@ api_base = %q
 [[routes]]
 model = "chat"
 targets = [{ provider = "e1", model = %q }, { provider = "e2", model = %q }]
-`, engines[0], engines[1], sim.DefaultModelName, sim.DefaultModelName)
+`, engines[0], engines[1], SimModel, SimModel)
 	fn, err := NewFaultNet(3, seed)
 	if err != nil {
 		t.Fatal(err)

@@ -6,36 +6,37 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rolter/rolter/sim"
 )
 
-// TestShortResumeStreams is scenario 17 in process and small: 3 instant
+// TestShortResumeStreams is scenario 17, small: 3 instant
 // sims, one killing half its streams after 5 tokens, 60 openai-go
 // streams on a resume_streams route.
 func TestShortResumeStreams(t *testing.T) {
 	const maxTokens = 12
-	var log GenerationLog
+	var logs []string
 	var b strings.Builder
 	var targets []string
 	for i := range 3 {
-		f := sim.Faults{}
+		var faults []string
 		if i == 0 {
-			f.DieRate, f.DieAfterTokens = 0.5, 5
+			faults = []string{"--fault-die-rate", "0.5", "--fault-die-after-tokens", "5"}
 		}
 		name := fmt.Sprintf("e%d", i)
-		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, StartInprocLoggedSim(t, f, &log))
-		targets = append(targets, fmt.Sprintf("{ provider = %q, model = %q }", name, sim.DefaultModelName))
+		url, log := loggedSim(t, name, faults...)
+		logs = append(logs, log)
+		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, url)
+		targets = append(targets, fmt.Sprintf("{ provider = %q, model = %q }", name, SimModel))
 	}
 	fmt.Fprintf(&b, "[retry]\nbudget = 1.0\n\n[[routes]]\nmodel = \"chat\"\nresume_streams = true\ntargets = [%s]\n", strings.Join(targets, ", "))
-	r := StartInprocRouter(t, b.String())
+	r := standalone(t, b.String())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	run := ResumeRun(ctx, r.API, "chat", "short", 60, 4, maxTokens)
-	gens, err := log.Generations()
+	gens, err := ReadGenerations(logs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,24 +54,26 @@ func TestShortResumeStreams(t *testing.T) {
 }
 
 // TestShortResumeTextCompletions resumes streamed text completions with a
-// string prompt on real (in-process) sims: the continuation's prompt is
+// string prompt on `rolter sim` processes: the continuation's prompt is
 // the original text followed by what the dying engine sent.
 func TestShortResumeTextCompletions(t *testing.T) {
 	const n, maxTokens = 30, 10
-	var log GenerationLog
+	var logs []string
 	var b strings.Builder
 	var targets []string
 	for i := range 2 {
-		f := sim.Faults{}
+		var faults []string
 		if i == 0 {
-			f.DieRate, f.DieAfterTokens = 1, 4
+			faults = []string{"--fault-die-rate", "1", "--fault-die-after-tokens", "4"}
 		}
 		name := fmt.Sprintf("e%d", i)
-		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, StartInprocLoggedSim(t, f, &log))
-		targets = append(targets, fmt.Sprintf("{ provider = %q, model = %q }", name, sim.DefaultModelName))
+		url, log := loggedSim(t, name, faults...)
+		logs = append(logs, log)
+		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, url)
+		targets = append(targets, fmt.Sprintf("{ provider = %q, model = %q }", name, SimModel))
 	}
 	fmt.Fprintf(&b, "[retry]\nbudget = 1.0\n\n[breaker]\nfailures = 1000\n\n[[routes]]\nmodel = \"text\"\nresume_streams = true\ntargets = [%s]\n", strings.Join(targets, ", "))
-	r := StartInprocRouter(t, b.String())
+	r := standalone(t, b.String())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	texts := map[string]string{}
@@ -112,7 +115,7 @@ func TestShortResumeTextCompletions(t *testing.T) {
 		}
 		texts[id] = text.String()
 	}
-	gens, err := log.Generations()
+	gens, err := ReadGenerations(logs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,4 +140,15 @@ func TestShortResumeTextCompletions(t *testing.T) {
 	if resumed == 0 {
 		t.Error("no stream was resumed")
 	}
+}
+
+// loggedSim starts an instant `rolter sim` writing its generation log
+// (--generation-log) with the given fault flags; it returns the engine's
+// URL and the log's path.
+func loggedSim(t *testing.T, name string, faults ...string) (url, log string) {
+	t.Helper()
+	dir := t.TempDir()
+	log = filepath.Join(dir, name+".generations")
+	url, _ = StartSimArgs(t, SharedRolter(t, false), "sim-"+name, dir, append([]string{"--instant", "--generation-log", log}, faults...)...)
+	return url, log
 }

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rolter/rolter/sim"
 )
 
 // TestResumeStreams is issue 17's acceptance run: a `rolter router
@@ -42,8 +40,8 @@ func TestResumeStreams(t *testing.T) {
 		url, _ := StartSimArgs(t, bin, "sim-"+name, dir, args...)
 		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, url)
 	}
-	targets := `[{ provider = "e0", model = "` + sim.DefaultModelName + `" }, { provider = "e1", model = "` + sim.DefaultModelName +
-		`" }, { provider = "e2", model = "` + sim.DefaultModelName + `" }]`
+	targets := `[{ provider = "e0", model = "` + SimModel + `" }, { provider = "e1", model = "` + SimModel +
+		`" }, { provider = "e2", model = "` + SimModel + `" }]`
 	// Resumes spend the retry budget: a fleet where one stream in ten
 	// breaks wants more than the default 0.2 tokens per request.
 	fmt.Fprintf(&b, `[retry]

@@ -8,24 +8,39 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
 // The tests in this file are the short subset of the reliability suite:
-// they run on every `go test ./...` with the router and the engines in
-// this process (no binary to build), each within a few seconds. The
-// multi-process suite is reliability_test.go (build tag e2e).
+// they run on every `go test ./...` against a `rolter router --standalone`
+// process and `rolter sim` processes (one binary, built once per test
+// run), each within a few seconds. The full multi-process suite is
+// reliability_test.go (build tag e2e).
 
-// inprocFleet starts n in-process engines behind taps.
-func inprocFleet(t *testing.T, n int, speed float64, instant bool) []*Engine {
+// simFleet starts n `rolter sim` processes behind taps.
+func simFleet(t *testing.T, n int, speed float64, instant bool) []*Engine {
+	t.Helper()
+	bin, dir := SharedRolter(t, false), t.TempDir()
+	args := []string{"--speed", strconv.FormatFloat(speed, 'g', -1, 64)}
+	if instant {
+		args = append(args, "--instant")
+	}
 	var out []*Engine
 	for i := range n {
-		url := StartInprocSim(t, speed, instant)
-		out = append(out, &Engine{Name: fmt.Sprintf("e%d", i), URL: url, Tap: StartTap(t, url)})
+		name := fmt.Sprintf("e%d", i)
+		url, p := StartSimArgs(t, bin, "sim-"+name, dir, args...)
+		out = append(out, &Engine{Name: name, URL: url, Tap: StartTap(t, url), Proc: p})
 	}
 	return out
+}
+
+// standalone starts a `rolter router --standalone` process serving toml.
+func standalone(t *testing.T, toml string) *Standalone {
+	t.Helper()
+	return StartStandalone(t, SharedRolter(t, false), t.TempDir(), "router", toml)
 }
 
 // TestEndpointTableComplete keeps AdminEndpoints in step with the routes
@@ -57,16 +72,16 @@ func TestEndpointTableComplete(t *testing.T) {
 	}
 }
 
-// TestShortHostileHTTP is scenario 10's data-plane part against an
-// in-process router: slowloris, a 100 MB body, malformed JSON, invalid
+// TestShortHostileHTTP is scenario 10's data-plane part against a
+// router process: slowloris, a 100 MB body, malformed JSON, invalid
 // UTF-8, oversized headers and the per-key stream cap.
 func TestShortHostileHTTP(t *testing.T) {
-	engines := inprocFleet(t, 2, 1, false)
+	engines := simFleet(t, 2, 1, false)
 	lim := HostileLimits{ReadHeader: 500 * time.Millisecond, MaxBodyBytes: 1 << 20, MaxHeaderBytes: 16 << 10}
 	const secret = "sk-e2e-short-key"
 	sum := sha256.Sum256([]byte(secret))
 	keys := fmt.Sprintf("max_streams_per_key = 2\n\n[[keys]]\nname = \"k\"\nsha256 = %q\n", hex.EncodeToString(sum[:]))
-	r := StartInprocRouter(t, FleetTOML(engines, lim.HostileTOML()+keys))
+	r := standalone(t, FleetTOML(engines, lim.HostileTOML()+keys))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The malformed-request cases must fail on their body, not on the key.
@@ -80,12 +95,12 @@ func TestShortHostileHTTP(t *testing.T) {
 	t.Run("stream cap", func(t *testing.T) { CheckStreamCap(t, ctx, r.API, secret, 2, 4000) })
 }
 
-// TestShortFirstTokenFailover is scenario 3 in process: one engine of four
+// TestShortFirstTokenFailover is scenario 3, small: one engine of four
 // answers 503, then hangs before its first token; every client sees one
 // clean answer from another.
 func TestShortFirstTokenFailover(t *testing.T) {
-	engines := inprocFleet(t, 4, 1, true)
-	r := StartInprocRouter(t, FleetTOML(engines, "[timeouts]\nfirst_byte = \"300ms\"\n"))
+	engines := simFleet(t, 4, 1, true)
+	r := standalone(t, FleetTOML(engines, "[timeouts]\nfirst_byte = \"1s\"\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	victim := engines[0]
@@ -116,13 +131,13 @@ func assertFailover(t *testing.T, res FailoverResult) {
 	}
 }
 
-// TestShortRetryBudget is scenario 4 in process: both engines answer 503;
+// TestShortRetryBudget is scenario 4, small: both engines answer 503;
 // the upstream attempts stay within the retry budget, and traffic returns
 // once the engines recover (default breaker and health checks; short
 // backoffs only).
 func TestShortRetryBudget(t *testing.T) {
-	engines := inprocFleet(t, 2, 1, true)
-	r := StartInprocRouter(t, FleetTOML(engines, "[retry]\nbackoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n"))
+	engines := simFleet(t, 2, 1, true)
+	r := standalone(t, FleetTOML(engines, "[retry]\nbackoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 100
@@ -144,8 +159,8 @@ func TestShortRetryBudget(t *testing.T) {
 // TestShortDisconnectCancels checks that a client leaving a stream makes
 // the router cancel its upstream request within 1 s (seen at the tap).
 func TestShortDisconnectCancels(t *testing.T) {
-	engines := inprocFleet(t, 1, 1, false)
-	r := StartInprocRouter(t, FleetTOML(engines, ""))
+	engines := simFleet(t, 1, 1, false)
+	r := standalone(t, FleetTOML(engines, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	late, err := DisconnectCancels(ctx, r.API, engines, 4, 4000)
@@ -163,7 +178,7 @@ func TestShortDisconnectCancels(t *testing.T) {
 // TestRouterExportsRuntimeMetrics checks that a router built with the
 // default registry exports the Go runtime series the soak watches.
 func TestRouterExportsRuntimeMetrics(t *testing.T) {
-	r := StartInprocRouter(t, FleetTOML(inprocFleet(t, 1, 1, true), ""))
+	r := standalone(t, FleetTOML(simFleet(t, 1, 1, true), ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	code, b, err := Do(ctx, http.MethodGet, r.Admin+"/metrics", "", "")

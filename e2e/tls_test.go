@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/certs/certstest"
-	"github.com/rolter/rolter/sim"
 )
 
 // TestTLSListeners is issue 21's TLS acceptance on a real `rolter router`
@@ -30,7 +29,7 @@ func TestTLSListeners(t *testing.T) {
 	dir := t.TempDir()
 	simURL, _ := StartSimArgs(t, bin, "sim", dir, "--speed", "1")
 	cfg := filepath.Join(dir, "rolter.toml")
-	toml := fmt.Sprintf("[[providers]]\nname = \"e0\"\napi_base = %q\n\n[[routes]]\nmodel = \"chat\"\ntargets = [{provider = \"e0\", model = %q}]\n", simURL, sim.DefaultModelName)
+	toml := fmt.Sprintf("[[providers]]\nname = \"e0\"\napi_base = %q\n\n[[routes]]\nmodel = \"chat\"\ntargets = [{provider = \"e0\", model = %q}]\n", simURL, SimModel)
 	if err := os.WriteFile(cfg, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,13 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
-
-	"github.com/rolter/rolter/sim"
 )
 
 // ResumedStream is one streamed chat answer as the openai-go client saw
@@ -129,10 +125,23 @@ func streamOnce(ctx context.Context, c openai.Client, model, id string, maxToken
 	return out
 }
 
+// Generation is one line of `rolter sim --generation-log`: what the
+// engine generated for one request, as the resume checks read it.
+type Generation struct {
+	RequestID     string `json:"request_id"`
+	ID            string `json:"id"`
+	Continued     bool   `json:"continued"`
+	ContinuedText string `json:"continued_text,omitempty"`
+	PromptTokens  int    `json:"prompt_tokens"`
+	Text          string `json:"text"`
+	Tokens        int    `json:"tokens"`
+	Outcome       string `json:"outcome"`
+}
+
 // ReadGenerations reads sim generation logs (--generation-log) and groups
 // their lines by request id, in the order each engine finished them.
-func ReadGenerations(paths ...string) (map[string][]sim.Generation, error) {
-	out := map[string][]sim.Generation{}
+func ReadGenerations(paths ...string) (map[string][]Generation, error) {
+	out := map[string][]Generation{}
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
@@ -147,49 +156,17 @@ func ReadGenerations(paths ...string) (map[string][]sim.Generation, error) {
 	return out, nil
 }
 
-func parseGenerations(r io.Reader, into map[string][]sim.Generation) error {
+func parseGenerations(r io.Reader, into map[string][]Generation) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		var g sim.Generation
+		var g Generation
 		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
 			return err
 		}
 		into[g.RequestID] = append(into[g.RequestID], g)
 	}
 	return sc.Err()
-}
-
-// GenerationLog collects the generation logs of in-process sims.
-type GenerationLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *GenerationLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// Generations returns what was logged, grouped by request id.
-func (l *GenerationLog) Generations() (map[string][]sim.Generation, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := map[string][]sim.Generation{}
-	return out, parseGenerations(bytes.NewReader(l.buf.Bytes()), out)
-}
-
-// StartInprocLoggedSim is StartInprocSim (instant) with faults, logging
-// every generation to log.
-func StartInprocLoggedSim(t testing.TB, faults sim.Faults, log *GenerationLog) string {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Engine.Instant = true
-	cfg.Faults = faults
-	s := sim.New(cfg, nil, nil, nil)
-	s.LogGenerations(log)
-	return serveInprocSim(t, s)
 }
 
 // SpliceCheck is what CheckSplices found.
@@ -209,7 +186,7 @@ type SpliceCheck struct {
 // text as the final message, with a prompt that grew by exactly the
 // tokens carried over, and usage must
 // count the original prompt and every generated token once.
-func CheckSplices(streams []ResumedStream, gens map[string][]sim.Generation, maxTokens int) SpliceCheck {
+func CheckSplices(streams []ResumedStream, gens map[string][]Generation, maxTokens int) SpliceCheck {
 	var c SpliceCheck
 	bad := func(s ResumedStream, f string, args ...any) {
 		if len(c.Problems) < 10 {
@@ -220,7 +197,7 @@ func CheckSplices(streams []ResumedStream, gens map[string][]sim.Generation, max
 		if s.Err != nil {
 			continue
 		}
-		lines := append([]sim.Generation(nil), gens[s.RequestID]...)
+		lines := append([]Generation(nil), gens[s.RequestID]...)
 		// A continuation is logged when it ends, after the death it
 		// follows; order by that, not by which log was read first.
 		sort.SliceStable(lines, func(i, j int) bool { return !lines[i].Continued && lines[j].Continued })

@@ -1,25 +1,11 @@
-package main
+package e2e
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/rolter/rolter/e2e"
 )
-
-// execEnv makes the test binary behave as the rolter binary, so the
-// multi-process test needs no separate build.
-const execEnv = "ROLTER_TEST_EXEC_AS_ROLTER"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(execEnv) == "1" {
-		main()
-	}
-	os.Exit(m.Run())
-}
 
 // clusterTOML is the seed of the multi-process tests: two sim engines
 // behind one route.
@@ -51,22 +37,22 @@ func TestRouterProcessCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts five processes")
 	}
-	bin := e2e.Binary{Path: os.Args[0], Env: []string{execEnv + "=1"}}
+	bin := SharedRolter(t, false)
 	dir := t.TempDir()
-	simA := e2e.StartSim(t, bin, "sim-a", dir)
-	simB := e2e.StartSim(t, bin, "sim-b", dir)
-	c := e2e.StartCluster(t, e2e.ClusterOptions{Bin: bin, N: 3, Dir: dir, Config: fmt.Sprintf(clusterTOML, simA, simB)})
+	simA := StartSim(t, bin, "sim-a", dir)
+	simB := StartSim(t, bin, "sim-b", dir)
+	c := StartCluster(t, ClusterOptions{Bin: bin, N: 3, Dir: dir, Config: fmt.Sprintf(clusterTOML, simA, simB)})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	prop, err := e2e.PolicyPropagation(ctx, c, 10)
+	prop, err := PolicyPropagation(ctx, c, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("policy PUT on a follower visible on all 3 routers: p50 %v, max %v over %d changes",
-		e2e.Percentile(prop, 0.5), e2e.Percentile(prop, 1), len(prop))
+		Percentile(prop, 0.5), Percentile(prop, 1), len(prop))
 
-	res, err := e2e.LeaderKill(ctx, c, 40, 20, "chat")
+	res, err := LeaderKill(ctx, c, 40, 20, "chat")
 	t.Logf("killed leader %s; new leader %s after %v; writes acked %d, lost %d, duplicated %d, unacked %d, retries %d; "+
 		"chat requests during the election %d, failed %d %v",
 		res.Killed, res.NewLeader, res.Election, res.Acked, res.Lost, res.Duplicated, res.Unacked, res.Retries,

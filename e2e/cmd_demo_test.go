@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -24,7 +24,6 @@ import (
 	"github.com/openai/openai-go/option"
 
 	"github.com/rolter/rolter/demo"
-	"github.com/rolter/rolter/e2e"
 	"github.com/rolter/rolter/localfleet"
 )
 
@@ -68,14 +67,17 @@ var (
 )
 
 // freeDemoBase returns a --base-port whose whole range is free now,
-// trying a deterministic sequence of bases derived from the pid.
+// trying a deterministic sequence of bases derived from the pid. The
+// bases stay below Linux's ephemeral range (32768 up), where other
+// processes' outgoing connections could take a port between the check
+// and the demo's bind.
 func freeDemoBase(t *testing.T) int {
 	t.Helper()
-	start := 20000 + (os.Getpid()%100)*200
+	start := 12000 + (os.Getpid()%100)*200
 	for i := range 50 {
 		base := start + i*200
-		if base+200 > 60000 {
-			base -= 40000
+		if base+200 > 32000 {
+			base -= 20000
 		}
 		if localfleet.Check(demo.Plan(base).Ports()) == nil {
 			return base
@@ -117,8 +119,8 @@ func childPIDs(t *testing.T, pid int) []int {
 
 func startDemo(t *testing.T, ctx context.Context, tmp string, args ...string) (*exec.Cmd, *demoOutput, *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"demo"}, args...)...)
-	cmd.Env = append(os.Environ(), execEnv+"=1", "TMPDIR="+tmp)
+	cmd := exec.CommandContext(ctx, SharedRolter(t, false).Path, append([]string{"demo"}, args...)...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	// On timeout, Ctrl-C rather than SIGKILL, so the demo stops its own
 	// children; SIGKILL only if it has not exited 15 s later.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -167,7 +169,7 @@ func TestDemo(t *testing.T) {
 	})
 
 	var ready string
-	err := e2e.Eventually(75*time.Second, 100*time.Millisecond, func() error {
+	err := Eventually(75*time.Second, 100*time.Millisecond, func() error {
 		select {
 		case <-exited:
 			t.Fatalf("demo exited before it was ready: %v\nstdout:\n%s\nstderr:\n%s", waitErr, out.text(), stderr)
@@ -224,8 +226,8 @@ func TestDemo(t *testing.T) {
 
 	t.Run("cluster shows three routers and four engines", func(t *testing.T) {
 		var last demo.Cluster
-		err := e2e.Eventually(20*time.Second, 100*time.Millisecond, func() error {
-			code, body, err := e2e.Do(ctx, http.MethodGet, admin+"/api/v1/cluster", token, "")
+		err := Eventually(20*time.Second, 100*time.Millisecond, func() error {
+			code, body, err := Do(ctx, http.MethodGet, admin+"/api/v1/cluster", token, "")
 			if err != nil {
 				return err
 			}

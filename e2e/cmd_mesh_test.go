@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -14,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rolter/rolter/e2e"
 )
 
 // meshTOML: two sim engines behind precise_cache_aware, and a discover
@@ -43,25 +41,25 @@ strategy = "power_of_two"
 discover = true
 `
 
-// meshEngine is a sim publishing KV events and the sidecar beside it.
-type meshEngine struct {
+// kvEngine is a sim publishing KV events and the sidecar beside it.
+type kvEngine struct {
 	URL     string
 	KV      string // tcp:// endpoint the sim binds
-	Sim     *e2e.Proc
-	Sidecar *e2e.Proc
+	Sim     *Proc
+	Sidecar *Proc
 }
 
-func startKVSim(t *testing.T, bin e2e.Binary, dir, name string, extra ...string) *meshEngine {
+func startKVSim(t *testing.T, bin Binary, dir, name string, extra ...string) *kvEngine {
 	t.Helper()
-	kv := "tcp://" + e2e.FreeAddrs(t, 1)[0]
-	url, p := e2e.StartSimArgs(t, bin, name, dir, append([]string{"--instant", "--kv-events", kv, "--kv-events-dial", "bind"}, extra...)...)
-	return &meshEngine{URL: url, KV: kv, Sim: p}
+	kv := "tcp://" + FreeAddrs(t, 1)[0]
+	url, p := StartSimArgs(t, bin, name, dir, append([]string{"--instant", "--kv-events", kv, "--kv-events-dial", "bind"}, extra...)...)
+	return &kvEngine{URL: url, KV: kv, Sim: p}
 }
 
-func startSidecarProc(t *testing.T, bin e2e.Binary, dir, name string, e *meshEngine, seeds string) {
+func startSidecarProc(t *testing.T, bin Binary, dir, name string, e *kvEngine, seeds string) {
 	t.Helper()
-	addrs := e2e.FreeAddrs(t, 2)
-	e.Sidecar = e2e.Start(t, bin, name, dir, "sidecar", "--engine", e.URL, "--kv-events", e.KV, "--node-id", name,
+	addrs := FreeAddrs(t, 2)
+	e.Sidecar = Start(t, bin, name, dir, "sidecar", "--engine", e.URL, "--kv-events", e.KV, "--node-id", name,
 		"--gossip", addrs[0], "--join", seeds, "--insecure-dev", "--metrics-addr", addrs[1])
 }
 
@@ -69,19 +67,19 @@ func startSidecarProc(t *testing.T, bin e2e.Binary, dir, name string, e *meshEng
 // store: the tests here exercise the data plane and the mesh).
 type gossipRouter struct {
 	API, Admin, Gossip string
-	Proc               *e2e.Proc
+	Proc               *Proc
 }
 
 const meshAdminToken = "mesh-admin-token"
 
-func startGossipRouter(t *testing.T, bin e2e.Binary, dir, id, toml, seeds string) *gossipRouter {
+func startGossipRouter(t *testing.T, bin Binary, dir, id, toml, seeds string) *gossipRouter {
 	t.Helper()
 	for name, content := range map[string]string{id + ".toml": toml, "admin-token": meshAdminToken} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a := e2e.FreeAddrs(t, 4)
+	a := FreeAddrs(t, 4)
 	r := &gossipRouter{API: "http://" + a[0], Admin: "http://" + a[1], Gossip: a[3]}
 	args := []string{"router", "--config", filepath.Join(dir, id+".toml"), "--http", a[0], "--admin", a[1],
 		"--node-id", id, "--raft", a[2], "--data-dir", filepath.Join(dir, "data-"+id), "--insecure-dev",
@@ -89,12 +87,12 @@ func startGossipRouter(t *testing.T, bin e2e.Binary, dir, id, toml, seeds string
 	if seeds != "" {
 		args = append(args, "--join", seeds)
 	}
-	r.Proc = e2e.Start(t, bin, id, dir, args...)
-	err := e2e.Eventually(60*time.Second, 50*time.Millisecond, func() error {
+	r.Proc = Start(t, bin, id, dir, args...)
+	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
 		if r.Proc.Exited() {
 			return errors.New("exited")
 		}
-		code, body, err := e2e.Do(context.Background(), http.MethodGet, r.Admin+"/readyz", "", "")
+		code, body, err := Do(context.Background(), http.MethodGet, r.Admin+"/readyz", "", "")
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("%d %s", code, bytes.TrimSpace(body))
 		}
@@ -106,7 +104,7 @@ func startGossipRouter(t *testing.T, bin e2e.Binary, dir, id, toml, seeds string
 	return r
 }
 
-type clusterEngine struct {
+type procEngine struct {
 	NodeID         string `json:"node_id"`
 	EngineURL      string `json:"engine_url"`
 	State          string `json:"state"`
@@ -114,8 +112,8 @@ type clusterEngine struct {
 	KVEvents       bool   `json:"kv_events"`
 }
 
-func clusterEngines(ctx context.Context, admin string) (map[string]clusterEngine, error) {
-	code, body, err := e2e.Do(ctx, http.MethodGet, admin+"/api/v1/cluster", meshAdminToken, "")
+func clusterEngines(ctx context.Context, admin string) (map[string]procEngine, error) {
+	code, body, err := Do(ctx, http.MethodGet, admin+"/api/v1/cluster", meshAdminToken, "")
 	if err != nil {
 		return nil, err
 	}
@@ -123,12 +121,12 @@ func clusterEngines(ctx context.Context, admin string) (map[string]clusterEngine
 		return nil, fmt.Errorf("GET /api/v1/cluster: %d %s", code, body)
 	}
 	var v struct {
-		Engines []clusterEngine `json:"engines"`
+		Engines []procEngine `json:"engines"`
 	}
 	if err := json.Unmarshal(body, &v); err != nil {
 		return nil, err
 	}
-	out := map[string]clusterEngine{}
+	out := map[string]procEngine{}
 	for _, e := range v.Engines {
 		out[e.EngineURL] = e
 	}
@@ -137,7 +135,7 @@ func clusterEngines(ctx context.Context, admin string) (map[string]clusterEngine
 
 // simCounters reads the prefix-cache counters of a sim's /metrics.
 func simCounters(ctx context.Context, base string) (hits, queries float64, err error) {
-	code, body, err := e2e.Do(ctx, http.MethodGet, base+"/metrics", "", "")
+	code, body, err := Do(ctx, http.MethodGet, base+"/metrics", "", "")
 	if err != nil || code != http.StatusOK {
 		return 0, 0, fmt.Errorf("metrics %s: %d %v", base, code, err)
 	}
@@ -170,7 +168,7 @@ func tokenPrompt(start, n int) string {
 
 func complete(ctx context.Context, api, model, prompt string) error {
 	body := fmt.Sprintf(`{"model":%q,"prompt":%s,"max_tokens":2}`, model, prompt)
-	code, resp, err := e2e.Do(ctx, http.MethodPost, api+"/v1/completions", "", body)
+	code, resp, err := Do(ctx, http.MethodPost, api+"/v1/completions", "", body)
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("completions: %d %s", code, bytes.TrimSpace(resp))
 	}
@@ -189,7 +187,7 @@ func TestMeshProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts five processes")
 	}
-	bin := e2e.Binary{Path: os.Args[0], Env: []string{execEnv + "=1"}}
+	bin := SharedRolter(t, true)
 	dir := t.TempDir()
 	a := startKVSim(t, bin, dir, "sim-a")
 	b := startKVSim(t, bin, dir, "sim-b")
@@ -199,12 +197,12 @@ func TestMeshProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	err := e2e.Eventually(20*time.Second, 50*time.Millisecond, func() error {
+	err := Eventually(20*time.Second, 50*time.Millisecond, func() error {
 		es, err := clusterEngines(ctx, r.Admin)
 		if err != nil {
 			return err
 		}
-		for _, e := range []*meshEngine{a, b} {
+		for _, e := range []*kvEngine{a, b} {
 			if es[e.URL].State == "" || es[e.URL].State == "STALE" {
 				return fmt.Errorf("engine %s: %+v", e.URL, es[e.URL])
 			}
@@ -220,7 +218,7 @@ func TestMeshProcesses(t *testing.T) {
 	// subscriptions until both sidecars apply events (EXACT).
 	t.Run("discover route serves through the announced engines", func(t *testing.T) {
 		i := 0
-		err := e2e.Eventually(20*time.Second, 100*time.Millisecond, func() error {
+		err := Eventually(20*time.Second, 100*time.Millisecond, func() error {
 			i++
 			if err := complete(ctx, r.API, "meta-llama/Llama-3.1-8B-Instruct", tokenPrompt(900000+i*40, 32)); err != nil {
 				return err
@@ -251,8 +249,8 @@ func TestMeshProcesses(t *testing.T) {
 	if err := complete(ctx, r.API, "pc", prompt); err != nil {
 		t.Fatal(err)
 	}
-	var holder, other *meshEngine
-	err = e2e.Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	var holder, other *kvEngine
+	err = Eventually(10*time.Second, 50*time.Millisecond, func() error {
 		es, err := clusterEngines(ctx, r.Admin)
 		if err != nil {
 			return err
@@ -293,7 +291,7 @@ func TestMeshProcesses(t *testing.T) {
 	t.Run("a killed sidecar's engine goes STALE and keeps serving", func(t *testing.T) {
 		holder.Sidecar.Kill()
 		killed := time.Now()
-		err := e2e.Eventually(10*time.Second, 50*time.Millisecond, func() error {
+		err := Eventually(10*time.Second, 50*time.Millisecond, func() error {
 			es, err := clusterEngines(ctx, r.Admin)
 			if err != nil {
 				return err

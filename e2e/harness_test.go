@@ -1,17 +1,3 @@
-// Package e2e owns rolter's multi-process tests: it starts real `rolter`
-// processes (routers with their Raft stores, sim engines) on loopback
-// ports, drives them over HTTP as an operator and a client would (the
-// official openai-go client included), and measures what issue 6 promises
-// (policy propagation, leader election, write durability through a leader
-// kill, data-plane availability), issue 10's reliability and security
-// scenarios (faults, hostile input, authorization, soak) and issue 17's
-// resumed streams (resume.go). RELIABILITY.md
-// at the repository root lists the scenarios and their figures.
-//
-// The harness here is importable by other packages' tests (cmd/rolter runs
-// a short version on every `go test`). Files without a build tag hold the
-// short, in-process subset; the full runs live in files with the `e2e`
-// build tag (go test -tags e2e ./e2e/) and the `soak` tag.
 package e2e
 
 import (
@@ -59,14 +45,59 @@ func BuildRolterCgo(t testing.TB) Binary {
 	return buildRolter(t, true)
 }
 
+// SimModel is the model `rolter sim` serves by default.
+const SimModel = "meta-llama/Llama-3.1-8B-Instruct"
+
+// SharedRolter is BuildRolter (cgo: BuildRolterCgo) built once per test
+// binary: the untagged multi-process tests share it. TestMain removes it.
+func SharedRolter(t testing.TB, cgo bool) Binary {
+	t.Helper()
+	shared.Lock()
+	defer shared.Unlock()
+	if p, ok := shared.bins[cgo]; ok {
+		return Binary{Path: p}
+	}
+	if shared.dir == "" {
+		dir, err := os.MkdirTemp("", "rolter-e2e-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared.dir = dir
+	}
+	name := "rolter"
+	if cgo {
+		name = "rolter-cgo"
+	}
+	p := filepath.Join(shared.dir, name)
+	if err := goBuild(p, cgo); err != nil {
+		t.Fatal(err)
+	}
+	shared.bins[cgo] = p
+	return Binary{Path: p}
+}
+
+var shared = struct {
+	sync.Mutex
+	dir  string
+	bins map[bool]string
+}{bins: map[bool]string{}}
+
 func buildRolter(t testing.TB, cgo bool) Binary {
 	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rolter")
+	if err := goBuild(bin, cgo); err != nil {
+		t.Fatal(err)
+	}
+	return Binary{Path: bin}
+}
+
+// goBuild builds ./cmd/rolter of the enclosing module into bin.
+func goBuild(bin string, cgo bool) error {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
+		return fmt.Errorf("go env GOMOD: %w", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(out)))
-	bin := filepath.Join(t.TempDir(), "rolter")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/rolter")
@@ -76,9 +107,9 @@ func buildRolter(t testing.TB, cgo bool) Binary {
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	}
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/rolter: %v\n%s", err, b)
+		return fmt.Errorf("go build ./cmd/rolter: %v\n%s", err, b)
 	}
-	return Binary{Path: bin}
+	return nil
 }
 
 // FreeAddrs returns n distinct loopback host:port addresses that were free
