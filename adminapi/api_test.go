@@ -408,11 +408,21 @@ func TestClusterViewNamesTheLeader(t *testing.T) {
 		Inventory: fakeInventory{
 			{RouterInfo: gossip.RouterInfo{NodeID: "n1", ConfigVersion: 7}, Alive: true},
 			{RouterInfo: gossip.RouterInfo{NodeID: "r9"}, Alive: false}}})
-	r := call(t, api, http.MethodGet, "/api/v1/cluster", superToken, "")
-	leader := m.c.Node(m.c.Leader()).NodeID()
-	if r.body["leader"] != leader {
-		t.Fatalf("leader %v, want %s", r.body["leader"], leader)
-	}
+	// Under load an election can be under way: wait until there is a
+	// leader and the follower's view names it.
+	var r resp
+	var leader string
+	testwait.For(t, 10*time.Second, "the follower naming the leader", func() error {
+		li := m.c.Leader()
+		if li < 0 {
+			return fmt.Errorf("no leader")
+		}
+		r, leader = call(t, api, http.MethodGet, "/api/v1/cluster", superToken, ""), m.c.Node(li).NodeID()
+		if r.body["leader"] != leader {
+			return fmt.Errorf("leader %v, want %s", r.body["leader"], leader)
+		}
+		return nil
+	})
 	roles := map[string]string{}
 	for _, x := range r.body["routers"].([]any) {
 		rv := x.(map[string]any)
