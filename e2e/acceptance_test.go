@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 const acceptanceTOML = `
@@ -68,7 +70,7 @@ func TestRaftClusterAcceptance(t *testing.T) {
 		t.Errorf("policy propagation p99 %v > 1s", p99)
 	}
 
-	err = Eventually(40*time.Second, 250*time.Millisecond, func() error {
+	err = testwait.Poll(40*time.Second, 250*time.Millisecond, func() error {
 		for _, r := range c.Routers {
 			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/metrics", "", "")
 			if err != nil || code != http.StatusOK || !strings.Contains(string(b), `rolter_adaptive_routing_engaged{model="adapt"}`) {
@@ -113,7 +115,7 @@ func TestRaftClusterAcceptance(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	err = Eventually(40*time.Second, 500*time.Millisecond, func() error {
+	err = testwait.Poll(40*time.Second, 500*time.Millisecond, func() error {
 		for _, r := range c.Routers {
 			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/route-stats", c.Token, "")
 			if err != nil || code != http.StatusOK {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // HostileLimits are the [timeouts]/[limits] values a hostile-HTTP check
@@ -106,7 +108,7 @@ func CheckStreamCap(t *testing.T, ctx context.Context, api, key string, limit, m
 	for _, d := range dones {
 		<-d
 	}
-	err := Eventually(5*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(5*time.Second, 50*time.Millisecond, func() error {
 		again, done := StartStream(ctx, api, key, "chat", "cap-again", 4)
 		<-done
 		if again.Status != http.StatusOK || !again.Done {

@@ -24,6 +24,7 @@ import (
 	"github.com/openai/openai-go/option"
 
 	"github.com/rolter/rolter/demo"
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/localfleet"
 )
 
@@ -169,7 +170,7 @@ func TestDemo(t *testing.T) {
 	})
 
 	var ready string
-	err := Eventually(75*time.Second, 100*time.Millisecond, func() error {
+	err := testwait.Poll(75*time.Second, 100*time.Millisecond, func() error {
 		select {
 		case <-exited:
 			t.Fatalf("demo exited before it was ready: %v\nstdout:\n%s\nstderr:\n%s", waitErr, out.text(), stderr)
@@ -226,7 +227,7 @@ func TestDemo(t *testing.T) {
 
 	t.Run("cluster shows three routers and four engines", func(t *testing.T) {
 		var last demo.Cluster
-		err := Eventually(20*time.Second, 100*time.Millisecond, func() error {
+		err := testwait.Poll(20*time.Second, 100*time.Millisecond, func() error {
 			code, body, err := Do(ctx, http.MethodGet, admin+"/api/v1/cluster", token, "")
 			if err != nil {
 				return err

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // meshTOML: two sim engines behind precise_cache_aware, and a discover
@@ -88,7 +90,7 @@ func startGossipRouter(t *testing.T, bin Binary, dir, id, toml, seeds string) *g
 		args = append(args, "--join", seeds)
 	}
 	r.Proc = Start(t, bin, id, dir, args...)
-	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(60*time.Second, 50*time.Millisecond, func() error {
 		if r.Proc.Exited() {
 			return errors.New("exited")
 		}
@@ -197,7 +199,7 @@ func TestMeshProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	err := Eventually(20*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(20*time.Second, 50*time.Millisecond, func() error {
 		es, err := clusterEngines(ctx, r.Admin)
 		if err != nil {
 			return err
@@ -218,7 +220,7 @@ func TestMeshProcesses(t *testing.T) {
 	// subscriptions until both sidecars apply events (EXACT).
 	t.Run("discover route serves through the announced engines", func(t *testing.T) {
 		i := 0
-		err := Eventually(20*time.Second, 100*time.Millisecond, func() error {
+		err := testwait.Poll(20*time.Second, 100*time.Millisecond, func() error {
 			i++
 			if err := complete(ctx, r.API, "meta-llama/Llama-3.1-8B-Instruct", tokenPrompt(900000+i*40, 32)); err != nil {
 				return err
@@ -250,7 +252,7 @@ func TestMeshProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var holder, other *kvEngine
-	err = Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	err = testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 		es, err := clusterEngines(ctx, r.Admin)
 		if err != nil {
 			return err
@@ -291,7 +293,7 @@ func TestMeshProcesses(t *testing.T) {
 	t.Run("a killed sidecar's engine goes STALE and keeps serving", func(t *testing.T) {
 		holder.Sidecar.Kill()
 		killed := time.Now()
-		err := Eventually(10*time.Second, 50*time.Millisecond, func() error {
+		err := testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 			es, err := clusterEngines(ctx, r.Admin)
 			if err != nil {
 				return err

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // FailoverResult is what FirstTokenFailover saw.
@@ -168,7 +170,7 @@ func RetryBudget(ctx context.Context, apis []string, engines []*Engine, n int, o
 		}
 		return true
 	}
-	err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		if !round() {
 			return errors.New("a router still fails requests")
 		}
@@ -252,7 +254,7 @@ func EngineKill(ctx context.Context, apis []string, engines []*Engine, victimAt,
 	loadStart := time.Now()
 	go func() { loadDone <- load(loadCtx, apis) }()
 	// The kill must hit an engine in use: wait until the load reached each.
-	if err := Eventually(30*time.Second, 20*time.Millisecond, func() error {
+	if err := testwait.Poll(30*time.Second, 20*time.Millisecond, func() error {
 		for _, e := range engines {
 			if e.Tap.AttemptsBetween(loadStart, time.Now()) == 0 {
 				return fmt.Errorf("no load attempt at %s yet", e.Name)
@@ -289,7 +291,7 @@ func EngineKill(ctx context.Context, apis []string, engines []*Engine, victimAt,
 	// No attempts at the dead engine proves nothing unless the routers
 	// kept routing: the window ends once it lasted `after` and the
 	// survivors served routedProof attempts made after its first second.
-	err := Eventually(after+60*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(after+60*time.Second, 50*time.Millisecond, func() error {
 		if time.Since(killed) < after {
 			return errors.New("window still open")
 		}
@@ -358,7 +360,7 @@ func DisconnectCancels(ctx context.Context, api string, engines []*Engine, n, ma
 		o.cancel()
 		<-o.done
 		var at time.Time
-		err := Eventually(5*time.Second, 5*time.Millisecond, func() error {
+		err := testwait.Poll(5*time.Second, 5*time.Millisecond, func() error {
 			for _, e := range engines {
 				if t, ok := e.Tap.CancelledAt(o.id); ok {
 					at = t
@@ -402,7 +404,7 @@ func EngineRestart(ctx context.Context, apis, admins []string, victim string, re
 	go func() { loaded <- load(lctx, apis) }()
 	restart()
 	back := time.Now()
-	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(60*time.Second, 50*time.Millisecond, func() error {
 		for _, a := range admins {
 			if _, done := res.Back[a]; done {
 				continue

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // fileSyncTOML is the rolter.toml of TestFileSync: the provider "engine"
@@ -105,7 +107,7 @@ type modelPriceRow struct {
 // waitModelPrice waits until every live router's admin API lists the
 // served model at priceIn, owned by the file.
 func waitModelPrice(ctx context.Context, c *Cluster, priceIn float64) error {
-	return Eventually(20*time.Second, 100*time.Millisecond, func() error {
+	return testwait.Poll(20*time.Second, 100*time.Millisecond, func() error {
 		for _, r := range c.Live() {
 			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/model-prices/"+SimModel, c.Token, "")
 			if err != nil || code != http.StatusOK {
@@ -233,7 +235,7 @@ func TestFileSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range c.Routers {
-		if err := Eventually(20*time.Second, 100*time.Millisecond, func() error { return chatReaches(ctx, r, "chat") }); err != nil {
+		if err := testwait.Poll(20*time.Second, 100*time.Millisecond, func() error { return chatReaches(ctx, r, "chat") }); err != nil {
 			t.Fatalf("after the restart: %v", err)
 		}
 	}
@@ -261,7 +263,7 @@ func TestFileSync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = Eventually(30*time.Second, 100*time.Millisecond, func() error {
+	err = testwait.Poll(30*time.Second, 100*time.Millisecond, func() error {
 		for _, r := range c.Routers {
 			n, err := syncsSeen(ctx, r)
 			if err != nil {
@@ -281,7 +283,7 @@ func TestFileSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range c.Routers {
-		if err := Eventually(20*time.Second, 100*time.Millisecond, func() error { return chatReaches(ctx, r, "chat") }); err != nil {
+		if err := testwait.Poll(20*time.Second, 100*time.Millisecond, func() error { return chatReaches(ctx, r, "chat") }); err != nil {
 			t.Fatalf("after SIGHUP: %v", err)
 		}
 	}
@@ -312,7 +314,7 @@ func TestFileSync(t *testing.T) {
 	oldFile := filepath.Join(dir, "rolter-old.toml")
 	writeFile(t, oldFile, fileSyncTOML(2, simB, 0.2))
 	c.Restart(t, r2, oldFile)
-	err = Eventually(20*time.Second, 100*time.Millisecond, func() error {
+	err = testwait.Poll(20*time.Second, 100*time.Millisecond, func() error {
 		v, err := metric(ctx, r2, `rolter_config_file_sync_total{result="refused"}`)
 		if err == nil && v != 1 {
 			err = fmt.Errorf("refused count %v", v)
@@ -362,7 +364,7 @@ func TestFileSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range c.Routers {
-		if err := Eventually(20*time.Second, 100*time.Millisecond, func() error { return chatReaches(ctx, r, "chat") }); err != nil {
+		if err := testwait.Poll(20*time.Second, 100*time.Millisecond, func() error { return chatReaches(ctx, r, "chat") }); err != nil {
 			t.Fatalf("after config apply: %v", err)
 		}
 	}
@@ -382,7 +384,7 @@ func TestFileSync(t *testing.T) {
 
 // waitAPIBase waits until every router's admin API shows engine at base.
 func waitAPIBase(ctx context.Context, c *Cluster, base string) error {
-	return Eventually(20*time.Second, 100*time.Millisecond, func() error {
+	return testwait.Poll(20*time.Second, 100*time.Millisecond, func() error {
 		for _, r := range c.Live() {
 			ps, err := providers(ctx, c, r)
 			if err != nil {

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // Issue 14's first-run traps, with real processes: a router and a sidecar
@@ -84,7 +86,7 @@ targets = [{ provider = "engine", model = "meta-llama/Llama-3.1-8B-Instruct" }]
 	bin.Env = append(bin.Env, "ROLTER_ADMIN_TOKEN="+firstRunToken, "ROLTER_NODE_ID=", "ROLTER_GOSSIP_KEY=")
 	router := Start(t, bin, "router", dir, "router", "--config", filepath.Join(dir, "rolter.toml"),
 		"--http", a[0], "--admin", a[1], "--raft", a[2], "--gossip", gossip, "--data-dir", filepath.Join(dir, "data"))
-	if err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		if router.Exited() {
 			return errors.New("router exited")
 		}
@@ -112,7 +114,7 @@ targets = [{ provider = "engine", model = "meta-llama/Llama-3.1-8B-Instruct" }]
 		"--gossip", s[0], "--join", gossip, "--metrics-addr", s[1])
 	var ids []string
 	i := 0
-	err := Eventually(30*time.Second, 200*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 200*time.Millisecond, func() error {
 		if sidecar.Exited() {
 			return errors.New("sidecar exited")
 		}
@@ -142,7 +144,7 @@ targets = [{ provider = "engine", model = "meta-llama/Llama-3.1-8B-Instruct" }]
 	c := FreeAddrs(t, 2)
 	clash := Start(t, bin, "clash", dir, "sidecar", "--engine", engine, "--node-id", routerID, "--models", "x",
 		"--gossip", c[0], "--join", gossip, "--metrics-addr", c[1])
-	if err := Eventually(15*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(15*time.Second, 50*time.Millisecond, func() error {
 		if !clash.Exited() {
 			return errors.New("still running")
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // Engine is one simulated engine with the Tap the routers reach it through.
@@ -34,7 +35,7 @@ func StartSimAt(t testing.TB, bin Binary, name, logDir, addr string, extra ...st
 	t.Helper()
 	p := Start(t, bin, name, logDir, append([]string{"sim", "--http", addr}, extra...)...)
 	base := "http://" + addr
-	err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		if p.Exited() {
 			return errors.New("exited")
 		}
@@ -87,7 +88,7 @@ func StartStandalone(t testing.TB, bin Binary, dir, name, toml string) *Standalo
 	a := FreeAddrs(t, 2)
 	p := Start(t, bin, name, dir, "router", "--standalone", "--config", path, "--http", a[0], "--admin", a[1])
 	r := &Standalone{API: "http://" + a[0], Admin: "http://" + a[1], Proc: p}
-	err := Eventually(30*time.Second, 20*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 20*time.Millisecond, func() error {
 		if p.Exited() {
 			return errors.New("exited")
 		}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/supervise"
 )
 
@@ -180,26 +181,6 @@ func Do(ctx context.Context, method, url, token, body string, hdr ...string) (in
 	return resp.StatusCode, b, err
 }
 
-// Eventually polls check every interval until it returns nil or timeout
-// passes; it returns the last error then. Unlike internal/testwait.For
-// (which backs off and fails a test) it polls at a fixed period and
-// returns an error, because the harness's measurements (policy
-// propagation every 2 ms, a partitioned router's catch-up every 20 ms)
-// time an event to that resolution and report to their caller.
-func Eventually(timeout, interval time.Duration, check func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %v: %w", timeout, err)
-		}
-		time.Sleep(interval)
-	}
-}
-
 // StartSim starts `rolter sim --instant` and waits until it answers; it
 // returns the engine's base URL.
 func StartSim(t testing.TB, bin Binary, name, logDir string) string {
@@ -207,7 +188,7 @@ func StartSim(t testing.TB, bin Binary, name, logDir string) string {
 	addr := FreeAddrs(t, 1)[0]
 	p := Start(t, bin, name, logDir, "sim", "--http", addr, "--instant")
 	base := "http://" + addr
-	err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		if p.Exited() {
 			return errors.New("exited")
 		}
@@ -322,7 +303,7 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 // Raft leader is known).
 func (c *Cluster) WaitReady(t testing.TB, r *Router) {
 	t.Helper()
-	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(60*time.Second, 50*time.Millisecond, func() error {
 		if r.Proc.Exited() {
 			return errors.New("exited")
 		}

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // Issue 10's scenarios 5-8: the gossip mesh under faults and hostile
@@ -76,7 +78,7 @@ func startFaultPool(t *testing.T, bin Binary, replay []bool) (*meshPool, []strin
 		"--admin-token-file", filepath.Join(p.dir, "admin-token"), "--internal-token-file", filepath.Join(p.dir, "internal-token"),
 		"--bootstrap-expect", "1", "--gossip", a[3])
 	p.Routers = []*meshRouter{r}
-	err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(60*time.Second, 50*time.Millisecond, func() error {
 		code, _, err := Do(context.Background(), http.MethodGet, r.Admin+"/readyz", "", "")
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("readyz %d", code)
@@ -140,7 +142,7 @@ func engineView(ctx context.Context, r *meshRouter, url string) (clusterEngine, 
 func waitView(ctx context.Context, r *meshRouter, url string, within time.Duration, cond func(clusterEngine) bool) (time.Duration, clusterEngine, error) {
 	start := time.Now()
 	var last clusterEngine
-	err := Eventually(within, 50*time.Millisecond, func() error {
+	err := testwait.Poll(within, 50*time.Millisecond, func() error {
 		v, err := engineView(ctx, r, url)
 		if err != nil {
 			return err
@@ -159,7 +161,7 @@ func waitView(ctx context.Context, r *meshRouter, url string, within time.Durati
 func settled(ctx context.Context, t *testing.T, r *meshRouter, url string) clusterEngine {
 	t.Helper()
 	var last clusterEngine
-	err := Eventually(10*time.Second, 300*time.Millisecond, func() error {
+	err := testwait.Poll(10*time.Second, 300*time.Millisecond, func() error {
 		v, err := engineView(ctx, r, url)
 		if err != nil {
 			return err
@@ -246,7 +248,7 @@ func TestMeshSidecarFaults(t *testing.T) {
 		// Prompts until the sidecar sees a live batch beyond the dropped
 		// ones (the gap), at most 20.
 		sent := 0
-		err := Eventually(20*time.Second, 0, func() error {
+		err := testwait.Poll(20*time.Second, 0, func() error {
 			if sent >= 20 {
 				return nil
 			}
@@ -438,7 +440,7 @@ func TestMeshHostileSidecar(t *testing.T) {
 		"--bootstrap-expect", "1", "--gossip", a[3])
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(60*time.Second, 50*time.Millisecond, func() error {
 		code, _, err := Do(ctx, http.MethodGet, r.Admin+"/readyz", "", "")
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("readyz %d", code)
@@ -536,7 +538,7 @@ func TestMeshHostileSidecar(t *testing.T) {
 			}
 		}
 		got := 0.0
-		err := Eventually(10*time.Second, 100*time.Millisecond, func() error {
+		err := testwait.Poll(10*time.Second, 100*time.Millisecond, func() error {
 			got = counter("malformed_total") - before
 			if got < float64(sent)/2 { // UDP on loopback may drop some
 				return fmt.Errorf("malformed counter +%.0f of %d sent", got, sent)
@@ -589,7 +591,7 @@ func TestMeshHostileSidecar(t *testing.T) {
 			}
 		}
 		var v clusterEngine
-		err := Eventually(20*time.Second, 100*time.Millisecond, func() error {
+		err := testwait.Poll(20*time.Second, 100*time.Millisecond, func() error {
 			var err error
 			if v, err = engineView(ctx, r, p.Engines[2].URL); err != nil {
 				return err
@@ -632,7 +634,7 @@ func TestMeshHostileSidecar(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := Eventually(10*time.Second, 20*time.Millisecond, func() error {
+		if err := testwait.Poll(10*time.Second, 20*time.Millisecond, func() error {
 			if counter("conflicts_total") == conflicts0 {
 				return errors.New("conflicts_total unchanged")
 			}
@@ -650,7 +652,7 @@ func TestMeshHostileSidecar(t *testing.T) {
 			if failed := spoof.SendAll(spoof.Status(seq, 0, 777, 0), true); failed > 0 {
 				t.Fatalf("spoofed status %d: %d sends failed", seq, failed)
 			}
-			if err := Eventually(10*time.Second, 20*time.Millisecond, func() error {
+			if err := testwait.Poll(10*time.Second, 20*time.Millisecond, func() error {
 				if d := dropped() - dropped0; d < float64(seq) {
 					return fmt.Errorf("the router counted %.0f of %d spoofed statuses dropped", d, seq)
 				}
@@ -688,7 +690,7 @@ func TestMeshHostileSidecar(t *testing.T) {
 		}
 		twin.Close()
 		stopped := time.Now()
-		if err := Eventually(10*time.Second, 50*time.Millisecond, honest); err != nil {
+		if err := testwait.Poll(10*time.Second, 50*time.Millisecond, honest); err != nil {
 			t.Fatalf("engine 0 not back to its honest sidecar's figures: %v", err)
 		}
 		t.Logf("08 twin: a member named like the honest sidecar joined and sent 15 forged statuses (waiting 777): seen in %d of 15 samples; "+

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/certs/certstest"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // rejectedBy reads rolter_gossip_rejected_total{reason} from base's
@@ -65,7 +66,7 @@ func TestMeshForgedIdentity(t *testing.T) {
 		"--gossip-tls-cert", rCert.Cert, "--gossip-tls-key", rCert.Key, "--gossip-tls-ca", ca.CertPEM)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(60*time.Second, 50*time.Millisecond, func() error {
 		code, _, err := Do(ctx, http.MethodGet, r.Admin+"/readyz", "", "")
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("readyz %d", code)
@@ -112,7 +113,7 @@ func TestMeshForgedIdentity(t *testing.T) {
 	if err := liar.PairWith(rCert.Cert); err != nil { // the key the liar really shares with the router
 		t.Fatal(err)
 	}
-	if err := Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 		if rejectedBy(ctx, r.Admin, "no_identity") == 0 {
 			return fmt.Errorf("the member without a certificate was not refused")
 		}
@@ -163,7 +164,7 @@ func TestMeshForgedIdentity(t *testing.T) {
 		before := counts()
 		sent := forge(t, []*HostileNode{plain, liar}, 200)
 		var after map[string]float64
-		err := Eventually(10*time.Second, 100*time.Millisecond, func() error {
+		err := testwait.Poll(10*time.Second, 100*time.Millisecond, func() error {
 			after = counts()
 			if got := after["no_mac"] - before["no_mac"] + after["bad_mac"] - before["bad_mac"]; got < float64(sent) {
 				return fmt.Errorf("rejected %.0f of %d", got, sent)
@@ -195,7 +196,7 @@ func TestMeshForgedIdentity(t *testing.T) {
 		if err := twin.PairWith(rCert.Cert); err != nil {
 			t.Fatal(err)
 		}
-		if err := Eventually(10*time.Second, 50*time.Millisecond, func() error {
+		if err := testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 			if counts()["name_taken"] == before["name_taken"] {
 				return fmt.Errorf("the twin's join under sidecar-0 was not refused")
 			}
@@ -205,7 +206,7 @@ func TestMeshForgedIdentity(t *testing.T) {
 		}
 		sent := forge(t, []*HostileNode{twin}, 400)
 		var after map[string]float64
-		err = Eventually(10*time.Second, 100*time.Millisecond, func() error {
+		err = testwait.Poll(10*time.Second, 100*time.Millisecond, func() error {
 			after = counts()
 			if got := after["bad_mac"] - before["bad_mac"]; got < float64(sent) {
 				return fmt.Errorf("bad MACs %.0f of %d", got, sent)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/sim/tokenizer"
 )
 
@@ -83,7 +84,7 @@ func startMeshPool(t *testing.T, bin Binary, engines, routers int, toml func([]*
 		p.Routers = append(p.Routers, r)
 	}
 	for _, r := range p.Routers {
-		err := Eventually(60*time.Second, 50*time.Millisecond, func() error {
+		err := testwait.Poll(60*time.Second, 50*time.Millisecond, func() error {
 			if r.Proc.Exited() {
 				return errors.New("exited")
 			}
@@ -114,7 +115,7 @@ func startMeshPool(t *testing.T, bin Binary, engines, routers int, toml func([]*
 // router as a voter of one Raft cluster: they found each other by gossip.
 func (p *meshPool) raftFormed() {
 	p.t.Helper()
-	err := Eventually(30*time.Second, 100*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 100*time.Millisecond, func() error {
 		code, body, err := Do(context.Background(), http.MethodGet, p.Routers[0].Admin+"/api/v1/cluster", meshToken, "")
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("%d %v", code, err)
@@ -152,7 +153,7 @@ func (p *meshPool) warm() {
 	p.t.Helper()
 	ctx := context.Background()
 	n := 0
-	err := Eventually(30*time.Second, 100*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 100*time.Millisecond, func() error {
 		n++
 		for _, e := range p.Engines {
 			body := fmt.Sprintf(`{"prompt":%s,"max_tokens":1}`, meshIDs(7_000_000+n*17, 16))
@@ -430,7 +431,7 @@ func TestMeshPreciseRoutingAndStaleness(t *testing.T) {
 	}
 	send(prompt)
 	var holder, other *meshEngine
-	err = Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	err = testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 		es, err := meshClusterEngines(ctx, r.Admin)
 		if err != nil {
 			return err
@@ -463,7 +464,7 @@ func TestMeshPreciseRoutingAndStaleness(t *testing.T) {
 
 	holder.Sidecar.Kill()
 	killed := time.Now()
-	err = Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	err = testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 		es, err := meshClusterEngines(ctx, r.Admin)
 		if err != nil {
 			return err

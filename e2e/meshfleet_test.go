@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/rolter/rolter/cluster/mesh"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // LossyResult is what MeasureLossyMesh saw.
@@ -59,7 +60,7 @@ func MeasureLossyMesh(ctx context.Context, routers, sidecars int, loss float64, 
 	for i := range urls {
 		urls[i] = mesh.EngineURL(i)
 	}
-	err = Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	err = testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		for _, r := range h.Routers {
 			if n := len(r.View().Engines("")); n != sidecars {
 				return fmt.Errorf("%s lists %d engines", r.Name(), n)

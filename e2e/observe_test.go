@@ -19,6 +19,8 @@ import (
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // TestObservabilityOfAStreamedChat runs a real `rolter router
@@ -88,7 +90,7 @@ endpoint = %q
 	proc := Start(t, bin, "router", dir, "router", "--standalone", "--config", cfgPath, "--http", addrs[0],
 		"--admin", addrs[1], "--log-format", "json", "--node-id", "observer-router")
 	api := "http://" + addrs[0]
-	if err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		code, _, err := Do(context.Background(), http.MethodGet, "http://"+addrs[1]+"/readyz", "", "")
 		if err == nil && code != 200 {
 			err = fmt.Errorf("readyz %d", code)
@@ -129,7 +131,7 @@ endpoint = %q
 	}
 
 	var line map[string]any
-	if err := Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 		b, err := os.ReadFile(proc.Log)
 		if err != nil {
 			return err
@@ -167,7 +169,7 @@ endpoint = %q
 	}
 
 	// The batch exporter sends within its 5 s schedule.
-	if err := Eventually(20*time.Second, 100*time.Millisecond, func() error {
+	if err := testwait.Poll(20*time.Second, 100*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if spans["route"] < 1 || spans["pick"] < 1 || spans["attempt"] < 1 {

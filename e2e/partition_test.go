@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // Issue 21 part 3: partitions, with the history checked. Three real
@@ -334,7 +336,7 @@ func healAndCatchUp(ctx context.Context, t *testing.T, c *Cluster, fn *FaultNet,
 	}
 	fn.Heal()
 	healed := time.Now()
-	err = Eventually(60*time.Second, 20*time.Millisecond, func() error {
+	err = testwait.Poll(60*time.Second, 20*time.Millisecond, func() error {
 		got, err := metric(ctx, c.Routers[cut], "rolter_config_version")
 		if err == nil && got < want {
 			err = fmt.Errorf("%s runs config_version %v, the majority ran %v at the heal", c.Routers[cut].ID, got, want)
@@ -365,7 +367,7 @@ func others(i int) []int {
 // accepts, and returns it.
 func waitLeaderOn(ctx context.Context, c *Cluster, idx []int, ok func(string) bool) (string, error) {
 	var leader string
-	err := Eventually(30*time.Second, 20*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 20*time.Millisecond, func() error {
 		leader = ""
 		for _, i := range idx {
 			l, err := c.LeaderSeenBy(ctx, c.Routers[i])
@@ -386,7 +388,7 @@ func waitLeaderOn(ctx context.Context, c *Cluster, idx []int, ok func(string) bo
 // its status and body ("" on timeout).
 func waitReadyzSays(ctx context.Context, r *Router, what string) string {
 	var got string
-	_ = Eventually(15*time.Second, 50*time.Millisecond, func() error {
+	_ = testwait.Poll(15*time.Second, 50*time.Millisecond, func() error {
 		code, b, err := Do(ctx, http.MethodGet, r.Admin+"/readyz", "", "")
 		if err != nil {
 			return err
@@ -402,7 +404,7 @@ func waitReadyzSays(ctx context.Context, r *Router, what string) string {
 
 // waitGossip waits until every router lists n live routers.
 func waitGossip(ctx context.Context, c *Cluster, n int) error {
-	return Eventually(30*time.Second, 100*time.Millisecond, func() error {
+	return testwait.Poll(30*time.Second, 100*time.Millisecond, func() error {
 		for _, r := range c.Routers {
 			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/cluster", c.Token, "")
 			if err != nil || code != http.StatusOK {
@@ -432,7 +434,7 @@ func waitGossip(ctx context.Context, c *Cluster, n int) error {
 
 // waitConverged waits until every router runs one config_version.
 func waitConverged(ctx context.Context, c *Cluster) error {
-	return Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	return testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		var want string
 		for _, r := range c.Routers {
 			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/cluster", c.Token, "")

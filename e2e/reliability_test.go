@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // reliabilityLimits are the hostile-HTTP limits of the suite's rolter.toml.
@@ -281,7 +283,7 @@ func assertClean(t *testing.T, res FailoverResult) {
 // needed: open) or closed (401 without a key).
 func waitOpen(ctx context.Context, apis []string, open bool) error {
 	body := `{"model":"chat","messages":[{"role":"user","content":"ping"}],"max_tokens":2}`
-	return Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	return testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 		for _, api := range apis {
 			code, _, err := Do(ctx, http.MethodPost, api+"/v1/chat/completions", "", body)
 			if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // TestResumeStreams is issue 17's acceptance run: a `rolter router
@@ -66,7 +68,7 @@ targets = %s
 	addrs := FreeAddrs(t, 2)
 	proc := Start(t, bin, "router", dir, "router", "--standalone", "--config", cfgPath, "--http", addrs[0], "--admin", addrs[1])
 	api, admin := "http://"+addrs[0], "http://"+addrs[1]
-	if err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		code, _, err := Do(context.Background(), "GET", admin+"/readyz", "", "")
 		if err == nil && code != 200 {
 			err = fmt.Errorf("readyz %d", code)

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 func jsonString(body []byte, field string) (string, error) {
@@ -67,7 +69,7 @@ func PolicyPropagation(ctx context.Context, c *Cluster, n int) ([]time.Duration,
 			return out, fmt.Errorf("PUT policy on follower %s: %d %s %v", f.ID, code, b, err)
 		}
 		pending := c.Live()
-		err = Eventually(5*time.Second, 2*time.Millisecond, func() error {
+		err = testwait.Poll(5*time.Second, 2*time.Millisecond, func() error {
 			var rest []*Router
 			for _, r := range pending {
 				code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/adaptive-routing-policy", c.Token, "")
@@ -148,7 +150,7 @@ func LeaderKillLoad(ctx context.Context, c *Cluster, writes, killAt int, provide
 		defer killWG.Done()
 		start := time.Now()
 		c.Router(leader).Proc.Kill()
-		electionErr = Eventually(15*time.Second, 5*time.Millisecond, func() error {
+		electionErr = testwait.Poll(15*time.Second, 5*time.Millisecond, func() error {
 			l, err := c.Leader(ctx)
 			if err == nil && l == leader {
 				err = errors.New("old leader still reported")
@@ -211,7 +213,7 @@ func LeaderKillLoad(ctx context.Context, c *Cluster, writes, killAt int, provide
 
 	// Every acknowledged route exists on every survivor.
 	for _, r := range c.Live() {
-		err := Eventually(10*time.Second, 20*time.Millisecond, func() error {
+		err := testwait.Poll(10*time.Second, 20*time.Millisecond, func() error {
 			code, b, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/routes", c.Token, "")
 			if err != nil || code != http.StatusOK {
 				return fmt.Errorf("GET routes on %s: %d %v", r.ID, code, err)

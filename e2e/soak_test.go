@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // soakDuration is ROLTER_SOAK_DURATION (a Go duration), 10 minutes by
@@ -115,7 +117,7 @@ func soak(t *testing.T, dur time.Duration) {
 	proc := Start(t, bin, "router", dir, "router", "--standalone", "--config", cfgPath, "--http", addrs[0], "--admin", addrs[1])
 	ext := "http://" + addrs[0]
 	metrics := "http://" + addrs[1] + "/metrics"
-	if err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	if err := testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		_, err := heapInuse(context.Background(), metrics)
 		return err
 	}); err != nil {
@@ -237,7 +239,7 @@ sampling:
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	for i, m := range routerMetrics {
 		var now float64
-		err := Eventually(30*time.Second, 100*time.Millisecond, func() error {
+		err := testwait.Poll(30*time.Second, 100*time.Millisecond, func() error {
 			v, err := gauge(ctx, m, "go_goroutines")
 			if err != nil {
 				return err

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // Issue 15's real-process measurements: learned routing state survives
@@ -78,7 +80,7 @@ func TestLearnedAffinitySurvivesAdminWrites(t *testing.T) {
 		var code int
 		var b []byte
 		// The key just created reaches the data plane a commit later.
-		err := Eventually(10*time.Second, 20*time.Millisecond, func() error {
+		err := testwait.Poll(10*time.Second, 20*time.Millisecond, func() error {
 			var err error
 			code, b, err = Do(ctx, http.MethodPost, r.API+"/v1/chat/completions", key.Secret, body)
 			if err == nil && code != http.StatusOK {
@@ -108,7 +110,7 @@ func TestLearnedAffinitySurvivesAdminWrites(t *testing.T) {
 	}
 	admin(http.MethodPut, "/api/v1/adaptive-routing-policy",
 		`{"enabled":true,"latency_weight":1,"cost_weight":0.5,"load_weight":0.25,"exploration_ratio":0.05,"min_samples":50}`)
-	err := Eventually(10*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
 		if v := metricPlain(ctx, r.Admin, "rolter_config_version"); v < v0+11 {
 			return fmt.Errorf("config_version %v, want ≥ %v", v, v0+11)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/certs/certstest"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // TestTLSListeners is issue 21's TLS acceptance on a real `rolter router`
@@ -42,7 +43,7 @@ func TestTLSListeners(t *testing.T) {
 	api, admin := "https://"+addrs[0], "https://"+addrs[1]
 
 	operator := tlsHTTP(t, ca.Pool(), ca.Valid(t, "operator"))
-	err := Eventually(30*time.Second, 50*time.Millisecond, func() error {
+	err := testwait.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		if proc.Exited() {
 			return fmt.Errorf("exited:\n%s", proc.Tail(2000))
 		}
@@ -96,7 +97,7 @@ func TestTLSListeners(t *testing.T) {
 	if err := proc.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	err = Eventually(10*time.Second, 20*time.Millisecond, func() error {
+	err = testwait.Poll(10*time.Second, 20*time.Millisecond, func() error {
 		fresh := tlsHTTP(t, ca.Pool(), certstest.Leaf{}) // a new connection
 		resp, err := fresh.Get(api + "/v1/models")
 		if err != nil {

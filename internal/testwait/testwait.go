@@ -69,6 +69,25 @@ func For[C Condition](t TB, within time.Duration, what string, cond C) {
 	}
 }
 
+// Poll calls check every period until it returns nil, or until within
+// has passed; it then returns check's last error, wrapped with the time
+// allowed. It is For for measurements: a fixed period resolves the time an
+// event took to that period (For's backoff would coarsen it), and the
+// caller, not a test, decides what an error means.
+func Poll(within, period time.Duration, check func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("not within %v: %w", within, err)
+		}
+		time.Sleep(min(period, time.Until(deadline)))
+	}
+}
+
 // asCheck turns either form of Condition into the error form.
 func asCheck[C Condition](cond C) func() error {
 	switch c := any(cond).(type) {

@@ -118,3 +118,31 @@ func TestForChecksOnceMoreAfterTheLastPause(t *testing.T) {
 		}
 	})
 }
+
+func TestPollReturnsTheLastErrorAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		last := errors.New("still 3 pending")
+		start := time.Now()
+		err := Poll(30*time.Millisecond, 5*time.Millisecond, func() error { calls++; return last })
+		if !errors.Is(err, last) || !strings.Contains(err.Error(), "not within 30ms") {
+			t.Fatalf("Poll = %v, want the last error wrapped with the time allowed", err)
+		}
+		// In the bubble's clock: checks at 0, 5, ..., 30 ms.
+		if calls != 7 || time.Since(start) != 30*time.Millisecond {
+			t.Errorf("%d checks over %v, want 7 over 30ms", calls, time.Since(start))
+		}
+	})
+}
+
+func TestPollReturnsOnceTheCheckPasses(t *testing.T) {
+	calls := 0
+	if err := Poll(time.Second, time.Millisecond, func() error {
+		if calls++; calls < 4 {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil || calls != 4 {
+		t.Fatalf("Poll = %v after %d checks, want nil after 4", err, calls)
+	}
+}
