@@ -106,6 +106,10 @@ func isStringOrNull(v []byte) bool { return v[0] == '"' || v[0] == 'n' }
 type scanner struct {
 	x       *extractor
 	scratch []byte
+	// known is a span of the body whose token ids parseRequest read
+	// already (knownIDs); nil: none.
+	known    []byte
+	knownIDs []uint32
 }
 
 // str decodes a raw JSON string or null as encoding/json would into a Go
@@ -382,6 +386,14 @@ func (s *scanner) promptField(raw []byte) []uint32 {
 	case raw[0] == '[' && elements(raw, isStringOrNull):
 		elements(raw, func(v []byte) bool { textOf(s.x, s.str(v)); return true })
 		return nil
+	}
+	if len(s.known) > 0 && len(raw) == len(s.known) && &raw[0] == &s.known[0] {
+		s.x.d.ids('K', s.knownIDs)
+		return capIDs(s.knownIDs)
+	}
+	if ids, ok := appendTokenIDs(nil, raw); ok {
+		s.x.d.ids('K', ids)
+		return ids
 	}
 	return s.x.promptField(raw)
 }

@@ -112,7 +112,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		defer open.Add(-1)
 	}
 	t0 = time.Now()
-	if err := fillRouteContext(a.rc, r.Header, body, true, req.model, res.adapter); err != nil {
+	if err := fillFromRequest(a.rc, r.Header, req, res.adapter); err != nil {
 		fail(err, 0)
 		return
 	}

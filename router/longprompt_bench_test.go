@@ -1,0 +1,67 @@
+package router
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rolter/rolter/strategies"
+)
+
+// tokenBody is a completions request whose prompt is n token ids.
+func tokenBody(n int) []byte {
+	b := []byte(`{"model":"llama","prompt":[`)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(i*7919%128000), 10)
+	}
+	return append(b, `],"max_tokens":8}`...)
+}
+
+// BenchmarkLongPrompt is the router's reading of a long token-id prompt:
+// validation, the model's span, the ids and their block keys, from the
+// body (json) or from the x-rolter-vllm-token-ids header (header). MB/s
+// is of the body (or header) bytes.
+func BenchmarkLongPrompt(b *testing.B) {
+	for _, n := range []int{8 << 10, 32 << 10, 128 << 10} {
+		body := tokenBody(n)
+		b.Run(fmt.Sprintf("json/%dk", n>>10), func(b *testing.B) {
+			var rc strategies.RouteContext
+			hdr := http.Header{}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req, err := parseRequest(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := fillFromRequest(&rc, hdr, &req, ""); err != nil {
+					b.Fatal(err)
+				}
+				if len(rc.TokenIDs) != n || len(rc.BlockKeys) != n/blockSize {
+					b.Fatalf("%d ids, %d keys", len(rc.TokenIDs), len(rc.BlockKeys))
+				}
+			}
+		})
+		ids := string(body[strings.IndexByte(string(body), '[')+1 : strings.IndexByte(string(body), ']')])
+		small := []byte(`{"model":"llama","prompt":"hi","max_tokens":8}`)
+		b.Run(fmt.Sprintf("header/%dk", n>>10), func(b *testing.B) {
+			var rc strategies.RouteContext
+			hdr := http.Header{"X-Rolter-Vllm-Token-Ids": {ids}}
+			b.SetBytes(int64(len(ids)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := fillRouteContext(&rc, hdr, small, true, "llama", ""); err != nil {
+					b.Fatal(err)
+				}
+				if len(rc.TokenIDs) != n {
+					b.Fatalf("%d ids", len(rc.TokenIDs))
+				}
+			}
+		})
+	}
+}
