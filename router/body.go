@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/bits"
 	"unicode/utf8"
 )
@@ -116,22 +117,63 @@ func (r *request) withModel(model string) []byte {
 	if model == r.model {
 		return r.body
 	}
-	n := len(r.body) - (r.modelEnd - r.modelStart)
+	var out bytes.Buffer
+	_, _ = r.bodyFor(model).WriteTo(&out)
+	return out.Bytes()
+}
+
+// bodyFor is the upstream body for model: the client's bytes with the
+// model value spliced in, read from the client's buffer in place (a long
+// prompt is not copied per attempt).
+func (r *request) bodyFor(model string) *splicedBody {
+	if model == r.model {
+		return &splicedBody{parts: [3][]byte{r.body}, n: int64(len(r.body))}
+	}
 	var q []byte
 	if plainJSONString(model) {
-		n += len(model) + 2
+		q = make([]byte, 0, len(model)+2)
+		q = append(append(append(q, '"'), model...), '"')
 	} else {
 		q, _ = json.Marshal(model)
-		n += len(q)
 	}
-	out := make([]byte, 0, n)
-	out = append(out, r.body[:r.modelStart]...)
-	if q == nil {
-		out = append(append(append(out, '"'), model...), '"')
-	} else {
-		out = append(out, q...)
+	sp := &splicedBody{parts: [3][]byte{r.body[:r.modelStart], q, r.body[r.modelEnd:]}}
+	sp.n = int64(len(sp.parts[0]) + len(q) + len(sp.parts[2]))
+	return sp
+}
+
+// splicedBody reads three byte slices as one body.
+type splicedBody struct {
+	parts [3][]byte
+	n     int64 // total length
+}
+
+func (b *splicedBody) Read(p []byte) (int, error) {
+	for i := range b.parts {
+		if len(b.parts[i]) > 0 {
+			n := copy(p, b.parts[i])
+			b.parts[i] = b.parts[i][n:]
+			return n, nil
+		}
 	}
-	return append(out, r.body[r.modelEnd:]...)
+	return 0, io.EOF
+}
+
+// WriteTo hands each part to w whole: the transport's buffered writer
+// passes a large one straight to the connection.
+func (b *splicedBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for i := range b.parts {
+		if len(b.parts[i]) == 0 {
+			continue
+		}
+		n, err := w.Write(b.parts[i])
+		total += int64(n)
+		b.parts[i] = b.parts[i][n:]
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // plainJSONString reports whether json.Marshal would write s as is between

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -142,7 +141,13 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 			return b, err
 		}
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			if int64(len(b)) < n {
+				// The client sent what the hint allowed: size for the
+				// length it declared (bounded by max_body_bytes).
+				b = append(make([]byte, 0, n+1), b...)
+			} else {
+				b = append(b, 0)[:len(b)]
+			}
 		}
 	}
 }
@@ -414,7 +419,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
 	}
 	model := t.upstreamModel(a.res.requested)
-	body := a.req.withModel(model)
+	body := a.req.bodyFor(model)
 	// The load the balancer saw for idx at this pick (pick fills a.loads).
 	queue := strategies.QueueDepth(a.loads, idx)
 	t.stats.Begin()
@@ -434,7 +439,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	}
 
 	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)
-	out, err := http.NewRequestWithContext(actx, http.MethodPost, upstreamURL(t.provider, a.r.URL.Path), bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(actx, http.MethodPost, upstreamURL(t.provider, a.r.URL.Path), body)
 	if err != nil {
 		cancelAttempt()
 		end(false, "error")
@@ -442,7 +447,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		return nil, 0, false
 	}
 	out.Header = outboundHeader(a.r.Header, t.provider)
-	out.ContentLength = int64(len(body))
+	out.ContentLength = body.n
 	a.startAttempt(out, t, model)
 	firstByte := time.AfterFunc(a.sn.cfg.Timeouts.FirstByte.Duration, cancelAttempt)
 	resp, err = s.transport.RoundTrip(out)

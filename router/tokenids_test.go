@@ -166,3 +166,20 @@ func TestParseRequestReadsTokenIDPrompt(t *testing.T) {
 		t.Fatalf("truncated ids: %v", err)
 	}
 }
+
+// digits reads every length of number, at the end of the input and before
+// a separator, as strconv does.
+func TestDigits(t *testing.T) {
+	for _, v := range []uint64{0, 7, 10, 99, 305, 1000, 65535, 128000, 999999, 1234567, 9999999, 12345678, 123456789, 4294967295} {
+		text := strconv.FormatUint(v, 10)
+		for _, in := range []string{text, text + ",", text + "]xxxxxxxx", text + " 1,2,3,4,5,6"} {
+			got, n := digits(in, 0)
+			if got != v || n != len(text) {
+				t.Errorf("digits(%q) = %d, %d; want %d, %d", in, got, n, v, len(text))
+			}
+		}
+	}
+	if v, n := digits("42949672960,", 0); n != 11 || v <= 4294967295 {
+		t.Errorf("an 11-digit number read as %d (%d digits)", v, n)
+	}
+}
