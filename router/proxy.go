@@ -624,8 +624,15 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 	if sse {
 		_ = rc.Flush()
 	}
-	bufp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bufp)
+	// An open event stream holds its buffer for its whole life: events
+	// are small, so it gets a small one (a thousand open streams hold
+	// 4 MiB, not 32).
+	pool := &copyBufs
+	if sse {
+		pool = &eventBufs
+	}
+	bufp := pool.Get().(*[]byte)
+	defer pool.Put(bufp)
 	buf := *bufp
 	first := true
 	for {
@@ -679,5 +686,9 @@ func isEventStream(ct string) bool {
 	return rest == "" || rest[0] == ';'
 }
 
-// copyBufs recycles relay buffers across requests.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// copyBufs and eventBufs recycle relay buffers across requests: large
+// for whole bodies, small for event streams.
+var (
+	copyBufs  = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	eventBufs = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+)
