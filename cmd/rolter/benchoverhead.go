@@ -19,9 +19,9 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	var targets, strats, modes, nginx, pin, jsonPath string
 	var skipRouter bool
 	fs := newFlagSet("bench overhead", stderr)
-	fs.Float64Var(&cfg.Rate, "rate", 2000, "fixed rate (requests/s) of the latency measurement")
+	fs.Float64Var(&cfg.Rate, "rate", 1000, "fixed rate (requests/s) of the latency measurement")
 	fs.DurationVar(&cfg.Duration, "duration", 3*time.Second, "length of the fixed-rate measurement")
-	fs.Float64Var(&cfg.SearchStart, "search-start", 500, "first rate of the max-rate step search")
+	fs.Float64Var(&cfg.SearchStart, "search-start", 250, "first rate of the max-rate step search")
 	fs.Float64Var(&cfg.SearchFactor, "search-factor", 1.5, "each search step multiplies the rate by this")
 	fs.Float64Var(&cfg.SearchMax, "search-max", 20000, "highest rate the search tries")
 	fs.DurationVar(&cfg.SearchDuration, "search-duration", 2*time.Second, "length of each search step")
