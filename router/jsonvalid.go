@@ -1,5 +1,10 @@
 package router
 
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
 // maxJSONDepth is encoding/json's nesting limit: deeper documents are not
 // valid to it, so they are not to the router either.
 const maxJSONDepth = 10000
@@ -162,6 +167,10 @@ func hasLiteral(b []byte, i int, lit string) bool {
 // the index after its closing quote.
 func scanValidString(b []byte, i int) (int, bool) {
 	for i++; i < len(b); i++ {
+		i = nextStringSpecial(b, i)
+		if i == len(b) {
+			break
+		}
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1, true
@@ -190,6 +199,26 @@ func scanValidString(b []byte, i int) (int, bool) {
 		}
 	}
 	return i, false
+}
+
+// nextStringSpecial returns the index of the first byte at or after i that
+// ends a string or needs a look inside one (a quote, a backslash, a control
+// character), or len(b); eight bytes at a time.
+func nextStringSpecial(b []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		q, bs := w^(ones*'"'), w^(ones*'\\')
+		// Each term's lowest mark is exact: (x - ones) &^ x marks zero
+		// bytes of x, (w - ones*0x20) &^ w bytes below 0x20.
+		if m := ((q-ones)&^q | (bs-ones)&^bs | (w-ones*0x20)&^w) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for i < len(b) && b[i] >= 0x20 && b[i] != '"' && b[i] != '\\' {
+		i++
+	}
+	return i
 }
 
 func isHex(c byte) bool {

@@ -13,11 +13,24 @@ import (
 	"github.com/rolter/rolter/strategies"
 )
 
-// Header names users know (compat.md).
+// Header names users know (compat.md), and their canonical forms, which
+// index an http.Header directly (Header.Get would canonicalise, and
+// allocate, on every request).
 const (
 	headerSession  = "x-session-id"
 	headerTokenIDs = "x-rolter-vllm-token-ids"
+
+	canonSession  = "X-Session-Id"
+	canonTokenIDs = "X-Rolter-Vllm-Token-Ids"
 )
+
+// firstValue is hdr.Get(key) for a canonical key.
+func firstValue(hdr http.Header, key string) string {
+	if v := hdr[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
 
 // bytesPerToken turns a prompt's text length into its estimated token
 // count when the caller sent no token ids (RouteContext.PromptTokens, and
@@ -368,7 +381,7 @@ func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request,
 }
 
 func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string) error {
-	ids, err := parseTokenIDs(hdr.Get(headerTokenIDs))
+	ids, err := parseTokenIDs(firstValue(hdr, canonTokenIDs))
 	if err != nil {
 		return err
 	}
@@ -378,7 +391,7 @@ func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool,
 	}
 	*rc = strategies.RouteContext{
 		Model:        model,
-		SessionKey:   hdr.Get(headerSession),
+		SessionKey:   firstValue(hdr, canonSession),
 		Prompt:       p.prompt,
 		PromptLen:    p.n,
 		PromptDigest: p.digest,

@@ -46,6 +46,13 @@ func fieldIndex(key []byte, names []string) int {
 // reports false when fn does, when a key needs the decoder, or when a
 // named key appears twice.
 func members(obj []byte, names []string, fn func(field int, val []byte) bool) bool {
+	return membersKnown(obj, names, nil, fn)
+}
+
+// membersKnown is members where known, when not empty, is one value's
+// span inside obj already read (a long token-id prompt): it is stepped
+// over, not scanned again.
+func membersKnown(obj []byte, names []string, known []byte, fn func(field int, val []byte) bool) bool {
 	var seen uint32
 	i := 1
 	for {
@@ -62,7 +69,11 @@ func members(obj []byte, names []string, fn func(field int, val []byte) bool) bo
 		i = skipSpace(obj, i)
 		i = skipSpace(obj, i+1) // ':'
 		vs := i
-		i = skipValue(obj, i)
+		if len(known) > 0 && len(obj)-vs >= len(known) && &obj[vs] == &known[0] {
+			i = vs + len(known)
+		} else {
+			i = skipValue(obj, i)
+		}
 		switch {
 		case f == -2:
 			return false
@@ -209,7 +220,7 @@ func (s *scanner) scanConversation(body []byte) (ids []uint32, ok bool) {
 		return nil, false
 	}
 	var msgs, prompt, input []byte
-	if !members(body[i:], topFields, func(f int, v []byte) bool {
+	if !membersKnown(body[i:], topFields, s.known, func(f int, v []byte) bool {
 		switch f {
 		case 0:
 			if v[0] == 'n' {

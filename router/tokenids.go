@@ -2,9 +2,11 @@ package router
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 )
 
 // Token ids arrive as a completions prompt (a JSON array) or in the
@@ -56,6 +58,10 @@ func readTokenIDs(dst []uint32, b []byte, i int) (ids []uint32, end int, ok bool
 		if len(dst) < maxTokenIDs {
 			dst = append(dst, uint32(v))
 		}
+		if i < len(b) && b[i] == ',' && i+1 < len(b) && b[i+1]-'0' <= 9 {
+			i++ // the usual "12,345": no space to skip
+			continue
+		}
 		i = skipSpace(b, i)
 		if i >= len(b) {
 			return dst, i, false
@@ -71,16 +77,14 @@ func readTokenIDs(dst []uint32, b []byte, i int) (ids []uint32, end int, ok bool
 	}
 }
 
-// digits reads the decimal digits at s[i:] and returns their value and
+// digits reads the decimal digits at b[i:] and returns their value and
 // count; past 10 digits the value is only known to exceed 32 bits. A number
 // of up to seven digits followed by a non-digit is read eight bytes at a
 // time: no branch per digit.
-func digits[T string | []byte](s T, i int) (v uint64, n int) {
-	if i+8 <= len(s) {
-		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+func digits(b []byte, i int) (v uint64, n int) {
+	if i+8 <= len(b) {
 		const zeros, highs = 0x3030303030303030, 0x8080808080808080
-		a := w ^ zeros // a digit's byte is now its value, 0-9
+		a := binary.LittleEndian.Uint64(b[i:]) ^ zeros // a digit's byte is now its value, 0-9
 		// A byte above 9 gets its high bit set by the add (or had it);
 		// a carry can only mark bytes after the first non-digit.
 		m := ((a + 0x7676767676767676) | a) & highs
@@ -94,9 +98,9 @@ func digits[T string | []byte](s T, i int) (v uint64, n int) {
 			return x, n
 		}
 	}
-	for n = 0; i+n < len(s) && s[i+n]-'0' <= 9; n++ {
+	for n = 0; i+n < len(b) && b[i+n]-'0' <= 9; n++ {
 		if v <= math.MaxUint32 {
-			v = v*10 + uint64(s[i+n]-'0')
+			v = v*10 + uint64(b[i+n]-'0')
 		}
 	}
 	return v, n
@@ -106,13 +110,14 @@ func digits[T string | []byte](s T, i int) (v uint64, n int) {
 // by commas, spaces and tabs around them. ok is false when the value holds
 // anything else, or too many ids: parseTokenIDs then reads it the slow way
 // (and words the error).
-func scanTokenIDHeader(h string) (ids []uint32, ok bool) {
-	n := 1
-	for i := 0; i < len(h); i++ {
-		if h[i] == ',' {
-			n++
-		}
+func scanTokenIDHeader(hs string) (ids []uint32, ok bool) {
+	if hs == "" {
+		return nil, false
 	}
+	// A read-only view of the header's bytes: it is not copied (a long
+	// prompt's header is most of a megabyte) and never written.
+	h := unsafe.Slice(unsafe.StringData(hs), len(hs))
+	n := bytes.Count(h, []byte{','}) + 1
 	if n > maxTokenIDs {
 		return nil, false
 	}

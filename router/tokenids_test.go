@@ -173,13 +173,23 @@ func TestDigits(t *testing.T) {
 	for _, v := range []uint64{0, 7, 10, 99, 305, 1000, 65535, 128000, 999999, 1234567, 9999999, 12345678, 123456789, 4294967295} {
 		text := strconv.FormatUint(v, 10)
 		for _, in := range []string{text, text + ",", text + "]xxxxxxxx", text + " 1,2,3,4,5,6"} {
-			got, n := digits(in, 0)
+			got, n := digits([]byte(in), 0)
 			if got != v || n != len(text) {
 				t.Errorf("digits(%q) = %d, %d; want %d, %d", in, got, n, v, len(text))
 			}
 		}
 	}
-	if v, n := digits("42949672960,", 0); n != 11 || v <= 4294967295 {
+	if v, n := digits([]byte("42949672960,"), 0); n != 11 || v <= 4294967295 {
 		t.Errorf("an 11-digit number read as %d (%d digits)", v, n)
+	}
+}
+
+// The canonical header names the router indexes are the ones net/http
+// files the users' names under.
+func TestCanonicalHeaderNames(t *testing.T) {
+	for name, canon := range map[string]string{headerSession: canonSession, headerTokenIDs: canonTokenIDs} {
+		if got := http.CanonicalHeaderKey(name); got != canon {
+			t.Errorf("%s is filed as %s, the router reads %s", name, got, canon)
+		}
 	}
 }
