@@ -51,7 +51,11 @@ enabled = false
 const benchBody = `{"model":"llama","stream":%s,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Write a haiku about load balancers and warm caches."}]}`
 
 func benchServer(b *testing.B, rt http.RoundTripper, extra string) *Server {
-	cfg, err := config.Parse("rolter.toml", []byte(benchConfig+extra), func(string) string { return "" })
+	return benchServerFrom(b, rt, benchConfig+extra)
+}
+
+func benchServerFrom(b *testing.B, rt http.RoundTripper, toml string) *Server {
+	cfg, err := config.Parse("rolter.toml", []byte(toml), func(string) string { return "" })
 	if err != nil {
 		b.Fatal(err)
 	}

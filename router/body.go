@@ -2,66 +2,109 @@ package router
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math/bits"
 	"unicode/utf8"
 )
 
 // request is what the router reads from a client body: the addressed model,
 // whether a stream was asked for, and where the top-level "model" value sits
 // so that each attempt can splice in its target's upstream model without
-// re-encoding the rest of the body.
+// re-encoding the rest of the body. A top-level "prompt" given as plain
+// token ids is read while the body is validated (promptIDs, the value's
+// span at promptAt:promptEnd), so extraction does not read it again.
 type request struct {
 	body       []byte
 	model      string
 	stream     bool
 	modelStart int // byte span of the top-level "model" value
 	modelEnd   int
+
+	promptIDs           []uint32
+	promptAt, promptEnd int
 }
 
 // parseRequest validates body (UTF-8, one JSON object with a string
-// "model") and locates the model value. Errors wrap ErrBadRequest.
+// "model") and locates the model value, in one pass over the bytes.
+// Errors wrap ErrBadRequest.
 func parseRequest(body []byte) (request, error) {
 	if !utf8.Valid(body) {
 		return request{}, fmt.Errorf("%w: body is not valid UTF-8", ErrBadRequest)
 	}
-	if !validJSON(body) {
-		return request{}, fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
-	}
+	invalid := fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	r := request{body: body, modelStart: -1}
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
+		if !validJSON(body) {
+			return request{}, invalid
+		}
 		return request{}, fmt.Errorf("%w: body must be a JSON object", ErrBadRequest)
 	}
-	i++
-	for {
-		i = skipSpace(body, i)
-		if body[i] == '}' {
-			break
-		}
-		if body[i] == ',' {
-			i = skipSpace(body, i+1)
-		}
-		ks := i
-		i = skipValue(body, i)
-		key := body[ks:i]
-		i = skipSpace(body, i)
-		i = skipSpace(body, i+1) // ':'
-		vs := i
-		i = skipValue(body, i)
-		switch {
-		case keyIs(key, "model"):
-			switch body[vs] {
-			case '"':
-				r.model = string(unquoted(body[vs:i]))
-			case 'n': // null leaves an earlier "model" as the decoder does
-			default:
-				return request{}, fmt.Errorf("%w: \"model\" must be a string", ErrBadRequest)
+	var modelErr error // reported once the body is known to be valid JSON
+	i = skipSpace(body, i+1)
+	if i < len(body) && body[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(body) || body[i] != '"' {
+				return request{}, invalid
 			}
-			r.modelStart, r.modelEnd = vs, i
-		case keyIs(key, "stream"):
-			r.stream = bytes.Equal(body[vs:i], []byte("true"))
+			ks := i
+			var ok bool
+			if i, ok = scanValidString(body, i); !ok {
+				return request{}, invalid
+			}
+			key := body[ks:i]
+			i = skipSpace(body, i)
+			if i >= len(body) || body[i] != ':' {
+				return request{}, invalid
+			}
+			vs := skipSpace(body, i+1)
+			read := false
+			if vs < len(body) && body[vs] == '[' && keyIs(key, "prompt") {
+				var ids []uint32
+				if ids, i, read = readTokenIDs(nil, body, vs); read {
+					r.promptIDs, r.promptAt, r.promptEnd = ids, vs, i
+				}
+			}
+			if !read {
+				if i, ok = validValue(body, vs, 1); !ok {
+					return request{}, invalid
+				}
+			}
+			switch {
+			case keyIs(key, "model"):
+				switch body[vs] {
+				case '"':
+					r.model = string(unquoted(body[vs:i]))
+				case 'n': // null leaves an earlier "model" as the decoder does
+				default:
+					modelErr = fmt.Errorf("%w: \"model\" must be a string", ErrBadRequest)
+				}
+				r.modelStart, r.modelEnd = vs, i
+			case keyIs(key, "stream"):
+				r.stream = bytes.Equal(body[vs:i], []byte("true"))
+			}
+			i = skipSpace(body, i)
+			if i < len(body) && body[i] == ',' {
+				i = skipSpace(body, i+1)
+				continue
+			}
+			if i < len(body) && body[i] == '}' {
+				i++
+				break
+			}
+			return request{}, invalid
 		}
+	}
+	if skipSpace(body, i) != len(body) {
+		return request{}, invalid
+	}
+	if modelErr != nil {
+		return request{}, modelErr
 	}
 	if r.modelStart < 0 || r.model == "" {
 		return request{}, fmt.Errorf("%w: \"model\" is required", ErrBadRequest)
@@ -74,22 +117,63 @@ func (r *request) withModel(model string) []byte {
 	if model == r.model {
 		return r.body
 	}
-	n := len(r.body) - (r.modelEnd - r.modelStart)
+	var out bytes.Buffer
+	_, _ = r.bodyFor(model).WriteTo(&out)
+	return out.Bytes()
+}
+
+// bodyFor is the upstream body for model: the client's bytes with the
+// model value spliced in, read from the client's buffer in place (a long
+// prompt is not copied per attempt).
+func (r *request) bodyFor(model string) *splicedBody {
+	if model == r.model {
+		return &splicedBody{parts: [3][]byte{r.body}, n: int64(len(r.body))}
+	}
 	var q []byte
 	if plainJSONString(model) {
-		n += len(model) + 2
+		q = make([]byte, 0, len(model)+2)
+		q = append(append(append(q, '"'), model...), '"')
 	} else {
 		q, _ = json.Marshal(model)
-		n += len(q)
 	}
-	out := make([]byte, 0, n)
-	out = append(out, r.body[:r.modelStart]...)
-	if q == nil {
-		out = append(append(append(out, '"'), model...), '"')
-	} else {
-		out = append(out, q...)
+	sp := &splicedBody{parts: [3][]byte{r.body[:r.modelStart], q, r.body[r.modelEnd:]}}
+	sp.n = int64(len(sp.parts[0]) + len(q) + len(sp.parts[2]))
+	return sp
+}
+
+// splicedBody reads three byte slices as one body.
+type splicedBody struct {
+	parts [3][]byte
+	n     int64 // total length
+}
+
+func (b *splicedBody) Read(p []byte) (int, error) {
+	for i := range b.parts {
+		if len(b.parts[i]) > 0 {
+			n := copy(p, b.parts[i])
+			b.parts[i] = b.parts[i][n:]
+			return n, nil
+		}
 	}
-	return append(out, r.body[r.modelEnd:]...)
+	return 0, io.EOF
+}
+
+// WriteTo hands each part to w whole: the transport's buffered writer
+// passes a large one straight to the connection.
+func (b *splicedBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for i := range b.parts {
+		if len(b.parts[i]) == 0 {
+			continue
+		}
+		n, err := w.Write(b.parts[i])
+		total += int64(n)
+		b.parts[i] = b.parts[i][n:]
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // plainJSONString reports whether json.Marshal would write s as is between
@@ -137,6 +221,12 @@ func skipValue(b []byte, i int) int {
 	case '{', '[':
 		depth := 0
 		for i < len(b) {
+			// Most bytes of a long value (digits of token ids, text)
+			// are not structural: step over them without the switch.
+			i = nextStructural(b, i)
+			if i == len(b) {
+				break
+			}
 			switch b[i] {
 			case '"':
 				i = skipString(b, i)
@@ -162,6 +252,31 @@ func skipValue(b []byte, i int) int {
 		}
 		return i
 	}
+}
+
+// structural marks the bytes skipValue must look at inside an object or
+// an array.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
+
+// nextStructural returns the index of the first structural byte at or
+// after i (len(b) if none), eight bytes at a time.
+func nextStructural(b []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	// has marks the bytes of w equal to c; its lowest mark is exact
+	// (borrows may add marks above a true one, never below).
+	has := func(w uint64, c byte) uint64 { x := w ^ (ones * uint64(c)); return (x - ones) &^ x & highs }
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		// '[' and ']' are '{' and '}' without bit 5.
+		folded := w | ones*0x20
+		if m := has(w, '"') | has(folded, '{') | has(folded, '}'); m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for i < len(b) && !structural[b[i]] {
+		i++
+	}
+	return i
 }
 
 // skipString returns the index just past the JSON string starting at

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -31,6 +33,8 @@ func FuzzParseRequest(f *testing.F) {
 		`{"messages":[]}`,
 		`[]`,
 		`{"model":"é\u00e9","prompt":[1,2,3]}`,
+		`{"model":"m","prompt":[ 0 , 4294967295 ],"prompt":[7]}`,
+		`{"model":"m","prompt":[1,02]}`,
 		"{\"model\":\"\xff\"}",
 	} {
 		f.Add([]byte(s))
@@ -40,6 +44,9 @@ func FuzzParseRequest(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error %v does not wrap ErrBadRequest", err)
+			}
+			if strings.Contains(err.Error(), "not valid JSON") && json.Valid(body) {
+				t.Fatalf("refused valid JSON as invalid: %v", err)
 			}
 			return
 		}
@@ -54,6 +61,12 @@ func FuzzParseRequest(f *testing.F) {
 		var span string
 		if err := json.Unmarshal(body[r.modelStart:r.modelEnd], &span); err != nil || span != r.model {
 			t.Fatalf("model span %q decodes to %q (%v), want %q", body[r.modelStart:r.modelEnd], span, err, r.model)
+		}
+		if r.promptIDs != nil {
+			var ids []uint32
+			if err := json.Unmarshal(body[r.promptAt:r.promptEnd], &ids); err != nil || !slices.Equal(ids, r.promptIDs) {
+				t.Fatalf("prompt ids %v, a decoder reads %v (%v)", r.promptIDs, ids, err)
+			}
 		}
 		if want := string(top["stream"]) == "true"; r.stream != want {
 			t.Fatalf("stream %v, the body says %s", r.stream, top["stream"])

@@ -1,5 +1,10 @@
 package router
 
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
 // maxJSONDepth is encoding/json's nesting limit: deeper documents are not
 // valid to it, so they are not to the router either.
 const maxJSONDepth = 10000
@@ -10,20 +15,26 @@ const maxJSONDepth = 10000
 // several times faster than json.Valid's state machine
 // (TestValidJSONMatchesStdlib, FuzzValidJSON).
 func validJSON(b []byte) bool {
+	end, ok := validValue(b, skipSpace(b, 0), 0)
+	return ok && skipSpace(b, end) == len(b)
+}
+
+// validValue checks the one JSON value starting at b[i], nested in outer
+// levels, and returns the index just past it.
+func validValue(b []byte, i, outer int) (int, bool) {
 	var small [4]uint64
 	objects := small[:] // bit d: level d is an object; grows past 256 levels
 	depth := 0
-	i := skipSpace(b, 0)
 	needValue := true
 	for {
 		if needValue {
 			if i >= len(b) {
-				return false
+				return i, false
 			}
 			switch c := b[i]; c {
 			case '{', '[':
-				if depth == maxJSONDepth {
-					return false
+				if outer+depth == maxJSONDepth {
+					return i, false
 				}
 				word, bit := depth>>6, uint64(1)<<(depth&63)
 				if word == len(objects) {
@@ -44,45 +55,52 @@ func validJSON(b []byte) bool {
 				if c == '{' {
 					var ok bool
 					if i, ok = objectKey(b, i); !ok {
-						return false
+						return i, false
 					}
 				}
 				continue
 			case '"':
 				var ok bool
 				if i, ok = scanValidString(b, i); !ok {
-					return false
+					return i, false
 				}
 			case 't':
 				if !hasLiteral(b, i, "true") {
-					return false
+					return i, false
 				}
 				i += 4
 			case 'f':
 				if !hasLiteral(b, i, "false") {
-					return false
+					return i, false
 				}
 				i += 5
 			case 'n':
 				if !hasLiteral(b, i, "null") {
-					return false
+					return i, false
 				}
 				i += 4
 			default:
 				var ok bool
 				if i, ok = scanNumber(b, i); !ok {
-					return false
+					return i, false
+				}
+				// A list of numbers (token ids) is read here to its
+				// end; the loop below sees only the last one.
+				if d := depth - 1; d >= 0 && objects[d>>6]&(1<<(d&63)) == 0 {
+					if i, ok = numberRun(b, i); !ok {
+						return i, false
+					}
 				}
 			}
 			needValue = false
 		}
 		// After a value.
-		i = skipSpace(b, i)
 		if depth == 0 {
-			return i == len(b)
+			return i, true
 		}
+		i = skipSpace(b, i)
 		if i >= len(b) {
-			return false
+			return i, false
 		}
 		d := depth - 1
 		object := objects[d>>6]&(1<<(d&63)) != 0
@@ -92,7 +110,7 @@ func validJSON(b []byte) bool {
 			if object {
 				var ok bool
 				if i, ok = objectKey(b, i); !ok {
-					return false
+					return i, false
 				}
 			}
 			needValue = true
@@ -100,7 +118,27 @@ func validJSON(b []byte) bool {
 			depth--
 			i++
 		default:
-			return false
+			return i, false
+		}
+	}
+}
+
+// numberRun continues a list after a number ending at i: while the next
+// element is a number too, it is checked and skipped. It returns the index
+// after the last number read.
+func numberRun(b []byte, i int) (int, bool) {
+	for {
+		j := skipSpace(b, i)
+		if j >= len(b) || b[j] != ',' {
+			return i, true
+		}
+		k := skipSpace(b, j+1)
+		if k >= len(b) || (b[k] != '-' && b[k]-'0' > 9) {
+			return i, true // not a number: the main loop reads it
+		}
+		var ok bool
+		if i, ok = scanNumber(b, k); !ok {
+			return i, false
 		}
 	}
 }
@@ -129,6 +167,10 @@ func hasLiteral(b []byte, i int, lit string) bool {
 // the index after its closing quote.
 func scanValidString(b []byte, i int) (int, bool) {
 	for i++; i < len(b); i++ {
+		i = nextStringSpecial(b, i)
+		if i == len(b) {
+			break
+		}
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1, true
@@ -157,6 +199,26 @@ func scanValidString(b []byte, i int) (int, bool) {
 		}
 	}
 	return i, false
+}
+
+// nextStringSpecial returns the index of the first byte at or after i that
+// ends a string or needs a look inside one (a quote, a backslash, a control
+// character), or len(b); eight bytes at a time.
+func nextStringSpecial(b []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		q, bs := w^(ones*'"'), w^(ones*'\\')
+		// Each term's lowest mark is exact: (x - ones) &^ x marks zero
+		// bytes of x, (w - ones*0x20) &^ w bytes below 0x20.
+		if m := ((q-ones)&^q | (bs-ones)&^bs | (w-ones*0x20)&^w) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for i < len(b) && b[i] >= 0x20 && b[i] != '"' && b[i] != '\\' {
+		i++
+	}
+	return i
 }
 
 func isHex(c byte) bool {

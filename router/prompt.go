@@ -13,11 +13,24 @@ import (
 	"github.com/rolter/rolter/strategies"
 )
 
-// Header names users know (compat.md).
+// Header names users know (compat.md), and their canonical forms, which
+// index an http.Header directly (Header.Get would canonicalise, and
+// allocate, on every request).
 const (
 	headerSession  = "x-session-id"
 	headerTokenIDs = "x-rolter-vllm-token-ids"
+
+	canonSession  = "X-Session-Id"
+	canonTokenIDs = "X-Rolter-Vllm-Token-Ids"
 )
+
+// firstValue is hdr.Get(key) for a canonical key.
+func firstValue(hdr http.Header, key string) string {
+	if v := hdr[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
 
 // bytesPerToken turns a prompt's text length into its estimated token
 // count when the caller sent no token ids (RouteContext.PromptTokens, and
@@ -171,8 +184,18 @@ type extraction struct {
 // (promptscan.go), which hands the shapes it does not mirror to the
 // decoder.
 func extractValidated(body []byte, valid bool) promptInfo {
+	return extract(body, valid, nil)
+}
+
+// extract is extractValidated; a non-nil req is body's parseRequest,
+// whose token-id prompt is taken as read.
+func extract(body []byte, valid bool, req *request) promptInfo {
 	e := extractions.Get().(*extraction)
 	defer extractions.Put(e)
+	e.s.known, e.s.knownIDs = nil, nil
+	if req != nil && req.promptIDs != nil {
+		e.s.known, e.s.knownIDs = body[req.promptAt:req.promptEnd], req.promptIDs
+	}
 	x := &e.x
 	*x = extractor{prompt: x.prompt[:0], d: newDigest()}
 	var ids []uint32
@@ -184,6 +207,7 @@ func extractValidated(body []byte, valid bool) promptInfo {
 		*x = extractor{prompt: x.prompt[:0], d: newDigest()}
 		ids = x.decode(body)
 	}
+	e.s.known, e.s.knownIDs = nil, nil
 	p := promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}
 	if cap(e.s.scratch) > 64<<10 {
 		e.s.scratch = nil // do not keep one huge message's buffer
@@ -288,8 +312,9 @@ func (x *extractor) promptField(raw json.RawMessage) []uint32 {
 	}
 	var ids []uint32
 	if json.Unmarshal(raw, &ids) == nil {
-		x.d.bytes('K', raw)
-		return capIDs(ids)
+		ids = capIDs(ids)
+		x.d.ids('K', ids)
+		return ids
 	}
 	var batch [][]uint32
 	if json.Unmarshal(raw, &batch) == nil && len(batch) > 0 {
@@ -314,11 +339,20 @@ func parseTokenIDs(h string) ([]uint32, error) {
 	if h == "" {
 		return nil, nil
 	}
+	if ids, ok := scanTokenIDHeader(h); ok {
+		return ids, nil
+	}
+	return splitTokenIDs(h)
+}
+
+// splitTokenIDs is the reference reading of a trimmed, non-empty
+// x-rolter-vllm-token-ids value (scanTokenIDHeader is the fast one).
+func splitTokenIDs(h string) ([]uint32, error) {
 	ids := make([]uint32, 0, strings.Count(h, ",")+1)
 	for f := range strings.SplitSeq(h, ",") {
 		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s must be comma-separated token ids, got %q", ErrBadRequest, headerTokenIDs, f)
+			return nil, errTokenIDs(f)
 		}
 		if len(ids) == maxTokenIDs {
 			return nil, fmt.Errorf("%w: %s carries more than %d ids", ErrBadRequest, headerTokenIDs, maxTokenIDs)
@@ -337,17 +371,27 @@ func buildRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte
 // fillRouteContext is buildRouteContext for a body whose validity as UTF-8
 // JSON is known (parseRequest checked it).
 func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, model, adapter string) error {
-	ids, err := parseTokenIDs(hdr.Get(headerTokenIDs))
+	return fill(rc, hdr, body, valid, nil, model, adapter)
+}
+
+// fillFromRequest is fillRouteContext for a body parseRequest read (and
+// so validated) as req.
+func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string) error {
+	return fill(rc, hdr, req.body, true, req, req.model, adapter)
+}
+
+func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string) error {
+	ids, err := parseTokenIDs(firstValue(hdr, canonTokenIDs))
 	if err != nil {
 		return err
 	}
-	p := extractValidated(body, valid)
+	p := extract(body, valid, req)
 	if ids == nil {
 		ids = p.tokenIDs
 	}
 	*rc = strategies.RouteContext{
 		Model:        model,
-		SessionKey:   hdr.Get(headerSession),
+		SessionKey:   firstValue(hdr, canonSession),
 		Prompt:       p.prompt,
 		PromptLen:    p.n,
 		PromptDigest: p.digest,
@@ -356,7 +400,7 @@ func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte,
 	}
 	if len(ids) > 0 {
 		rc.PromptTokens = len(ids)
-		rc.BlockKeys = kvblock.Keys(nil, ids, blockSize, kvblock.Extra(adapter, ""))
+		rc.BlockKeys = kvblock.Keys(make([]uint64, 0, len(ids)/blockSize), ids, blockSize, kvblock.Extra(adapter, ""))
 		if rc.Prompt == "" {
 			// No text to match: prefix affinity keys the ids instead.
 			rc.Prompt = strategies.TokenPrompt(ids)

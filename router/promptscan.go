@@ -46,6 +46,13 @@ func fieldIndex(key []byte, names []string) int {
 // reports false when fn does, when a key needs the decoder, or when a
 // named key appears twice.
 func members(obj []byte, names []string, fn func(field int, val []byte) bool) bool {
+	return membersKnown(obj, names, nil, fn)
+}
+
+// membersKnown is members where known, when not empty, is one value's
+// span inside obj already read (a long token-id prompt): it is stepped
+// over, not scanned again.
+func membersKnown(obj []byte, names []string, known []byte, fn func(field int, val []byte) bool) bool {
 	var seen uint32
 	i := 1
 	for {
@@ -62,7 +69,11 @@ func members(obj []byte, names []string, fn func(field int, val []byte) bool) bo
 		i = skipSpace(obj, i)
 		i = skipSpace(obj, i+1) // ':'
 		vs := i
-		i = skipValue(obj, i)
+		if len(known) > 0 && len(obj)-vs >= len(known) && &obj[vs] == &known[0] {
+			i = vs + len(known)
+		} else {
+			i = skipValue(obj, i)
+		}
 		switch {
 		case f == -2:
 			return false
@@ -106,6 +117,10 @@ func isStringOrNull(v []byte) bool { return v[0] == '"' || v[0] == 'n' }
 type scanner struct {
 	x       *extractor
 	scratch []byte
+	// known is a span of the body whose token ids parseRequest read
+	// already (knownIDs); nil: none.
+	known    []byte
+	knownIDs []uint32
 }
 
 // str decodes a raw JSON string or null as encoding/json would into a Go
@@ -205,7 +220,7 @@ func (s *scanner) scanConversation(body []byte) (ids []uint32, ok bool) {
 		return nil, false
 	}
 	var msgs, prompt, input []byte
-	if !members(body[i:], topFields, func(f int, v []byte) bool {
+	if !membersKnown(body[i:], topFields, s.known, func(f int, v []byte) bool {
 		switch f {
 		case 0:
 			if v[0] == 'n' {
@@ -382,6 +397,14 @@ func (s *scanner) promptField(raw []byte) []uint32 {
 	case raw[0] == '[' && elements(raw, isStringOrNull):
 		elements(raw, func(v []byte) bool { textOf(s.x, s.str(v)); return true })
 		return nil
+	}
+	if len(s.known) > 0 && len(raw) == len(s.known) && &raw[0] == &s.known[0] {
+		s.x.d.ids('K', s.knownIDs)
+		return capIDs(s.knownIDs)
+	}
+	if ids, ok := appendTokenIDs(nil, raw); ok {
+		s.x.d.ids('K', ids)
+		return ids
 	}
 	return s.x.promptField(raw)
 }

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -112,7 +111,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		defer open.Add(-1)
 	}
 	t0 = time.Now()
-	if err := fillRouteContext(a.rc, r.Header, body, true, req.model, res.adapter); err != nil {
+	if err := fillFromRequest(a.rc, r.Header, req, res.adapter); err != nil {
 		fail(err, 0)
 		return
 	}
@@ -142,7 +141,13 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 			return b, err
 		}
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			if int64(len(b)) < n {
+				// The client sent what the hint allowed: size for the
+				// length it declared (bounded by max_body_bytes).
+				b = append(make([]byte, 0, n+1), b...)
+			} else {
+				b = append(b, 0)[:len(b)]
+			}
 		}
 	}
 }
@@ -414,7 +419,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
 	}
 	model := t.upstreamModel(a.res.requested)
-	body := a.req.withModel(model)
+	body := a.req.bodyFor(model)
 	// The load the balancer saw for idx at this pick (pick fills a.loads).
 	queue := strategies.QueueDepth(a.loads, idx)
 	t.stats.Begin()
@@ -434,7 +439,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	}
 
 	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)
-	out, err := http.NewRequestWithContext(actx, http.MethodPost, upstreamURL(t.provider, a.r.URL.Path), bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(actx, http.MethodPost, upstreamURL(t.provider, a.r.URL.Path), body)
 	if err != nil {
 		cancelAttempt()
 		end(false, "error")
@@ -442,7 +447,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		return nil, 0, false
 	}
 	out.Header = outboundHeader(a.r.Header, t.provider)
-	out.ContentLength = int64(len(body))
+	out.ContentLength = body.n
 	a.startAttempt(out, t, model)
 	firstByte := time.AfterFunc(a.sn.cfg.Timeouts.FirstByte.Duration, cancelAttempt)
 	resp, err = s.transport.RoundTrip(out)
@@ -619,8 +624,15 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 	if sse {
 		_ = rc.Flush()
 	}
-	bufp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bufp)
+	// An open event stream holds its buffer for its whole life: events
+	// are small, so it gets a small one (a thousand open streams hold
+	// 4 MiB, not 32).
+	pool := &copyBufs
+	if sse {
+		pool = &eventBufs
+	}
+	bufp := pool.Get().(*[]byte)
+	defer pool.Put(bufp)
 	buf := *bufp
 	first := true
 	for {
@@ -674,5 +686,9 @@ func isEventStream(ct string) bool {
 	return rest == "" || rest[0] == ';'
 }
 
-// copyBufs recycles relay buffers across requests.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// copyBufs and eventBufs recycle relay buffers across requests: large
+// for whole bodies, small for event streams.
+var (
+	copyBufs  = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	eventBufs = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+)

@@ -4,15 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	benchrouting "github.com/rolter/rolter/bench/routing"
 	"github.com/rolter/rolter/data/mooncake"
@@ -108,54 +103,6 @@ func TestBenchDispatch(t *testing.T) {
 				t.Errorf("exit %d, want 2 (usage)\n%s", code, errOut.String())
 			}
 		})
-	}
-}
-
-// The generator sends every scheduled request even when the server holds
-// some of them: an open loop does not wait for answers before sending.
-func TestOpenLoopDoesNotWaitForAnswers(t *testing.T) {
-	var got atomic.Int64
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if got.Add(1) == 1 {
-			<-release // the first request is held until every other one arrived
-		}
-		_, _ = io.WriteString(w, "{}")
-	}))
-	defer srv.Close()
-	const rate, n = 200.0, 20
-	go func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for got.Load() < n && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		close(release)
-	}()
-	s := openLoop(t.Context(), newBenchClient(), func(int) string { return srv.URL }, []byte("{}"), rate, n*time.Second/rate)
-	if s.sent != n || s.errors != 0 || got.Load() != n {
-		t.Fatalf("sent %d, errors %d, server saw %d; want %d, 0, %d", s.sent, s.errors, got.Load(), n, n)
-	}
-	// The held request waited for the other 19 to be sent (≥ 95 ms of
-	// schedule), and its latency counts from its scheduled time.
-	if s.p999 < 90*time.Millisecond {
-		t.Errorf("slowest latency %v: the held request's wait was not measured", s.p999)
-	}
-}
-
-func TestLoadStatsSustained(t *testing.T) {
-	limit := 10 * time.Millisecond
-	for _, tc := range []struct {
-		s    loadStats
-		want bool
-	}{
-		{loadStats{sent: 1000, p99: 9 * time.Millisecond}, true},
-		{loadStats{sent: 1000, p99: 11 * time.Millisecond}, false},
-		{loadStats{sent: 1000, p99: time.Millisecond, errors: 1}, false},
-		{loadStats{sent: 0}, false},
-	} {
-		if got := tc.s.sustained(limit); got != tc.want {
-			t.Errorf("%+v: sustained %v, want %v", tc.s, got, tc.want)
-		}
 	}
 }
 

@@ -1,0 +1,133 @@
+package overhead
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func newClient() *http.Client {
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        8192,
+			MaxIdleConnsPerHost: 8192,
+			MaxConnsPerHost:     1024, // beyond this requests queue in the client, and that wait counts
+			IdleConnTimeout:     60 * time.Second,
+			DisableCompression:  true,
+		},
+	}
+}
+
+// request is what the generator sends: the same body every time.
+type request struct {
+	path string
+	body []byte
+}
+
+// benchRequest is a chat request with a PromptWords-word user message, or
+// with cfg.PromptTokens > 0 a completions request whose prompt is that many
+// token ids (one fixed sequence: precise_cache_aware sees it resident).
+func benchRequest(cfg Config, stream bool) request {
+	if cfg.PromptTokens > 0 {
+		b := fmt.Appendf(nil, `{"model":%q,"prompt":[`, model)
+		for i := range cfg.PromptTokens {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(i*7919%128000), 10)
+		}
+		b = fmt.Appendf(b, `],"max_tokens":%d,"stream":%t}`, cfg.MaxTokens, stream)
+		return request{path: "/v1/completions", body: b}
+	}
+	var w strings.Builder
+	for i := range cfg.PromptWords {
+		w.WriteString("word")
+		w.WriteString(strconv.Itoa(i))
+		w.WriteByte(' ')
+	}
+	return request{path: "/v1/chat/completions", body: fmt.Appendf(nil,
+		`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":%d,"stream":%t}`, model, w.String(), cfg.MaxTokens, stream)}
+}
+
+// loadStats summarises one open-loop run.
+type loadStats struct {
+	sent, errors   int
+	p50, p99, p999 time.Duration
+	behind         time.Duration // how late the generator ran at worst
+}
+
+// sustained reports whether the run kept p99 under limit with fewer than
+// 0.1% errors.
+func (s loadStats) sustained(limit time.Duration) bool {
+	return s.sent > 0 && s.p99 < limit && s.errors*1000 < s.sent
+}
+
+// openLoop sends rate requests per second for dur, each at its scheduled
+// time whatever happened to the earlier ones (no coordinated omission),
+// and measures each request's latency from its scheduled send time to the
+// end of its response body. A failed request counts as an error and as a
+// latency of the client timeout.
+func openLoop(ctx context.Context, client *http.Client, base func(int) string, rq request, rate float64, dur time.Duration) loadStats {
+	n := max(int(rate*dur.Seconds()), 1)
+	interval := time.Duration(float64(time.Second) / rate)
+	lat := make([]time.Duration, n)
+	failed := make([]bool, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	var behind time.Duration
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		} else {
+			behind = max(behind, -d)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat[i], failed[i] = send(ctx, client, base(i)+rq.path, rq.body, at)
+		}()
+	}
+	wg.Wait()
+	s := loadStats{sent: n, behind: behind}
+	for i := range failed {
+		if failed[i] {
+			s.errors++
+			lat[i] = client.Timeout
+		}
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return lat[min(int(p*float64(n)), n-1)] }
+	s.p50, s.p99, s.p999 = q(0.50), q(0.99), q(0.999)
+	return s
+}
+
+// send posts body to url and reads the whole response (every SSE event
+// when streaming).
+func send(ctx context.Context, client *http.Client, url string, body []byte, at time.Time) (time.Duration, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, true
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, true
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return 0, true
+	}
+	return time.Since(at), resp.StatusCode != http.StatusOK
+}

@@ -1,0 +1,107 @@
+package overhead
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The generator sends every scheduled request even when the server holds
+// some of them: an open loop does not wait for answers before sending.
+func TestOpenLoopDoesNotWaitForAnswers(t *testing.T) {
+	var got atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got.Add(1) == 1 {
+			<-release // the first request is held until every other one arrived
+		}
+		_, _ = io.WriteString(w, "{}")
+	}))
+	defer srv.Close()
+	const rate, n = 200.0, 20
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for got.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		close(release)
+	}()
+	s := openLoop(t.Context(), newClient(), func(int) string { return srv.URL }, request{path: "/", body: []byte("{}")}, rate, n*time.Second/rate)
+	if s.sent != n || s.errors != 0 || got.Load() != n {
+		t.Fatalf("sent %d, errors %d, server saw %d; want %d, 0, %d", s.sent, s.errors, got.Load(), n, n)
+	}
+	// The held request waited for the other 19 to be sent (≥ 95 ms of
+	// schedule), and its latency counts from its scheduled time.
+	if s.p999 < 90*time.Millisecond {
+		t.Errorf("slowest latency %v: the held request's wait was not measured", s.p999)
+	}
+}
+
+func TestLoadStatsSustained(t *testing.T) {
+	limit := 10 * time.Millisecond
+	for _, tc := range []struct {
+		s    loadStats
+		want bool
+	}{
+		{loadStats{sent: 1000, p99: 9 * time.Millisecond}, true},
+		{loadStats{sent: 1000, p99: 11 * time.Millisecond}, false},
+		{loadStats{sent: 1000, p99: time.Millisecond, errors: 1}, false},
+		{loadStats{sent: 0}, false},
+	} {
+		if got := tc.s.sustained(limit); got != tc.want {
+			t.Errorf("%+v: sustained %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
+
+// --prompt-tokens sends a completions request whose prompt is exactly that
+// many token ids, and --json names the fields a script reads.
+func TestTokenPromptRequestAndJSONRows(t *testing.T) {
+	rq := benchRequest(Config{PromptTokens: 1000, MaxTokens: 4}, true)
+	var body struct {
+		Model  string   `json:"model"`
+		Prompt []uint32 `json:"prompt"`
+		Stream bool     `json:"stream"`
+	}
+	if err := json.Unmarshal(rq.body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if rq.path != "/v1/completions" || len(body.Prompt) != 1000 || !body.Stream || body.Model != model {
+		t.Fatalf("path %s, %d ids, stream %v, model %q", rq.path, len(body.Prompt), body.Stream, body.Model)
+	}
+	cpu, add := 0.1, 12.0
+	var out strings.Builder
+	rows := []Row{{Path: "direct", Targets: 1, Mode: "plain"},
+		{Path: "rolter router", Strategy: "round_robin", Targets: 1, Mode: "plain", CPUPer1k: &cpu, AddedP50us: &add}}
+	if err := WriteJSON("-", &out, rows); err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"path", "strategy", "targets", "mode", "p50_us", "p99_us", "p99_9_us", "added_p50_us", "max_rate", "cpu_s_per_1k"} {
+		if _, ok := got[1][k]; !ok {
+			t.Errorf("router row has no %q: %v", k, got[1])
+		}
+	}
+	if _, ok := got[0]["cpu_s_per_1k"]; ok {
+		t.Errorf("direct row reports a CPU figure: %v", got[0])
+	}
+}
+
+func TestAllowedCPUsListsThisProcess(t *testing.T) {
+	cpus, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cpus) == 0 || !slices.IsSorted(cpus) {
+		t.Fatalf("CPUs %v", cpus)
+	}
+}

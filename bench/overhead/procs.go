@@ -1,0 +1,391 @@
+package overhead
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rolter/rolter/sim"
+)
+
+// column is one way of reaching the sim: directly, or through a proxy
+// process whose CPU time is measured.
+type column struct {
+	path, strategy string
+	// base returns the URL to send request i to.
+	base func(i int) string
+	pid  func() []int // the proxy's processes (nil: none measured)
+	stop func()
+}
+
+func (c column) name() string { return Row{Path: c.path, Strategy: c.strategy}.name() }
+
+// model is the model name the sim serves and the router's route uses.
+const model = "bench-model"
+
+// startSims runs one instant-mode sim engine serving n loopback ports
+// until ctx ends.
+func startSims(ctx context.Context, n int) ([]string, error) {
+	cfg := sim.DefaultConfig()
+	cfg.Model = model
+	cfg.Engine.Instant = true
+	s := sim.New(cfg, slog.New(slog.DiscardHandler), nil, nil)
+	go s.Run(ctx)
+	h := s.Handler()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("bench overhead: sim listen: %w", err)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		go func() {
+			<-ctx.Done()
+			_ = hs.Close()
+		}()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
+}
+
+func directColumn(addrs []string) column {
+	return column{path: "direct", base: func(i int) string { return "http://" + addrs[i%len(addrs)] }}
+}
+
+// freePort returns a loopback port free at the time of the call.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// proxyCommand is bin with args, on the proxy's CPU when pinning.
+func proxyCommand(ctx context.Context, cfg Config, bin string, args ...string) *exec.Cmd {
+	if cfg.Pin {
+		// taskset execs bin: the pid is the proxy's.
+		return exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(cfg.ProxyCPU), bin}, args...)...)
+	}
+	return exec.CommandContext(ctx, bin, args...)
+}
+
+// routerColumn starts `rolter router` over the sim's ports with one route
+// using strategy, and waits for it to answer.
+func routerColumn(ctx context.Context, cfg Config, strategy string, addrs []string) (column, error) {
+	var b strings.Builder
+	for i, a := range addrs {
+		fmt.Fprintf(&b, "[[providers]]\nname = \"sim-%d\"\napi_base = \"http://%s\"\n\n", i, a)
+	}
+	fmt.Fprintf(&b, "[[routes]]\nmodel = %q\nstrategy = %q\ntargets = [\n", model, strategy)
+	for i := range addrs {
+		fmt.Fprintf(&b, "  { provider = \"sim-%d\", model = %q },\n", i, model)
+	}
+	b.WriteString("]\n")
+	cfgPath := filepath.Join(cfg.WorkDir, fmt.Sprintf("rolter-%s-%d.toml", strategy, len(addrs)))
+	if err := os.WriteFile(cfgPath, []byte(b.String()), 0o644); err != nil {
+		return column{}, err
+	}
+	api, err := freePort()
+	if err != nil {
+		return column{}, err
+	}
+	admin, err := freePort()
+	if err != nil {
+		return column{}, err
+	}
+	logf, err := os.Create(filepath.Join(cfg.WorkDir, fmt.Sprintf("router-%s-%d.log", strategy, len(addrs))))
+	if err != nil {
+		return column{}, err
+	}
+	cmd := proxyCommand(ctx, cfg, cfg.RouterBin, "router", "--standalone", "--config", cfgPath,
+		"--http", fmt.Sprintf("127.0.0.1:%d", api), "--admin", fmt.Sprintf("127.0.0.1:%d", admin))
+	stop, err := startLogged(cmd, logf, os.Interrupt)
+	if err != nil {
+		return column{}, fmt.Errorf("bench overhead: start router: %w", err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", api)
+	if err := waitReady(ctx, base, benchRequest(Config{PromptWords: 4, MaxTokens: 1}, false)); err != nil {
+		stop()
+		return column{}, fmt.Errorf("bench overhead: router (%s) not ready, see %s: %w", strategy, logf.Name(), err)
+	}
+	pid := cmd.Process.Pid
+	return column{path: "rolter router", strategy: strategy, base: func(int) string { return base },
+		pid: func() []int { return []int{pid} }, stop: stop}, nil
+}
+
+// nginxColumn starts nginx as a round-robin reverse proxy over the sim's
+// ports.
+func nginxColumn(ctx context.Context, cfg Config, addrs []string) (column, error) {
+	port, err := freePort()
+	if err != nil {
+		return column{}, err
+	}
+	ndir := filepath.Join(cfg.WorkDir, fmt.Sprintf("nginx-%d", len(addrs)))
+	if err := os.MkdirAll(ndir, 0o755); err != nil {
+		return column{}, err
+	}
+	var up strings.Builder
+	for _, a := range addrs {
+		fmt.Fprintf(&up, "    server %s;\n", a)
+	}
+	// One worker when pinned: it has one CPU, as the router has.
+	workers := "auto"
+	if cfg.Pin {
+		workers = "1"
+	}
+	conf := fmt.Sprintf(`worker_processes %[4]s;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log off;
+  client_max_body_size 64m;
+  client_body_buffer_size 1m;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  upstream sims {
+%[2]s    keepalive 1024;
+  }
+  server {
+    listen 127.0.0.1:%[3]d;
+    location / {
+      proxy_pass http://sims;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+`, ndir, up.String(), port, workers)
+	confPath := filepath.Join(ndir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return column{}, err
+	}
+	cmd := proxyCommand(ctx, cfg, cfg.Nginx, "-p", ndir, "-c", confPath)
+	logf, err := os.Create(filepath.Join(ndir, "stderr.log"))
+	if err != nil {
+		return column{}, err
+	}
+	stop, err := startLogged(cmd, logf, syscall.SIGQUIT)
+	if err != nil {
+		return column{}, fmt.Errorf("bench overhead: start nginx: %w", err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if err := waitReady(ctx, base, benchRequest(Config{PromptWords: 4, MaxTokens: 1}, false)); err != nil {
+		stop()
+		return column{}, fmt.Errorf("bench overhead: nginx not ready (see %s): %w", ndir, err)
+	}
+	master := cmd.Process.Pid
+	return column{path: "nginx", strategy: "round_robin", base: func(int) string { return base },
+		pid: func() []int { return append([]int{master}, childrenOf(master)...) }, stop: stop}, nil
+}
+
+// waitReady polls base with rq until it answers 200 (bounded to 15 s).
+func waitReady(ctx context.Context, base string, rq request) error {
+	client := &http.Client{Timeout: time.Second}
+	var last error = errors.New("no answer")
+	for range 150 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+rq.path, strings.NewReader(string(rq.body)))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Errorf("status %d", resp.StatusCode)
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return last
+}
+
+// raiseFileLimit lifts the soft open-files limit to the hard one: an
+// open-loop generator at thousands of requests per second holds many
+// connections, and so do the proxies it starts (they inherit the limit).
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+// pinSelf moves every thread of this process (the generator and the
+// engine) off CPU proxy, and returns the function that gives it its CPUs
+// back. Threads the runtime starts later inherit the mask.
+func pinSelf(proxy int) (restore func(), err error) {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return nil, fmt.Errorf("%w: pinning needs taskset: %v", ErrConfig, err)
+	}
+	cpus, err := allowedCPUs()
+	if err != nil {
+		return nil, err
+	}
+	var rest []string
+	found := false
+	for _, c := range cpus {
+		if c == proxy {
+			found = true
+		} else {
+			rest = append(rest, strconv.Itoa(c))
+		}
+	}
+	if !found || len(rest) == 0 {
+		return nil, fmt.Errorf("%w: pinning needs CPU %d and another one; this process may use %v", ErrConfig, proxy, cpus)
+	}
+	all := make([]string, len(cpus))
+	for i, c := range cpus {
+		all[i] = strconv.Itoa(c)
+	}
+	set := func(list []string) error {
+		out, err := exec.Command("taskset", "-a", "-p", "-c", strings.Join(list, ","), strconv.Itoa(os.Getpid())).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("bench overhead: taskset: %v: %s", err, out)
+		}
+		return nil
+	}
+	if err := set(rest); err != nil {
+		return nil, err
+	}
+	return func() { _ = set(all) }, nil
+}
+
+// allowedCPUs reads this process's CPU list from /proc/self/status.
+func allowedCPUs() ([]int, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return nil, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		list, ok := strings.CutPrefix(line, "Cpus_allowed_list:")
+		if !ok {
+			continue
+		}
+		var cpus []int
+		for r := range strings.SplitSeq(strings.TrimSpace(list), ",") {
+			lo, hi, isRange := strings.Cut(r, "-")
+			a, err1 := strconv.Atoi(lo)
+			b := a
+			var err2 error
+			if isRange {
+				b, err2 = strconv.Atoi(hi)
+			}
+			if err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("bench overhead: unreadable CPU list %q", list)
+			}
+			for c := a; c <= b; c++ {
+				cpus = append(cpus, c)
+			}
+		}
+		return cpus, nil
+	}
+	return nil, errors.New("bench overhead: no Cpus_allowed_list in /proc/self/status")
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat CPU times on Linux.
+const clockTick = 100
+
+// cpuTime sums user + system CPU time of the processes pids returns.
+func cpuTime(pids func() []int) time.Duration {
+	if pids == nil {
+		return 0
+	}
+	var total time.Duration
+	for _, pid := range pids() {
+		st, ok := procStat(pid)
+		if !ok || len(st) < 15 {
+			continue
+		}
+		u, _ := strconv.ParseInt(st[13], 10, 64)
+		s, _ := strconv.ParseInt(st[14], 10, 64)
+		total += time.Duration(u+s) * time.Second / clockTick
+	}
+	return total
+}
+
+// procStat returns the fields of /proc/<pid>/stat (field 1 is index 0;
+// the command name, which may hold spaces, is one field).
+func procStat(pid int) ([]string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, false
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return nil, false
+	}
+	rest := strings.Fields(s[end+1:])
+	return append([]string{strings.TrimSpace(s[:open]), s[open+1 : end]}, rest...), true
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := procStat(p); ok && len(st) > 3 && st[3] == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// startLogged starts cmd with its output in logf and returns the function
+// that stops it: sig (its graceful shutdown), then SIGKILL after 5 s, then
+// logf is closed. On a start error logf is closed already.
+func startLogged(cmd *exec.Cmd, logf *os.File, sig os.Signal) (stop func(), err error) {
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	return func() {
+		_ = cmd.Process.Signal(sig)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	}, nil
+}

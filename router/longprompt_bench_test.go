@@ -1,0 +1,114 @@
+package router
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rolter/rolter/strategies"
+)
+
+// tokenBody is a completions request whose prompt is n token ids.
+func tokenBody(n int) []byte {
+	b := []byte(`{"model":"llama","prompt":[`)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(i*7919%128000), 10)
+	}
+	return append(b, `],"max_tokens":8}`...)
+}
+
+// BenchmarkLongPrompt is the router's reading of a long token-id prompt:
+// validation, the model's span, the ids and their block keys, from the
+// body (json) or from the x-rolter-vllm-token-ids header (header). MB/s
+// is of the body (or header) bytes.
+func BenchmarkLongPrompt(b *testing.B) {
+	for _, n := range []int{8 << 10, 32 << 10, 128 << 10} {
+		body := tokenBody(n)
+		b.Run(fmt.Sprintf("json/%dk", n>>10), func(b *testing.B) {
+			var rc strategies.RouteContext
+			hdr := http.Header{}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				req, err := parseRequest(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := fillFromRequest(&rc, hdr, &req, ""); err != nil {
+					b.Fatal(err)
+				}
+				if len(rc.TokenIDs) != n || len(rc.BlockKeys) != n/blockSize {
+					b.Fatalf("%d ids, %d keys", len(rc.TokenIDs), len(rc.BlockKeys))
+				}
+			}
+		})
+		ids := string(body[strings.IndexByte(string(body), '[')+1 : strings.IndexByte(string(body), ']')])
+		small := []byte(`{"model":"llama","prompt":"hi","max_tokens":8}`)
+		b.Run(fmt.Sprintf("header/%dk", n>>10), func(b *testing.B) {
+			var rc strategies.RouteContext
+			hdr := http.Header{"X-Rolter-Vllm-Token-Ids": {ids}}
+			b.SetBytes(int64(len(ids)))
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				if err := fillRouteContext(&rc, hdr, small, true, "llama", ""); err != nil {
+					b.Fatal(err)
+				}
+				if len(rc.TokenIDs) != n {
+					b.Fatalf("%d ids", len(rc.TokenIDs))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLongPromptRequest is a whole request with a 100k-token-id
+// prompt through a precise_cache_aware route, in process (an in-memory
+// upstream): everything the router does for it but the sockets.
+func BenchmarkLongPromptRequest(b *testing.B) {
+	cfg := strings.Replace(benchConfig, "[[routes]]\nmodel = \"llama\"\n", "[[routes]]\nmodel = \"llama\"\nstrategy = \"precise_cache_aware\"\n", 1)
+	s := benchServerFrom(b, memEngine{}, cfg)
+	h := s.Handler()
+	body := string(tokenBody(100_000))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// reportCPU adds the process's CPU time per operation (user + system, GC
+// included) to b's results as cpu-µs/op: on a shared machine wall-clock
+// ns/op counts the time other processes held the CPU, this does not.
+// Call as `defer reportCPU(b)()` before the loop.
+func reportCPU(b *testing.B) func() {
+	start := processCPU()
+	return func() {
+		if b.N > 0 {
+			b.ReportMetric(float64(processCPU()-start)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+		}
+	}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
