@@ -262,6 +262,9 @@ func (c *Config) check(file string, getenv func(string) string, explicit map[wei
 			v.add(entry, "name", "duplicate key name")
 		}
 		keys[k.Name] = true
+		if !ValidPriority(k.MaxPriority) {
+			v.add(entry, "max_priority", "must be critical, standard or sheddable")
+		}
 		for j, p := range k.Providers {
 			if !providers[p] {
 				v.add(entry, fmt.Sprintf("providers[%d]", j), fmt.Sprintf("no provider named %q", p))
@@ -351,6 +354,7 @@ func (c *Config) validateTuning(v *validator) {
 		v.add("limits", "allowed_schemes", "must name at least one scheme")
 	}
 	c.checkObserve(v)
+	c.Admission.Check(func(field, msg string) { v.add("admission", field, msg) })
 	m := c.MetricsScrape
 	pos("metrics_scrape", "interval", m.Interval)
 	pos("metrics_scrape", "timeout", m.Timeout)

@@ -48,9 +48,9 @@ type Observer interface {
 }
 
 // DefaultTick is the longest a Gate's pump waits between two looks at the
-// pool while requests queue, and how long a release stays counted against
-// the headroom (the released request's load reaches the router's counts
-// within it).
+// pool while requests queue (TTLs are checked at each look), and how long
+// a release stays counted against the headroom (the released request's
+// load reaches the router's counts within it).
 const DefaultTick = 20 * time.Millisecond
 
 // GateOptions tune a Gate. The zero value is usable.
@@ -73,11 +73,10 @@ type Gate struct {
 	obs   Observer
 	kick  chan struct{}
 
-	mu        sync.Mutex
-	q         *Queue
-	pending   int // released within the current tick
-	pendingAt time.Time
-	pumping   bool
+	mu      sync.Mutex
+	q       *Queue
+	pending int // released since the last tick
+	pumping bool
 }
 
 type ticket struct {
@@ -180,9 +179,6 @@ func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outc
 // released request's load may not have reached the counts the probe reads
 // yet). Called with g.mu held.
 func (g *Gate) release(now time.Time) {
-	if now.Sub(g.pendingAt) >= g.tick {
-		g.pending, g.pendingAt = 0, now
-	}
 	p := g.probe()
 	for range Share(p.Headroom-g.pending, g.q.Total(), p.Peers) {
 		g.finish(g.q.Next(now), Admitted, now)
@@ -211,12 +207,16 @@ func (g *Gate) finish(w *Waiter, o Outcome, now time.Time) {
 	close(t.done)
 }
 
-// pump releases and expires waiters until the queue is empty.
+// pump releases and expires waiters until the queue is empty. Releases
+// count against the headroom until the next tick.
 func (g *Gate) pump() {
-	timer := time.NewTimer(g.tick)
-	defer timer.Stop()
-	for {
+	ticker := time.NewTicker(g.tick)
+	defer ticker.Stop()
+	for ticked := true; ; {
 		g.mu.Lock()
+		if ticked {
+			g.pending = 0
+		}
 		now := g.now()
 		g.q.Expire(now, func(w *Waiter) { g.finish(w, Expired, now) })
 		if g.q.Total() == 0 {
@@ -225,21 +225,12 @@ func (g *Gate) pump() {
 			return
 		}
 		g.release(now)
-		wait := g.tick
-		if at, ok := g.q.NextExpiry(); ok {
-			wait = min(wait, max(at.Sub(now), 0))
-		}
 		g.mu.Unlock()
-		timer.Reset(wait)
 		select {
-		case <-timer.C:
+		case <-ticker.C:
+			ticked = true
 		case <-g.kick:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+			ticked = false
 		}
 	}
 }
