@@ -39,6 +39,8 @@ func PreferLoad(primary, secondary EngineView) EngineView {
 	if p.rank, _ = primary.(MeshRank); p.rank == nil {
 		p.rank, _ = secondary.(MeshRank)
 	}
+	p.status[0], _ = primary.(StatusView)
+	p.status[1], _ = secondary.(StatusView)
 	return p
 }
 
@@ -47,6 +49,7 @@ type preferLoad struct {
 	reporter           EngineReporter // primary's capability, or nil
 	prefill            PrefillView    // the first view's that has one, or nil
 	rank               MeshRank       // likewise
+	status             [2]StatusView  // primary's and secondary's, each may be nil
 }
 
 // Routers implements MeshRank with the first view that offers it; alone
@@ -56,6 +59,18 @@ func (p preferLoad) Routers() (live, rank int) {
 		return 1, 0
 	}
 	return p.rank.Routers()
+}
+
+// EngineStatus implements StatusView: the first view with a fresh report.
+func (p preferLoad) EngineStatus(apiBase string) (uint64, float64, bool) {
+	for _, v := range p.status {
+		if v != nil {
+			if w, kv, ok := v.EngineStatus(apiBase); ok {
+				return w, kv, true
+			}
+		}
+	}
+	return 0, 0, false
 }
 
 // PeerPrefill implements PrefillView with the first view that offers it

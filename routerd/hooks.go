@@ -63,6 +63,12 @@ func (m *meshHooks) PeerPrefill(apiBase string) uint64 { return m.state.PeerPref
 // Routers implements router.MeshRank.
 func (m *meshHooks) Routers() (live, rank int) { return m.state.Routers() }
 
+// EngineStatus implements router.StatusView (admission's waiting and KV
+// signals).
+func (m *meshHooks) EngineStatus(apiBase string) (uint64, float64, bool) {
+	return m.view.Status(m.key(apiBase))
+}
+
 // Reported implements router.EngineReporter: a live sidecar reports the
 // engine, so it wins over the router's own [metrics_scrape].
 func (m *meshHooks) Reported(apiBase string) bool { return m.view.Reported(m.key(apiBase)) }
