@@ -66,7 +66,9 @@ func DefaultAdmission() Admission {
 
 // Bands returns the band tables lowest first (sheddable, standard,
 // critical).
-func (a Admission) Bands() [3]AdmissionBand { return [3]AdmissionBand{a.Sheddable, a.Standard, a.Critical} }
+func (a Admission) Bands() [3]AdmissionBand {
+	return [3]AdmissionBand{a.Sheddable, a.Standard, a.Critical}
+}
 
 // Check validates the section; the admin API uses it too.
 func (a Admission) Check(add func(field, msg string)) {

@@ -35,7 +35,7 @@ type Config struct {
 	// Admission is [admission]: the router-side queue used when the fleet
 	// is saturated (replicated like the adaptive policy).
 	Admission Admission `toml:"admission"`
-	Keys            []Key           `toml:"keys"`
+	Keys      []Key     `toml:"keys"`
 	// Models is the model price catalog ([[models]]): what each upstream
 	// model costs, whichever provider serves it.
 	Models []ModelPrice `toml:"models"`

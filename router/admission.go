@@ -81,7 +81,11 @@ func (s *Server) gateFor(p *pool, sn *snapshot) *poolGate {
 func (s *Server) engineState(t *target) admission.Engine {
 	e := admission.Engine{Load: t.stats.InFlight(), QueuedPrefill: t.stats.QueuedPrefill()}
 	if s.engine != nil {
-		if q, ok := s.engine.Load(t.provider.apiBase); ok {
+		// The routers' in-flight counts when the mesh has them (fresh);
+		// else the view's fold (the router's own engine polls).
+		if iv, ok := s.engine.(InflightView); ok {
+			e.Load += iv.PeerInflight(t.provider.apiBase)
+		} else if q, ok := s.engine.Load(t.provider.apiBase); ok {
 			e.Load += q
 		}
 		if pv, ok := s.engine.(PrefillView); ok {

@@ -39,6 +39,9 @@ func PreferLoad(primary, secondary EngineView) EngineView {
 	if p.rank, _ = primary.(MeshRank); p.rank == nil {
 		p.rank, _ = secondary.(MeshRank)
 	}
+	if p.inflight, _ = primary.(InflightView); p.inflight == nil {
+		p.inflight, _ = secondary.(InflightView)
+	}
 	p.status[0], _ = primary.(StatusView)
 	p.status[1], _ = secondary.(StatusView)
 	return p
@@ -50,6 +53,15 @@ type preferLoad struct {
 	prefill            PrefillView    // the first view's that has one, or nil
 	rank               MeshRank       // likewise
 	status             [2]StatusView  // primary's and secondary's, each may be nil
+	inflight           InflightView   // the first view's that has one, or nil
+}
+
+// PeerInflight implements InflightView with the first view that offers it.
+func (p preferLoad) PeerInflight(apiBase string) uint64 {
+	if p.inflight == nil {
+		return 0
+	}
+	return p.inflight.PeerInflight(apiBase)
 }
 
 // Routers implements MeshRank with the first view that offers it; alone

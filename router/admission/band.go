@@ -68,6 +68,10 @@ type Config struct {
 	// PromoteAfter × (bands between it and the highest non-empty band)
 	// leaves before that band's waiters. 0 disables promotion.
 	PromoteAfter time.Duration
+	// PromoteEvery bounds what promotion takes from the bands above: at
+	// most one release in PromoteEvery goes to a promoted waiter (≤ 1:
+	// every release may).
+	PromoteEvery int
 	// Quantum is the deficit round-robin quantum in cost units (a
 	// request's cost is its estimated prompt tokens, at least 1).
 	Quantum int
@@ -81,16 +85,17 @@ const (
 	DefaultSheddableTTL = 10 * time.Second
 	DefaultMaxQueue     = 256
 	DefaultPromoteAfter = 5 * time.Second
+	DefaultPromoteEvery = 4
 	DefaultQuantum      = 2048
 )
 
 // DefaultConfig returns the defaults: saturated at 8 waiting on the
 // engine or 95% KV usage; 256 waiters per band; a TTL of 15 s (critical,
-// standard) and 10 s (sheddable); promotion after 5 s per band step;
-// a quantum of 2048 prompt tokens.
+// standard) and 10 s (sheddable); promotion after 5 s per band step, for
+// at most one release in 4; a quantum of 2048 prompt tokens.
 func DefaultConfig() Config {
 	c := Config{Thresholds: Thresholds{MaxWaiting: DefaultMaxWaiting, MaxKVUsage: DefaultMaxKVUsage},
-		PromoteAfter: DefaultPromoteAfter, Quantum: DefaultQuantum}
+		PromoteAfter: DefaultPromoteAfter, PromoteEvery: DefaultPromoteEvery, Quantum: DefaultQuantum}
 	for b := range c.Bands {
 		c.Bands[b] = BandLimits{MaxQueue: DefaultMaxQueue, TTL: DefaultTTL}
 	}

@@ -50,6 +50,8 @@ type band struct {
 type Queue struct {
 	cfg   Config
 	bands [NumBands]band
+	// unpromoted counts releases since the last promoted one.
+	unpromoted int
 }
 
 // NewQueue returns an empty queue under cfg.
@@ -138,11 +140,14 @@ func (q *Queue) retire(bd *band, fl *flow) {
 //
 //  1. Promotion (starvation guard): with top the highest non-empty band,
 //     the oldest waiter of a lower band b leaves first once it has waited
-//     PromoteAfter × (top − b); the band nearest top is checked first.
-//  2. Otherwise band top, by deficit round-robin over its flows: the flow
-//     at the head of the rotation gains Quantum when its deficit does not
-//     cover its oldest waiter's cost and goes to the back; a flow whose
-//     deficit covers it releases that waiter and pays its cost.
+//     PromoteAfter × (top − b) (the band nearest top is checked first),
+//     provided PromoteEvery − 1 releases went by since the last promoted
+//     one: promotion takes at most 1 / PromoteEvery of the releases.
+//  2. Otherwise band top, by deficit round-robin over its flows: a flow's
+//     turn adds Quantum to its deficit; it releases its oldest waiters
+//     while the deficit covers their cost (each pays it), then goes to the
+//     back of the rotation keeping the remainder. An emptied flow leaves
+//     the rotation and its deficit is dropped.
 func (q *Queue) Next(now time.Time) *Waiter {
 	top := -1
 	for b := NumBands - 1; b >= 0; b-- {
@@ -154,7 +159,7 @@ func (q *Queue) Next(now time.Time) *Waiter {
 	if top < 0 {
 		return nil
 	}
-	if p := q.cfg.PromoteAfter; p > 0 {
+	if p := q.cfg.PromoteAfter; p > 0 && q.unpromoted+1 >= q.cfg.PromoteEvery {
 		for b := top - 1; b >= 0; b-- {
 			e := q.bands[b].all.Front()
 			if e == nil {
@@ -163,10 +168,12 @@ func (q *Queue) Next(now time.Time) *Waiter {
 			w := e.Value.(*Waiter)
 			if now.Sub(w.Arrived) >= p*time.Duration(top-b) {
 				q.Remove(w)
+				q.unpromoted = 0
 				return w
 			}
 		}
 	}
+	q.unpromoted++
 	bd := &q.bands[top]
 	quantum := max(q.cfg.Quantum, 1)
 	for {

@@ -91,6 +91,7 @@ func TestExpireByBandTTL(t *testing.T) {
 func TestPromotionAfterWait(t *testing.T) {
 	c := testConfig()
 	c.PromoteAfter = 2 * time.Second
+	c.PromoteEvery = 1
 	q := NewQueue(c)
 	push(t, q, Sheddable, "k", t0, "s1")
 	push(t, q, Standard, "k", t0, "n1")
@@ -109,6 +110,25 @@ func TestPromotionAfterWait(t *testing.T) {
 	}
 	if w := q.Next(t0.Add(4 * time.Second)); w.Value != "c2" {
 		t.Fatalf("then %v, want c2", w.Value)
+	}
+}
+
+// Promotion takes at most one release in PromoteEvery: long-waiting
+// sheddable requests cannot take over a busy critical band.
+func TestPromotionIsBounded(t *testing.T) {
+	c := testConfig()
+	c.PromoteAfter = time.Second
+	c.PromoteEvery = 3
+	q := NewQueue(c)
+	for i := range 4 {
+		push(t, q, Sheddable, "k", t0, fmt.Sprintf("s%d", i))
+	}
+	for i := range 6 {
+		push(t, q, Critical, "k", t0, fmt.Sprintf("c%d", i))
+	}
+	got := strings.Join(drain(q, t0.Add(time.Minute)), " ")
+	if want := "c0 c1 s0 c2 c3 s1 c4 c5 s2 s3"; got != want {
+		t.Fatalf("order %q, want %q", got, want)
 	}
 }
 
