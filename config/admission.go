@@ -30,6 +30,9 @@ type Admission struct {
 	// long per band step leaves before the band above (default 5s; 0s
 	// disables).
 	PromoteAfter Duration `toml:"promote_after" json:"promote_after"`
+	// PromoteEvery bounds promotion to one release in this many (default
+	// 4), so long-waiting lower bands cannot take over a busy band above.
+	PromoteEvery int `toml:"promote_every" json:"promote_every"`
 	// QuantumTokens is the fair-share quantum, in prompt tokens, each flow
 	// of a band gets per round (default 2048).
 	QuantumTokens int `toml:"quantum_tokens" json:"quantum_tokens"`
@@ -59,7 +62,7 @@ type AdmissionBand struct {
 // DefaultAdmission returns the [admission] defaults.
 func DefaultAdmission() Admission {
 	band := func(ttl time.Duration) AdmissionBand { return AdmissionBand{MaxQueue: 256, TTL: d(ttl)} }
-	return Admission{MaxWaiting: 8, MaxKVUsage: 0.95, PromoteAfter: d(5 * time.Second), QuantumTokens: 2048,
+	return Admission{MaxWaiting: 8, MaxKVUsage: 0.95, PromoteAfter: d(5 * time.Second), PromoteEvery: 4, QuantumTokens: 2048,
 		RetryAfter: d(time.Second), Critical: band(15 * time.Second), Standard: band(15 * time.Second),
 		Sheddable: band(10 * time.Second)}
 }
@@ -77,6 +80,9 @@ func (a Admission) Check(add func(field, msg string)) {
 	}
 	if a.PromoteAfter.Duration < 0 {
 		add("promote_after", "must be a duration ≥ 0 (0: no promotion)")
+	}
+	if a.PromoteEvery < 1 {
+		add("promote_every", "must be ≥ 1")
 	}
 	if a.QuantumTokens < 1 {
 		add("quantum_tokens", "must be ≥ 1")

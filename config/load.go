@@ -71,6 +71,9 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	errs = applyCompat(file, data, &cfg)
+	// A declared [admission] is owned by the file (read-only in the admin
+	// API, synced like the declared entries).
+	cfg.Admission.ReadOnly = md.IsDefined("admission")
 	if md.IsDefined("metrics_scrape") && !md.IsDefined("metrics_scrape", "enabled") {
 		cfg.MetricsScrape.Enabled = true
 	}

@@ -43,7 +43,7 @@ func admissionConfig(a config.Admission) admission.Config {
 	c := admission.Config{
 		Thresholds: admission.Thresholds{MaxLoad: a.MaxEngineLoad, MaxWaiting: a.MaxWaiting, MaxKVUsage: a.MaxKVUsage,
 			MaxQueuedPrefill: a.MaxQueuedPrefillTokens},
-		PromoteAfter: a.PromoteAfter.Duration, Quantum: a.QuantumTokens,
+		PromoteAfter: a.PromoteAfter.Duration, PromoteEvery: a.PromoteEvery, Quantum: a.QuantumTokens,
 	}
 	for i, b := range a.Bands() {
 		c.Bands[i] = admission.BandLimits{MaxQueue: b.MaxQueue, TTL: b.TTL.Duration}
