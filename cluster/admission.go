@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"time"
 
 	"github.com/rolter/rolter/cluster/raftstore"
@@ -138,4 +139,18 @@ func admissionRevision(msg *raftstore.FileSync, c *config.Config) {
 	if a, ok := declaredAdmission(c); ok {
 		msg.Admission = admissionToPB(a)
 	}
+}
+
+// SetAdmission replaces the [admission] section (superadmin only;
+// refused while rolter.toml owns it).
+func (s *Store) SetAdmission(ctx context.Context, by Author, a config.Admission) (Written, error) {
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_SET_ADMISSION,
+		Payload: &raftstore.Command_Admission{Admission: AdmissionToPB(a)}})
+}
+
+// SetKeyPriority sets key name's max band and whether it may name its
+// fairness flow.
+func (s *Store) SetKeyPriority(ctx context.Context, by Author, name, maxPriority string, fairnessHeader bool) (Written, error) {
+	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_SET_KEY_PRIORITY, Payload: &raftstore.Command_KeyPriority{
+		KeyPriority: &raftstore.KeyPriority{Name: name, MaxPriority: maxPriority, FairnessHeader: fairnessHeader}}})
 }

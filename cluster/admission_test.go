@@ -117,4 +117,6 @@ func TestKeyPriorityIsReplicated(t *testing.T) {
 	}
 }
 
-func stringsReplace(s string, oldnew ...string) string { return strings.NewReplacer(oldnew...).Replace(s) }
+func stringsReplace(s string, oldnew ...string) string {
+	return strings.NewReplacer(oldnew...).Replace(s)
+}
