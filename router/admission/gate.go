@@ -64,8 +64,9 @@ type GateOptions struct {
 // request calls Admit before its first pick; a request that ends calls
 // Kick (capacity may have freed). While requests queue, a pump goroutine
 // looks at the pool every Tick and at every Kick, expires waiters past
-// their TTL and releases Share(Headroom − releases this tick, queued,
-// Peers) waiters in Queue.Next order; it exits when the queue is empty.
+// their TTL and releases Share(Headroom − admissions in the last Tick,
+// queued, Peers) waiters in Queue.Next order; it exits when the queue is
+// empty.
 type Gate struct {
 	probe func() Probe
 	now   func() time.Time
@@ -73,10 +74,11 @@ type Gate struct {
 	obs   Observer
 	kick  chan struct{}
 
-	mu      sync.Mutex
-	q       *Queue
-	pending int // released since the last tick
-	pumping bool
+	mu       sync.Mutex
+	q        *Queue
+	recent   int       // admitted within the tick that began at recentAt
+	recentAt time.Time // monotonic
+	pumping  bool
 }
 
 type ticket struct {
@@ -133,9 +135,12 @@ func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outc
 	}
 	g.mu.Lock()
 	now := g.now()
-	// While nobody waits, a pool below saturation admits as if there were
-	// no gate: the release pacing below applies to the queue only.
-	if g.q.Total() == 0 && g.probe().Headroom > 0 {
+	// While nobody waits, a pool with headroom admits at once. Requests
+	// admitted within the last tick count against the headroom: a burst
+	// arriving together must not all pass before any of them reached an
+	// engine and the router's counts.
+	if g.q.Total() == 0 && g.room() > 0 {
+		g.recent++
 		g.left(b, Admitted, 0)
 		g.mu.Unlock()
 		return Admitted, 0
@@ -174,15 +179,28 @@ func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outc
 	return t.outcome, g.now().Sub(w.Arrived)
 }
 
+// room is the pool's headroom less what this gate admitted within the
+// last tick (an admitted request's load may not have reached the counts
+// the probe reads yet). The window runs on the monotonic clock. Called
+// with g.mu held.
+func (g *Gate) room() int {
+	return g.probeRoom(g.probe())
+}
+
+func (g *Gate) probeRoom(p Probe) int {
+	if time.Since(g.recentAt) >= g.tick {
+		g.recent, g.recentAt = 0, time.Now()
+	}
+	return p.Headroom - g.recent
+}
+
 // release hands out the waiters this router may send now: its Share of
-// the pool's headroom, less what it released within the current tick (a
-// released request's load may not have reached the counts the probe reads
-// yet). Called with g.mu held.
+// the room. Called with g.mu held.
 func (g *Gate) release(now time.Time) {
 	p := g.probe()
-	for range Share(p.Headroom-g.pending, g.q.Total(), p.Peers) {
+	for range Share(g.probeRoom(p), g.q.Total(), p.Peers) {
 		g.finish(g.q.Next(now), Admitted, now)
-		g.pending++
+		g.recent++
 	}
 }
 
@@ -207,30 +225,26 @@ func (g *Gate) finish(w *Waiter, o Outcome, now time.Time) {
 	close(t.done)
 }
 
-// pump releases and expires waiters until the queue is empty. Releases
-// count against the headroom until the next tick.
+// pump releases and expires waiters until the queue is empty.
 func (g *Gate) pump() {
 	ticker := time.NewTicker(g.tick)
 	defer ticker.Stop()
-	for ticked := true; ; {
+	for {
 		g.mu.Lock()
-		if ticked {
-			g.pending = 0
-		}
 		now := g.now()
 		g.q.Expire(now, func(w *Waiter) { g.finish(w, Expired, now) })
+		if g.q.Total() > 0 {
+			g.release(now)
+		}
 		if g.q.Total() == 0 {
 			g.pumping = false
 			g.mu.Unlock()
 			return
 		}
-		g.release(now)
 		g.mu.Unlock()
 		select {
 		case <-ticker.C:
-			ticked = true
 		case <-g.kick:
-			ticked = false
 		}
 	}
 }
