@@ -14,6 +14,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/router/admission"
 )
 
@@ -118,16 +119,16 @@ func TestAdmissionQueuesByBandWhenSaturated(t *testing.T) {
 	ctx := t.Context()
 
 	h.send(ctx, "first", "", out)
-	eventually(t, "first request on the engine", func() bool { return len(eng.order()) == 1 })
+	testwait.For(t, 5*time.Second, "first request on the engine", func() bool { return len(eng.order()) == 1 })
 	// The engine holds one request: the pool is saturated, so these wait
 	// in the router, in this order.
 	h.send(ctx, "shed-1", "sheddable", out)
-	eventually(t, "shed-1 queued", func() bool { return h.queueDepth("sheddable") == 1 })
+	testwait.For(t, 5*time.Second, "shed-1 queued", func() bool { return h.queueDepth("sheddable") == 1 })
 	h.send(ctx, "shed-2", "sheddable", out)
-	eventually(t, "shed-2 queued", func() bool { return h.queueDepth("sheddable") == 2 })
+	testwait.For(t, 5*time.Second, "shed-2 queued", func() bool { return h.queueDepth("sheddable") == 2 })
 	h.send(ctx, "std-1", "standard", out)
 	h.send(ctx, "crit-1", "critical", out)
-	eventually(t, "standard and critical queued", func() bool {
+	testwait.For(t, 5*time.Second, "standard and critical queued", func() bool {
 		return h.queueDepth("standard") == 1 && h.queueDepth("critical") == 1
 	})
 
@@ -167,12 +168,12 @@ func TestAdmissionClientLeavesQueue(t *testing.T) {
 	h := newHarness(t, providers("e1", eng.URL)+admissionTOML, nil)
 	out := make(chan reply, 4)
 	h.send(t.Context(), "first", "", out)
-	eventually(t, "first request on the engine", func() bool { return len(eng.order()) == 1 })
+	testwait.For(t, 5*time.Second, "first request on the engine", func() bool { return len(eng.order()) == 1 })
 	ctx, cancel := context.WithCancel(t.Context())
 	h.send(ctx, "leaver", "", out)
-	eventually(t, "queued", func() bool { return h.queueDepth("standard") == 1 })
+	testwait.For(t, 5*time.Second, "queued", func() bool { return h.queueDepth("standard") == 1 })
 	cancel()
-	eventually(t, "the queue empty after the client left", func() bool { return h.queueDepth("standard") == 0 })
+	testwait.For(t, 5*time.Second, "the queue empty after the client left", func() bool { return h.queueDepth("standard") == 0 })
 	if n := h.admissions("standard", "cancelled"); n != 1 {
 		t.Fatalf("cancelled %v, want 1", n)
 	}
@@ -190,9 +191,9 @@ func TestAdmissionExpiresWith503(t *testing.T) {
 	h := newHarness(t, providers("e1", eng.URL)+admissionTOML, nil)
 	out := make(chan reply, 4)
 	h.send(t.Context(), "first", "", out)
-	eventually(t, "first request on the engine", func() bool { return len(eng.order()) == 1 })
+	testwait.For(t, 5*time.Second, "first request on the engine", func() bool { return len(eng.order()) == 1 })
 	h.send(t.Context(), "late", "sheddable", out)
-	eventually(t, "queued", func() bool { return h.queueDepth("sheddable") == 1 })
+	testwait.For(t, 5*time.Second, "queued", func() bool { return h.queueDepth("sheddable") == 1 })
 	h.clock.Advance(10 * time.Second) // the sheddable TTL
 	r := <-out
 	if r.label != "late" || r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "3" {
@@ -224,11 +225,11 @@ max_priority = "critical"
 	batch := []string{"Authorization", "Bearer secret-one"}
 	inter := []string{"Authorization", "Bearer secret-two"}
 	h.send(ctx, "first", "", out, inter...)
-	eventually(t, "first request on the engine", func() bool { return len(eng.order()) == 1 })
+	testwait.For(t, 5*time.Second, "first request on the engine", func() bool { return len(eng.order()) == 1 })
 	h.send(ctx, "batch-crit", "critical", out, batch...)
-	eventually(t, "batch queued as sheddable", func() bool { return h.queueDepth("sheddable") == 1 })
+	testwait.For(t, 5*time.Second, "batch queued as sheddable", func() bool { return h.queueDepth("sheddable") == 1 })
 	h.send(ctx, "inter-std", "", out, inter...)
-	eventually(t, "interactive queued as standard", func() bool { return h.queueDepth("standard") == 1 })
+	testwait.For(t, 5*time.Second, "interactive queued as standard", func() bool { return h.queueDepth("standard") == 1 })
 	for range 3 {
 		eng.release <- struct{}{}
 		<-out
@@ -245,7 +246,7 @@ func TestAdmissionOffForwardsEverything(t *testing.T) {
 	for _, l := range []string{"a", "b", "c"} {
 		h.send(t.Context(), l, "sheddable", out)
 	}
-	eventually(t, "all three on the engine", func() bool { return len(eng.order()) == 3 })
+	testwait.For(t, 5*time.Second, "all three on the engine", func() bool { return len(eng.order()) == 3 })
 	for range 3 {
 		eng.release <- struct{}{}
 		<-out
@@ -275,7 +276,7 @@ func TestAdmissionWaitsWhileNoTargetAnswers(t *testing.T) {
 		func(o *Options) { o.Transport = tr })
 	out := make(chan reply, 1)
 	h.send(t.Context(), "patient", "", out)
-	eventually(t, "the request queued after its attempts were refused", func() bool { return h.queueDepth("standard") == 1 })
+	testwait.For(t, 5*time.Second, "the request queued after its attempts were refused", func() bool { return h.queueDepth("standard") == 1 })
 	select {
 	case r := <-out:
 		t.Fatalf("answered %d %s while no engine answers", r.status, r.body)

@@ -57,6 +57,9 @@ func (m *meshHooks) key(apiBase string) string {
 // Load implements router.EngineView.
 func (m *meshHooks) Load(apiBase string) (uint64, bool) { return m.state.Load(apiBase) }
 
+// PeerInflight implements router.InflightView.
+func (m *meshHooks) PeerInflight(apiBase string) uint64 { return m.state.PeerInflight(apiBase) }
+
 // PeerPrefill implements router.PrefillView.
 func (m *meshHooks) PeerPrefill(apiBase string) uint64 { return m.state.PeerPrefill(apiBase) }
 
