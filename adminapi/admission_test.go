@@ -60,3 +60,33 @@ func TestKeyPriorityEndpoint(t *testing.T) {
 		t.Fatalf("unknown key: %d %s", r.code, r.raw)
 	}
 }
+
+// A router's reported admission state shows on its row of GET
+// /api/v1/cluster.
+func TestClusterViewShowsEachRoutersQueue(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[0]
+	node := m.c.Node(1).NodeID()
+	body := `{"routes":[],"admin_addr":"127.0.0.1:9","admission":{"queues":{"chat":{"critical":1,"standard":2,"sheddable":7}},` +
+		`"engine_saturation":{"e1/m":1.25}}}`
+	if r := call(t, api, http.MethodPost, "/internal/adaptive-telemetry", internalToken, body, NodeIDHeader, node); r.code != http.StatusNoContent {
+		t.Fatalf("report: %d %s", r.code, r.raw)
+	}
+	r := call(t, api, http.MethodGet, "/api/v1/cluster", superToken, "")
+	for _, v := range r.body["routers"].([]any) {
+		rv := v.(map[string]any)
+		if rv["node_id"] != node {
+			if rv["admission"] != nil {
+				t.Errorf("router %v shows an admission state it never reported", rv["node_id"])
+			}
+			continue
+		}
+		adm, _ := rv["admission"].(map[string]any)
+		q, _ := adm["queues"].(map[string]any)["chat"].(map[string]any)
+		if q["sheddable"] != 7.0 || q["critical"] != 1.0 || adm["engine_saturation"].(map[string]any)["e1/m"] != 1.25 {
+			t.Fatalf("router %s: %v", node, rv)
+		}
+		return
+	}
+	t.Fatalf("no row for %s in %s", node, r.raw)
+}

@@ -25,7 +25,7 @@ func admissionTOML(engines []string) string {
 	}
 	b.WriteString("[[routes]]\nmodel = \"chat\"\nstrategy = \"power_of_two\"\ntargets = [\n")
 	for i := range engines {
-		fmt.Fprintf(&b, "  { provider = \"e%d\", model = \"sim-model\" },\n", i)
+		fmt.Fprintf(&b, "  { provider = \"e%d\", model = \"meta-llama/Llama-3.1-8B-Instruct\" },\n", i)
 	}
 	b.WriteString(`]
 

@@ -333,18 +333,30 @@ func (o *poolObserver) Left(b admission.Band, out admission.Outcome, waited time
 // Depth implements admission.Observer.
 func (o *poolObserver) Depth(b admission.Band, n int) { o.depth[b].Set(float64(n)) }
 
-// QueueDepths returns this router's admission queue depth per pool and
-// band (the dashboard's queue panel).
-func (s *Server) QueueDepths() map[string][admission.NumBands]int {
-	out := map[string][admission.NumBands]int{}
+// AdmissionState returns this router's admission queue depth per pool
+// and band and each engine's saturation (by target label) for the pools
+// with admission on; on is false when no pool has it (the dashboard's
+// Mesh page, via the admin API's telemetry).
+func (s *Server) AdmissionState() (queues map[string][admission.NumBands]int, saturation map[string]float64, on bool) {
+	sn := s.snap.Load()
+	if sn == nil || !sn.cfg.Admission.Enabled {
+		return nil, nil, false
+	}
+	queues, saturation = map[string][admission.NumBands]int{}, map[string]float64{}
 	s.gates.Range(func(k, v any) bool {
 		pg := v.(*poolGate)
 		var d [admission.NumBands]int
 		for b := range admission.Band(admission.NumBands) {
 			d[b] = pg.gate.Depth(b)
 		}
-		out[k.(string)] = d
+		queues[k.(string)] = d
+		th := *pg.th.Load()
+		p := pg.pool.Load()
+		for i := range p.targets {
+			t := &p.targets[i]
+			saturation[t.label] = th.Utilization(s.engineState(t))
+		}
 		return true
 	})
-	return out
+	return queues, saturation, true
 }

@@ -289,3 +289,26 @@ func TestAdmissionWaitsWhileNoTargetAnswers(t *testing.T) {
 		t.Fatalf("status %d %s, want 200 once the engine answers", r.status, r.body)
 	}
 }
+
+// The admin API's view of this router's admission: queue depth per pool
+// and band, and each engine's saturation.
+func TestAdmissionStateReportsQueueAndSaturation(t *testing.T) {
+	eng := newGatedEngine(t)
+	h := newHarness(t, providers("e1", eng.URL)+admissionTOML, nil)
+	out := make(chan reply, 4)
+	h.send(t.Context(), "first", "", out)
+	testwait.For(t, 5*time.Second, "first request on the engine", func() bool { return len(eng.order()) == 1 })
+	h.send(t.Context(), "waits", "critical", out)
+	testwait.For(t, 5*time.Second, "queued", func() bool { return h.queueDepth("critical") == 1 })
+	queues, sat, on := h.srv.AdmissionState()
+	if !on || queues["m"][admission.Critical] != 1 || queues["m"][admission.Standard] != 0 {
+		t.Fatalf("queues %v on %v", queues, on)
+	}
+	if sat["e1/m"] != 1 {
+		t.Fatalf("saturation %v, want e1/m at 1 (load 1 of max_engine_load 1)", sat)
+	}
+	for range 2 {
+		eng.release <- struct{}{}
+		<-out
+	}
+}
