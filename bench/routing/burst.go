@@ -17,19 +17,22 @@ import (
 // BurstRow is one band of one run of the admission benchmark (and of
 // --json).
 type BurstRow struct {
-	Pattern   string  `json:"pattern"` // "flat" (Base throughout) or "burst"
-	Strategy  string  `json:"strategy"`
-	Routers   int     `json:"routers"`
-	Admission bool    `json:"admission"`
-	Band      string  `json:"band"`
-	Requests  int     `json:"requests"`
-	Served    int     `json:"served"`
-	Rejected  int     `json:"rejected"`
-	Expired   int     `json:"expired"`
-	Lost      int     `json:"lost"` // neither served, rejected nor expired
-	TTFTP50   float64 `json:"ttft_p50_ms"`
-	TTFTP90   float64 `json:"ttft_p90_ms"`
-	TTFTP99   float64 `json:"ttft_p99_ms"`
+	Pattern   string `json:"pattern"` // "flat" (Base throughout) or "burst"
+	Strategy  string `json:"strategy"`
+	Routers   int    `json:"routers"`
+	Admission bool   `json:"admission"`
+	// QueuesShared: the replicas saw each other's queue lengths (a
+	// simulated gossip rolter router does not have yet).
+	QueuesShared bool    `json:"queues_shared,omitempty"`
+	Band         string  `json:"band"`
+	Requests     int     `json:"requests"`
+	Served       int     `json:"served"`
+	Rejected     int     `json:"rejected"`
+	Expired      int     `json:"expired"`
+	Lost         int     `json:"lost"` // neither served, rejected nor expired
+	TTFTP50      float64 `json:"ttft_p50_ms"`
+	TTFTP90      float64 `json:"ttft_p90_ms"`
+	TTFTP99      float64 `json:"ttft_p99_ms"`
 	// WaitP50/WaitP90 are the served requests' time in a router's queue.
 	WaitP50 float64 `json:"queue_wait_p50_ms"`
 	WaitP90 float64 `json:"queue_wait_p90_ms"`
@@ -129,21 +132,26 @@ func RunBurst(ctx context.Context, o BurstOptions, out io.Writer) ([]BurstRow, e
 		acfg.Bands[admission.Sheddable].TTL, acfg.PromoteAfter, acfg.PromoteEvery)
 
 	type variant struct {
-		pattern string
-		w       *fleet.Workload
-		on      bool
+		pattern    string
+		w          *fleet.Workload
+		on, shared bool
 	}
-	variants := []variant{{"flat", wf, true}, {"burst", wb, false}, {"burst", wb, true}}
 	var jobs []simJob
+	var ran []variant
 	for _, name := range names {
 		for _, r := range routers {
+			variants := []variant{{"flat", wf, true, false}, {"burst", wb, false, false}, {"burst", wb, true, false}}
+			if r > 1 {
+				variants = append(variants, variant{"burst", wb, true, true})
+			}
 			for _, v := range variants {
 				cfg := fleet.Config{Strategy: name, Engines: o.Engines, Routers: r, Engine: ecfg, GossipDelay: o.GossipDelay,
-					PeerDelay: o.PeerDelay, Arrival: fleet.RandomArrival, Seed: o.Seed, Isolated: o.Isolated}
+					PeerDelay: o.PeerDelay, Arrival: fleet.RandomArrival, Seed: o.Seed, Isolated: o.Isolated, ShareQueues: v.shared}
 				if v.on {
 					cfg.Admission = &acfg
 				}
 				jobs = append(jobs, simJob{cfg: cfg, w: v.w})
+				ran = append(ran, v)
 			}
 		}
 	}
@@ -154,11 +162,12 @@ func RunBurst(ctx context.Context, o BurstOptions, out io.Writer) ([]BurstRow, e
 	}
 	var rows []BurstRow
 	for i, res := range results {
-		v := variants[i%len(variants)]
+		v := ran[i]
 		for b := admission.NumBands - 1; b >= 0; b-- {
 			br := res.Bands[b]
 			rows = append(rows, BurstRow{Pattern: v.pattern, Strategy: res.Strategy, Routers: res.Routers, Admission: v.on,
-				Band: admission.Band(b).String(), Requests: br.Requests, Served: br.Served, Rejected: br.Rejected,
+				QueuesShared: v.shared,
+				Band:         admission.Band(b).String(), Requests: br.Requests, Served: br.Served, Rejected: br.Rejected,
 				Expired: br.Expired, Lost: br.Requests - br.Served - br.Rejected - br.Expired,
 				TTFTP50: msOf(br.TTFT.P50), TTFTP90: msOf(br.TTFT.P90), TTFTP99: msOf(br.TTFT.P99),
 				WaitP50: msOf(br.Wait.P50), WaitP90: msOf(br.Wait.P90)})
@@ -172,11 +181,16 @@ func RunBurst(ctx context.Context, o BurstOptions, out io.Writer) ([]BurstRow, e
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // printBurst prints the rows grouped by strategy and router count, then
-// the acceptance targets of each group.
+// the acceptance targets of each group (admission as shipped: queues not
+// shared).
 func printBurst(w io.Writer, rows []BurstRow) {
-	const per = 3 * admission.NumBands // three runs of every band
-	for g := 0; g+per <= len(rows); g += per {
-		group := rows[g : g+per]
+	for len(rows) > 0 {
+		n := 1
+		for n < len(rows) && rows[n].Strategy == rows[0].Strategy && rows[n].Routers == rows[0].Routers {
+			n++
+		}
+		group := rows[:n]
+		rows = rows[n:]
 		fmt.Fprintf(w, "%s, routers=%d\n", group[0].Strategy, group[0].Routers)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "load\tadmission\tband\trequests\tserved\trejected\texpired\tlost\tttft p50\tp90\tp99 ms\tqueued p50\tp90 ms\t")
@@ -185,13 +199,16 @@ func printBurst(w io.Writer, rows []BurstRow) {
 			if r.Admission {
 				on = "on"
 			}
+			if r.QueuesShared {
+				on = "on, queues shared"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", r.Pattern, on, r.Band, r.Requests,
 				r.Served, r.Rejected, r.Expired, r.Lost, r.TTFTP50, r.TTFTP90, r.TTFTP99, r.WaitP50, r.WaitP90)
 		}
 		tw.Flush()
 		find := func(pattern string, on bool, band string) BurstRow {
 			for _, r := range group {
-				if r.Pattern == pattern && r.Admission == on && r.Band == band {
+				if r.Pattern == pattern && r.Admission == on && !r.QueuesShared && r.Band == band {
 					return r
 				}
 			}

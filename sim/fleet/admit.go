@@ -9,16 +9,18 @@ import (
 )
 
 // Admission in the simulator: with Config.Admission set, every replica
-// holds a package admission Queue and decides exactly as a router's Gate
-// does, in virtual time: an arrival goes to the strategy at once while the
+// holds a package admission Queue and decides as a router's Gate does, in
+// virtual time. An arrival goes to the strategy at once while the
 // replica's queue is empty and the pool has headroom (Σ
 // Thresholds.Headroom over the engines as the replica sees them: its own
-// in-flight plus the other replicas' as gossiped), otherwise it queues by band (a
-// full band rejects it: the router's 429). Every admission.DefaultTick
-// while some replica queues, each replica expires waiters past their TTL
-// (the router's 503) and releases Share(headroom − its releases this tick,
-// its queue, the other replicas' queues as last gossiped) waiters in
-// Queue.Next order, each picked by the strategy at that moment.
+// in-flight plus the other replicas' as gossiped); otherwise it queues by
+// band, and a full band rejects it (the router's 429). Every
+// admission.DefaultTick while some replica queues, each replica expires
+// waiters past their TTL (the router's 503) and releases
+// Share(headroom − its releases this tick, its queue, peers) waiters in
+// Queue.Next order, each picked by the strategy at that moment. peers is
+// 0, as in rolter router, which does not gossip queue lengths; with
+// Config.ShareQueues it is the other replicas' queues as last gossiped.
 
 // fate is how a request ended.
 type fate uint8
@@ -120,7 +122,10 @@ func (r *run) tick() {
 		lens[k] = q.Total()
 	}
 	a.history = append(a.history, queueSample{at: r.now, lens: lens})
-	seen := r.peerQueues()
+	var seen []int
+	if r.cfg.ShareQueues {
+		seen = r.peerQueues()
+	}
 	for k, q := range a.queues {
 		a.pending[k] = 0
 		if q.Total() == 0 {

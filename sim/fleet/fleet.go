@@ -56,6 +56,11 @@ type Config struct {
 	// Admission, when set, runs package admission in every replica (see
 	// admit.go); nil: every request goes to its engine at once.
 	Admission *admission.Config
+	// ShareQueues lets each replica see the others' queue lengths (after
+	// PeerDelay) in admission.Share. rolter router does not gossip them
+	// yet (it releases with peers = 0); this models what doing so would
+	// change.
+	ShareQueues bool
 }
 
 // DefaultPeerDelay is Config.PeerDelay's default: router-to-router gossip
