@@ -145,7 +145,7 @@ func admissionRevision(msg *raftstore.FileSync, c *config.Config) {
 // refused while rolter.toml owns it).
 func (s *Store) SetAdmission(ctx context.Context, by Author, a config.Admission) (Written, error) {
 	return s.write(ctx, by, &raftstore.Command{Op: raftstore.Op_OP_SET_ADMISSION,
-		Payload: &raftstore.Command_Admission{Admission: AdmissionToPB(a)}})
+		Payload: &raftstore.Command_Admission{Admission: admissionToPB(a)}})
 }
 
 // SetKeyPriority sets key name's max band and whether it may name its
