@@ -156,6 +156,11 @@ type routerView struct {
 	Voter         bool    `json:"voter"`
 	Alive         *bool   `json:"alive,omitempty"`
 	ConfigVersion *uint64 `json:"config_version"`
+	// Admission is the router's admission queue and engine saturation as
+	// it last reported them (omitted: not reported or [admission] off);
+	// AdmissionAt is when.
+	Admission   *AdmissionReport `json:"admission,omitempty"`
+	AdmissionAt *time.Time       `json:"admission_reported_at,omitempty"`
 }
 
 func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
@@ -210,6 +215,10 @@ func (a *API) getCluster(w http.ResponseWriter, _ *http.Request, _ principal) {
 		if rv.ConfigVersion == nil && m.ConfigVersion > 0 {
 			cv := m.ConfigVersion
 			rv.ConfigVersion = &cv
+		}
+		if m.Admission != nil {
+			at := m.ReportedAt.UTC()
+			rv.Admission, rv.AdmissionAt = m.Admission, &at
 		}
 	}
 	routers := make([]routerView, 0, len(byID))

@@ -67,6 +67,8 @@ type Store interface {
 	SetPolicy(ctx context.Context, by cluster.Author, p adaptive.Policy) (cluster.Written, error)
 	SetModelPrice(ctx context.Context, by cluster.Author, m config.ModelPrice) (cluster.Written, error)
 	DeleteModelPrice(ctx context.Context, by cluster.Author, model string) (cluster.Written, error)
+	SetAdmission(ctx context.Context, by cluster.Author, ad config.Admission) (cluster.Written, error)
+	SetKeyPriority(ctx context.Context, by cluster.Author, name, maxPriority string, fairnessHeader bool) (cluster.Written, error)
 	// SyncFile sends the difference between c and the file-owned
 	// entries as one file sync (POST /api/v1/config/apply).
 	SyncFile(ctx context.Context, c *config.Config, from cluster.FileSender) (cluster.FileSyncResult, error)
@@ -222,6 +224,9 @@ func (a *API) routes() {
 	v.Handle("/keys", a.auth(cluster.RoleViewer, a.listKeys)).Methods(http.MethodGet)
 	v.Handle("/keys", a.auth(cluster.RoleAdmin, a.createKey)).Methods(http.MethodPost)
 	v.Handle("/keys/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteKey))).Methods(http.MethodDelete)
+	v.Handle("/keys/{name}/priority", a.auth(cluster.RoleAdmin, a.putKeyPriority)).Methods(http.MethodPut)
+	v.Handle("/admission", a.auth(cluster.RoleSuperadmin, a.getAdmission)).Methods(http.MethodGet)
+	v.Handle("/admission", a.auth(cluster.RoleSuperadmin, a.putAdmission)).Methods(http.MethodPut)
 
 	v.Handle("/admin-tokens", a.auth(cluster.RoleSuperadmin, a.listTokens)).Methods(http.MethodGet)
 	v.Handle("/admin-tokens", a.auth(cluster.RoleSuperadmin, a.createToken)).Methods(http.MethodPost)

@@ -68,12 +68,15 @@ type groupJSON struct {
 }
 
 type keyJSON struct {
-	Name      string    `json:"name"`
-	Models    []string  `json:"models"`
-	Providers []string  `json:"providers"`
-	ReadOnly  bool      `json:"readonly"`
-	ManagedBy string    `json:"managed_by"`
-	CreatedAt time.Time `json:"created_at,omitzero"`
+	Name      string   `json:"name"`
+	Models    []string `json:"models"`
+	Providers []string `json:"providers"`
+	// MaxPriority and FairnessHeader are the key's admission settings.
+	MaxPriority    string    `json:"max_priority"`
+	FairnessHeader bool      `json:"fairness_header"`
+	ReadOnly       bool      `json:"readonly"`
+	ManagedBy      string    `json:"managed_by"`
+	CreatedAt      time.Time `json:"created_at,omitzero"`
 	// Secret is set only in the response to the creating request.
 	Secret string `json:"secret,omitempty"`
 	Note   string `json:"note,omitempty"`
@@ -147,7 +150,12 @@ func keyOut(k cluster.APIKey) keyJSON {
 	if providers == nil {
 		providers = []string{}
 	}
-	return keyJSON{Name: k.Name, Models: models, Providers: providers, ReadOnly: k.ReadOnly, ManagedBy: managedBy(k.ReadOnly), CreatedAt: k.Created}
+	band := k.MaxPriority
+	if band == "" {
+		band = "standard"
+	}
+	return keyJSON{Name: k.Name, Models: models, Providers: providers, MaxPriority: band, FairnessHeader: k.FairnessHeader,
+		ReadOnly: k.ReadOnly, ManagedBy: managedBy(k.ReadOnly), CreatedAt: k.Created}
 }
 
 // ---- providers
@@ -412,15 +420,21 @@ const shownOnce = "the secret is shown only in the response that created it"
 
 func (a *API) createKey(w http.ResponseWriter, r *http.Request, p principal) {
 	var in struct {
-		Name      string   `json:"name"`
-		Models    []string `json:"models"`
-		Providers []string `json:"providers"`
+		Name           string   `json:"name"`
+		Models         []string `json:"models"`
+		Providers      []string `json:"providers"`
+		MaxPriority    string   `json:"max_priority"`
+		FairnessHeader bool     `json:"fairness_header"`
 	}
 	if !decode(w, r, &in) {
 		return
 	}
 	if in.Name == "" {
 		badRequest(w, "name: required")
+		return
+	}
+	if !config.ValidPriority(in.MaxPriority) {
+		badRequest(w, "max_priority: must be critical, standard or sheddable")
 		return
 	}
 	known := a.d.Store.State().Providers
@@ -435,7 +449,8 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, http.StatusInternalServerError, "cannot generate a key", "server_error", "internal_error")
 		return
 	}
-	k := cluster.APIKey{Name: in.Name, SHA256: cluster.HashToken(secret), Models: in.Models, Providers: in.Providers}
+	k := cluster.APIKey{Name: in.Name, SHA256: cluster.HashToken(secret), Models: in.Models, Providers: in.Providers,
+		MaxPriority: in.MaxPriority, FairnessHeader: in.FairnessHeader}
 	res, err := a.d.Store.CreateKey(r.Context(), a.author(r, p), k)
 	if !a.written(w, "key "+k.Name, err) {
 		return

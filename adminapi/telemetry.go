@@ -38,6 +38,29 @@ type Report struct {
 	Build         string `json:"build,omitempty"`
 	AdminAddr     string `json:"admin_addr,omitempty"`
 	ConfigVersion uint64 `json:"config_version,omitempty"`
+	// Admission is the router's admission state (omitted: [admission] off).
+	Admission *AdmissionReport `json:"admission,omitempty"`
+}
+
+// AdmissionReport is one router's admission state as GET /api/v1/cluster
+// shows it per router: its queue depth per pool and band, and each
+// engine's saturation as it sees it (1: saturated; docs/admission.md).
+type AdmissionReport struct {
+	Queues     map[string]BandDepths `json:"queues"`
+	Saturation map[string]float64    `json:"engine_saturation"`
+}
+
+// BandDepths is one pool's queue on one router.
+type BandDepths struct {
+	Critical  int `json:"critical"`
+	Standard  int `json:"standard"`
+	Sheddable int `json:"sheddable"`
+}
+
+// AdmissionSource is an optional capability of a TelemetrySource: the
+// router's admission state for its reports.
+type AdmissionSource interface {
+	AdmissionState() *AdmissionReport
 }
 
 // Telemetry is the in-memory table of the newest report per (node,
@@ -56,6 +79,7 @@ type nodeReport struct {
 	stats            []routestats.Route
 	build, adminAddr string
 	configVersion    uint64
+	admission        *AdmissionReport
 	reportedAt       time.Time
 }
 
@@ -104,7 +128,8 @@ func (t *Telemetry) Put(node string, rep Report) {
 		t.rows[node] = m
 	}
 	if len(stats) > 0 || rep.Build != "" || rep.AdminAddr != "" {
-		t.nodes[node] = nodeReport{stats: stats, build: rep.Build, adminAddr: rep.AdminAddr, configVersion: rep.ConfigVersion, reportedAt: now}
+		t.nodes[node] = nodeReport{stats: stats, build: rep.Build, adminAddr: rep.AdminAddr, configVersion: rep.ConfigVersion,
+			admission: capAdmission(rep.Admission), reportedAt: now}
 	} else {
 		delete(t.nodes, node)
 	}
@@ -130,6 +155,18 @@ func (t *Telemetry) RouteStats() routestats.View {
 type NodeMeta struct {
 	Build, AdminAddr string
 	ConfigVersion    uint64 // 0: not reported
+	// Admission is the node's reported admission state (nil: off).
+	Admission *AdmissionReport
+	// ReportedAt is when its newest report arrived.
+	ReportedAt time.Time
+}
+
+// capAdmission bounds a reported admission state like the route caps.
+func capAdmission(a *AdmissionReport) *AdmissionReport {
+	if a == nil || (len(a.Queues) <= MaxReportRoutes && len(a.Saturation) <= MaxReportTargets) {
+		return a
+	}
+	return nil // a report past the caps is dropped, not trimmed at random
 }
 
 // Nodes returns the self-description of every router that reported
@@ -141,7 +178,8 @@ func (t *Telemetry) Nodes() map[string]NodeMeta {
 	defer t.mu.Unlock()
 	for node, r := range t.nodes {
 		if now.Sub(r.reportedAt) <= FreshWindow {
-			out[node] = NodeMeta{Build: r.build, AdminAddr: r.adminAddr, ConfigVersion: r.configVersion}
+			out[node] = NodeMeta{Build: r.build, AdminAddr: r.adminAddr, ConfigVersion: r.configVersion, Admission: r.admission,
+				ReportedAt: r.reportedAt}
 		}
 	}
 	return out
@@ -326,6 +364,9 @@ func (p *Pusher) PushOnce(ctx context.Context) {
 	}
 	if vs, ok := p.Source.(VersionSource); ok {
 		rep.ConfigVersion = vs.ConfigVersion()
+	}
+	if as, ok := p.Source.(AdmissionSource); ok {
+		rep.Admission = as.AdmissionState()
 	}
 	has := len(rep.Routes) > 0 || len(rep.Stats) > 0 || rep.Build != "" || rep.AdminAddr != ""
 	if !has && !p.hadContent {

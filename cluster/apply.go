@@ -43,6 +43,8 @@ var ops = map[raftstore.Op]opSpec{
 	raftstore.Op_OP_DELETE_MODEL_PRICE: {RoleAdmin, "model_price.delete", "model_price"},
 	raftstore.Op_OP_SEED:               {RoleNone, "config.seed", "config"},
 	raftstore.Op_OP_FILE_SYNC:          {RoleAdmin, "config.file_sync", "config"},
+	raftstore.Op_OP_SET_ADMISSION:      {RoleSuperadmin, "admission.update", "admission"},
+	raftstore.Op_OP_SET_KEY_PRIORITY:   {RoleAdmin, "key.priority", "key"},
 }
 
 // actionName returns the audit action of op, e.g.
@@ -145,6 +147,8 @@ func resourceName(kind string, cmd *raftstore.Command) string {
 		name = p.Token.GetName()
 	case *raftstore.Command_ModelPrice:
 		name = p.ModelPrice.GetModel()
+	case *raftstore.Command_KeyPriority:
+		name = p.KeyPriority.GetName()
 	}
 	if name == "" {
 		return kind
@@ -190,6 +194,10 @@ func (s *State) seed(sd *raftstore.Seed) *raftstore.Result {
 	}
 	if sd.GetPolicy() != nil {
 		s.Policy = policyFromPB(sd.GetPolicy())
+	}
+	if sd.GetAdmission() != nil {
+		s.Admission = admissionFromPB(sd.GetAdmission())
+		s.Admission.ReadOnly = true
 	}
 	s.File = revisionFromPB(sd.GetRevision())
 	s.Seeded = true
@@ -295,6 +303,14 @@ func (s *State) mutate(cmd *raftstore.Command) *raftstore.Result {
 		}
 		p.UpdatedAt = fromNanos(cmd.GetTimeUnixNano())
 		s.Policy = p
+	case raftstore.Op_OP_SET_ADMISSION:
+		if res := s.setAdmission(cmd.GetAdmission()); res != nil {
+			return res
+		}
+	case raftstore.Op_OP_SET_KEY_PRIORITY:
+		if res := s.setKeyPriority(cmd.GetKeyPriority()); res != nil {
+			return res
+		}
 	}
 	return &raftstore.Result{}
 }

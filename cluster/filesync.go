@@ -115,7 +115,8 @@ func declaredEntries(c *config.Config) fileEntries {
 	for _, k := range c.Keys {
 		// Every field of config.Key the state keeps must be copied here:
 		// this is the seed's and every file sync's only source of keys.
-		e.keys[k.Name] = APIKey{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models), Providers: slices.Clone(k.Providers), ReadOnly: true}
+		e.keys[k.Name] = APIKey{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models), Providers: slices.Clone(k.Providers),
+			MaxPriority: k.MaxPriority, FairnessHeader: k.FairnessHeader, ReadOnly: true}
 	}
 	for _, m := range c.Models {
 		m.ReadOnly = true
@@ -198,6 +199,7 @@ func FileRevisionOf(c *config.Config) FileRevision {
 	for _, m := range sortedValues(e.models) {
 		msg.PutModels = append(msg.PutModels, modelPriceToPB(m))
 	}
+	admissionRevision(msg, c)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
 		panic(fmt.Sprintf("cluster: encoding file entries: %v", err)) // cannot fail for these messages
@@ -238,7 +240,7 @@ type FilePlan struct {
 func PlanFileSync(st *State, c *config.Config) FilePlan {
 	p := FilePlan{From: st.File, To: FileRevisionOf(c)}
 	have, want := ownedEntries(st), declaredEntries(c)
-	p.Changes = diffEntries(withAdopted(have, st, want), want)
+	p.Changes = append(diffEntries(withAdopted(have, st, want), want), planAdmission(nil, st, c)...)
 	changed, err := CheckRevision(p.From, p.To)
 	if err != nil || !changed {
 		p.Err = err
@@ -265,6 +267,7 @@ func PlanFileSync(st *State, c *config.Config) FilePlan {
 	fs.DeleteGroups = removedNames(have.groups, want.groups)
 	fs.DeleteKeys = removedNames(have.keys, want.keys)
 	fs.DeleteModels = removedNames(have.models, want.models)
+	planAdmission(fs, st, c)
 	p.Sync = fs
 	return p
 }
@@ -525,7 +528,11 @@ func (s *State) fileSync(fs *raftstore.FileSync) (res *raftstore.Result, diff []
 	if msg := n.danglingReference(); msg != "" {
 		return fail(raftstore.Code_CODE_INVALID, "%s", msg), nil, false
 	}
-	diff = diffEntries(before, ownedEntries(&n))
+	res, admDiff := applyFileAdmission(&n, fs)
+	if res != nil {
+		return res, nil, false
+	}
+	diff = append(diffEntries(before, ownedEntries(&n)), admDiff...)
 	if len(diff) == 0 {
 		diff = []string{fmt.Sprintf("revision %s → %s, entries unchanged", s.File, want)}
 	}

@@ -56,9 +56,13 @@ type APIKey struct {
 	SHA256 string   `json:"-"`
 	Models []string `json:"models"`
 	// Providers is the key's provider allowlist (empty: every provider).
-	Providers []string  `json:"providers"`
-	ReadOnly  bool      `json:"readonly"`
-	Created   time.Time `json:"created_at"`
+	Providers []string `json:"providers"`
+	// MaxPriority caps the admission band the key may ask for ("":
+	// standard); FairnessHeader lets it name its fairness flow.
+	MaxPriority    string    `json:"max_priority"`
+	FairnessHeader bool      `json:"fairness_header"`
+	ReadOnly       bool      `json:"readonly"`
+	Created        time.Time `json:"created_at"`
 }
 
 // AdminToken is an admin API bearer token, stored as the hex SHA-256 of
@@ -128,6 +132,8 @@ type State struct {
 	// Models is the model price catalog, keyed by upstream model.
 	Models map[string]config.ModelPrice
 	Policy Policy
+	// Admission is the [admission] section (ReadOnly: rolter.toml owns it).
+	Admission config.Admission
 	// Audit holds the most recent entries, oldest first, at most
 	// AuditCapacity of them.
 	Audit    []AuditEntry
@@ -147,6 +153,7 @@ func emptyState() *State {
 		Tokens:    map[string]AdminToken{},
 		Models:    map[string]config.ModelPrice{},
 		Policy:    Policy{Policy: adaptive.DefaultPolicy()},
+		Admission: config.DefaultAdmission(),
 	}
 }
 
@@ -213,9 +220,10 @@ func (s *State) Config(base *config.Config) *config.Config {
 	c.Keys = make([]config.Key, 0, len(s.Keys))
 	for _, k := range s.KeyList() {
 		c.Keys = append(c.Keys, config.Key{Name: k.Name, SHA256: k.SHA256, Models: slices.Clone(k.Models),
-			Providers: slices.Clone(k.Providers), ReadOnly: k.ReadOnly})
+			Providers: slices.Clone(k.Providers), MaxPriority: k.MaxPriority, FairnessHeader: k.FairnessHeader, ReadOnly: k.ReadOnly})
 	}
 	c.Models = s.ModelList()
+	c.Admission = s.Admission
 	p := s.Policy.Policy
 	c.AdaptiveRouting = config.AdaptiveRouting{Enabled: p.Enabled, LatencyWeight: p.LatencyWeight, CostWeight: p.CostWeight,
 		LoadWeight: p.LoadWeight, ExplorationRatio: p.ExplorationRatio, MinSamples: p.MinSamples}

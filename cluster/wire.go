@@ -94,12 +94,13 @@ func keyToPB(k APIKey) *raftstore.Key {
 		created = k.Created.UnixNano()
 	}
 	return &raftstore.Key{Name: k.Name, Sha256: k.SHA256, Models: slices.Clone(k.Models), Readonly: k.ReadOnly,
-		Providers:       slices.Clone(k.Providers),
+		Providers: slices.Clone(k.Providers), MaxPriority: k.MaxPriority, FairnessHeader: k.FairnessHeader,
 		CreatedUnixNano: created}
 }
 
 func keyFromPB(k *raftstore.Key) APIKey {
 	return APIKey{Name: k.GetName(), SHA256: k.GetSha256(), Models: slices.Clone(k.GetModels()), Providers: slices.Clone(k.GetProviders()),
+		MaxPriority: k.GetMaxPriority(), FairnessHeader: k.GetFairnessHeader(),
 		ReadOnly: k.GetReadonly(), Created: fromNanos(k.GetCreatedUnixNano())}
 }
 
@@ -173,6 +174,9 @@ func seedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 			s.Models = append(s.Models, modelPriceToPB(m))
 		}
 		s.Policy = policyToPB(c.AdaptiveRouting.Policy())
+		if a, ok := declaredAdmission(c); ok {
+			s.Admission = admissionToPB(a)
+		}
 	}
 	if superadminSHA256 != "" {
 		s.Tokens = append(s.Tokens, tokenToPB(AdminToken{Name: "bootstrap", SHA256: superadminSHA256,
@@ -208,6 +212,7 @@ func (s *State) toSnapshot() *raftstore.Snapshot {
 		pol.UpdatedUnixNano = s.Policy.UpdatedAt.UnixNano()
 	}
 	out.Policy = pol
+	out.Admission = admissionToPB(s.Admission)
 	for _, e := range s.Audit {
 		out.Audit = append(out.Audit, auditToPB(e))
 	}
@@ -244,6 +249,9 @@ func stateFromSnapshot(sn *raftstore.Snapshot) *State {
 	}
 	if sn.GetPolicy() != nil {
 		s.Policy = policyFromPB(sn.GetPolicy())
+	}
+	if sn.GetAdmission() != nil {
+		s.Admission = admissionFromPB(sn.GetAdmission())
 	}
 	for _, e := range sn.GetAudit() {
 		s.Audit = append(s.Audit, auditFromPB(e))

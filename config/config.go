@@ -32,7 +32,10 @@ type Config struct {
 	MetricsScrape   MetricsScrape   `toml:"metrics_scrape"`
 	Tracing         Tracing         `toml:"tracing"`
 	Observability   Observability   `toml:"observability"`
-	Keys            []Key           `toml:"keys"`
+	// Admission is [admission]: the router-side queue used when the fleet
+	// is saturated (replicated like the adaptive policy).
+	Admission Admission `toml:"admission"`
+	Keys      []Key     `toml:"keys"`
 	// Models is the model price catalog ([[models]]): what each upstream
 	// model costs, whichever provider serves it.
 	Models []ModelPrice `toml:"models"`
@@ -270,7 +273,13 @@ type Key struct {
 	// Providers, when set, are the only providers the key's requests may
 	// land on: targets on any other provider are ineligible for it.
 	Providers []string `toml:"providers"`
-	ReadOnly  bool     `toml:"readonly"`
+	// MaxPriority is the highest band the key's requests may ask for with
+	// x-rolter-priority (critical, standard, sheddable; default standard).
+	MaxPriority string `toml:"max_priority"`
+	// FairnessHeader lets the key's requests name their fairness flow with
+	// x-rolter-fairness-id (default false: the flow is the key).
+	FairnessHeader bool `toml:"fairness_header"`
+	ReadOnly       bool `toml:"readonly"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("250ms").
@@ -308,6 +317,7 @@ func Default() Config {
 			StaleAfter: d(5 * time.Second)},
 		Tracing:       defaultTracing(),
 		Observability: defaultObservability(),
+		Admission:     DefaultAdmission(),
 	}
 }
 

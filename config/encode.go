@@ -28,6 +28,7 @@ type file struct {
 	MetricsScrape   map[string]any  `toml:"metrics_scrape,omitempty"`
 	Tracing         map[string]any  `toml:"tracing,omitempty"`
 	Observability   map[string]any  `toml:"observability,omitempty"`
+	Admission       map[string]any  `toml:"admission,omitempty"`
 }
 
 // The entry types as written: a zero field is left out, so it loads as
@@ -89,7 +90,10 @@ type encKey struct {
 	SecretEnv string   `toml:"secret_env,omitempty"`
 	Models    []string `toml:"models,omitempty"`
 	Providers []string `toml:"providers,omitempty"`
-	ReadOnly  bool     `toml:"readonly,omitempty"`
+	// MaxPriority and FairnessHeader are the key's admission settings.
+	MaxPriority    string `toml:"max_priority,omitempty"`
+	FairnessHeader bool   `toml:"fairness_header,omitempty"`
+	ReadOnly       bool   `toml:"readonly,omitempty"`
 }
 
 func encTargets(ts []Target) []encTarget {
@@ -148,6 +152,11 @@ func Encode(w io.Writer, c *Config, header string) error {
 	}
 	f.Tracing = changed(c.Tracing, def.Tracing)
 	f.Observability = changed(c.Observability, def.Observability)
+	f.Admission = changed(c.Admission, def.Admission)
+	if c.Admission.ReadOnly && f.Admission == nil {
+		// Declared with the defaults: still declared (the file owns it).
+		f.Admission = map[string]any{"enabled": c.Admission.Enabled}
+	}
 
 	if header != "" {
 		for _, l := range strings.Split(strings.TrimRight(header, "\n"), "\n") {

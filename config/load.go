@@ -71,6 +71,9 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	errs = applyCompat(file, data, &cfg)
+	// A declared [admission] is owned by the file (read-only in the admin
+	// API, synced like the declared entries).
+	cfg.Admission.ReadOnly = md.IsDefined("admission")
 	if md.IsDefined("metrics_scrape") && !md.IsDefined("metrics_scrape", "enabled") {
 		cfg.MetricsScrape.Enabled = true
 	}
@@ -262,6 +265,9 @@ func (c *Config) check(file string, getenv func(string) string, explicit map[wei
 			v.add(entry, "name", "duplicate key name")
 		}
 		keys[k.Name] = true
+		if !ValidPriority(k.MaxPriority) {
+			v.add(entry, "max_priority", "must be critical, standard or sheddable")
+		}
 		for j, p := range k.Providers {
 			if !providers[p] {
 				v.add(entry, fmt.Sprintf("providers[%d]", j), fmt.Sprintf("no provider named %q", p))
@@ -351,6 +357,7 @@ func (c *Config) validateTuning(v *validator) {
 		v.add("limits", "allowed_schemes", "must name at least one scheme")
 	}
 	c.checkObserve(v)
+	c.Admission.Check(func(field, msg string) { v.add("admission", field, msg) })
 	m := c.MetricsScrape
 	pos("metrics_scrape", "interval", m.Interval)
 	pos("metrics_scrape", "timeout", m.Timeout)

@@ -30,6 +30,9 @@ type fakeRouter struct {
 	Build                string `json:"build"`
 	RaftRole             string `json:"raft_role"`
 	AppliedConfigVersion int    `json:"applied_config_version"`
+	// Admission is the router's admission state (nil: off), as adminapi's
+	// AdmissionReport.
+	Admission map[string]any `json:"admission,omitempty"`
 }
 
 type fakeEngine struct {

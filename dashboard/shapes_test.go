@@ -30,9 +30,9 @@ func TestAPIShapes(t *testing.T) {
 				{"node_id":"n2","raft_addr":"127.0.0.1:7957","raft_role":"follower","voter":true,"config_version":null},
 				{"node_id":"n3","raft_role":"none","voter":false,"alive":false,"config_version":6}]}`,
 			`{"leader":"n1","configVersion":7,"routers":[
-				{"nodeId":"n1","address":"127.0.0.1:4001","raftAddr":"127.0.0.1:7947","build":"","raftRole":"leader","appliedConfigVersion":7,"alive":true},
-				{"nodeId":"n2","address":"","raftAddr":"127.0.0.1:7957","build":"","raftRole":"follower","appliedConfigVersion":null,"alive":true},
-				{"nodeId":"n3","address":"","raftAddr":"","build":"","raftRole":"none","appliedConfigVersion":6,"alive":false}],"engines":[]}`},
+				{"nodeId":"n1","address":"127.0.0.1:4001","raftAddr":"127.0.0.1:7947","build":"","raftRole":"leader","appliedConfigVersion":7,"alive":true,"admission":null},
+				{"nodeId":"n2","address":"","raftAddr":"127.0.0.1:7957","build":"","raftRole":"follower","appliedConfigVersion":null,"alive":true,"admission":null},
+				{"nodeId":"n3","address":"","raftAddr":"","build":"","raftRole":"none","appliedConfigVersion":6,"alive":false,"admission":null}],"engines":[]}`},
 		{"cluster engine with the router's queued-prefill estimate", "fromCluster",
 			`{"leader":"n1","config_version":1,"routers":[],"engines":[{"node_id":"s1","engine_url":"http://e1:8000","models":["m"],
 				"state":"EXACT","age_ms":120,"resident_blocks":40,"running":2,"waiting":1,"kv_usage":0.5,"lmcache_occupancy":null,

@@ -382,3 +382,30 @@ func TestRouteEditors(t *testing.T) {
 		})
 	}
 }
+
+// The Mesh page shows each router's admission queue per band and each
+// engine's saturation as every router running admission sees it.
+func TestMeshShowsAdmissionQueuesAndSaturation(t *testing.T) {
+	fake := newFakeAdmin(testToken)
+	fake.routers[0].Admission = map[string]any{
+		"queues":            map[string]any{"chat": map[string]any{"critical": 2, "standard": 5, "sheddable": 11}},
+		"engine_saturation": map[string]any{"gpu-a1/llama": 1.0, "gpu-a2/llama": 0.5},
+	}
+	fake.routers[1].Admission = map[string]any{"queues": map[string]any{}, "engine_saturation": map[string]any{"gpu-a1/llama": 0.75}}
+	p := newPage(t, fake)
+	p.signIn("#/mesh")
+	q := p.waitText(`#routers tr[data-node="router-1"] .admission-queue`, "chat 2 / 5 / 11")
+	if !strings.Contains(q, "chat") {
+		t.Fatalf("router-1's queue cell: %q", q)
+	}
+	if got := p.text(`#routers tr[data-node="router-2"] .admission-queue`); got != "empty" {
+		t.Errorf("router-2 (admission on, nothing queued): %q", got)
+	}
+	if got := p.text(`#routers tr[data-node="router-3"] .admission-queue`); got != "off" {
+		t.Errorf("router-3 (no admission report): %q", got)
+	}
+	row := p.waitText(`#saturation tr[data-target="gpu-a1/llama"]`, "100%")
+	if !strings.Contains(row, "75%") {
+		t.Errorf("gpu-a1's saturation row %q: want router-1's 100%% and router-2's 75%%", row)
+	}
+}

@@ -29,10 +29,17 @@ var exportedMetrics = map[string][]string{
 	"rolter_config_file_out_of_sync": {},
 	"rolter_router_stage_seconds":    {"stage"},
 	"rolter_router_pick_seconds":     {"strategy"},
+	// Admission (router/admission.go, docs/admission.md).
+	"rolter_queue_depth":        {"model", "band"},
+	"rolter_queue_wait_seconds": {"model", "band"},
+	"rolter_admission_total":    {"model", "band", "outcome"},
+	"rolter_pool_saturation":    {"model"},
+	"rolter_pool_saturated":     {"model"},
+	"rolter_engine_saturation":  {"target"},
 }
 
 var histograms = map[string]bool{"rolter_request_latency_ms": true, "rolter_request_ttft_ms": true,
-	"rolter_router_stage_seconds": true, "rolter_router_pick_seconds": true}
+	"rolter_router_stage_seconds": true, "rolter_router_pick_seconds": true, "rolter_queue_wait_seconds": true}
 
 // targetLabels are added by Prometheus (and the Operator) to every series.
 var targetLabels = []string{"job", "instance", "namespace", "pod", "container", "service", "endpoint"}

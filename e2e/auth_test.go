@@ -25,6 +25,8 @@ var AdminEndpoints = []Endpoint{
 	{"GET", "/api/v1/adaptive-routing-policy", "superadmin"},
 	{"PUT", "/api/v1/adaptive-routing-policy", "superadmin"},
 	{"GET", "/api/v1/adaptive-routing-telemetry", "superadmin"},
+	{"GET", "/api/v1/admission", "superadmin"},
+	{"PUT", "/api/v1/admission", "superadmin"},
 	{"GET", "/api/v1/audit", "admin"},
 	{"GET", "/api/v1/cluster", "viewer"},
 	{"POST", "/api/v1/config/diff", "admin"},
@@ -48,6 +50,7 @@ var AdminEndpoints = []Endpoint{
 	{"DELETE", "/api/v1/providers/{name}", "admin"},
 	{"GET", "/api/v1/keys", "viewer"},
 	{"POST", "/api/v1/keys", "admin"},
+	{"PUT", "/api/v1/keys/{name}/priority", "admin"},
 	{"DELETE", "/api/v1/keys/{name}", "admin"},
 	{"PUT", "/api/v1/model-prices/{name:.+}", "admin"},
 	{"GET", "/api/v1/model-prices", "viewer"},
@@ -96,7 +99,8 @@ func request(p Principal, e Endpoint, provider string) (path, body string, hdr [
 	name := map[string]string{
 		"/api/v1/providers/{name}": "p-" + who, "/api/v1/routes/{name:.+}": "r-" + who,
 		"/api/v1/provider-groups/{name}": "g-" + who, "/api/v1/keys/{name}": "k-" + who,
-		"/api/v1/admin-tokens/{name}": "t-" + who, "/api/v1/model-prices/{name:.+}": "org/m-" + who,
+		"/api/v1/keys/{name}/priority": "k-" + who,
+		"/api/v1/admin-tokens/{name}":  "t-" + who, "/api/v1/model-prices/{name:.+}": "org/m-" + who,
 	}[e.Path]
 	if e.Method == http.MethodGet {
 		// Reads address resources every principal can see: the fleet's
@@ -125,6 +129,10 @@ func request(p Principal, e Endpoint, provider string) (path, body string, hdr [
 		body = fmt.Sprintf(`{"slug":"g%s","strategy":"power_of_two","members":%s}`, who, target)
 	case "POST /api/v1/keys":
 		body = fmt.Sprintf(`{"name":"k-%s","models":["chat"]}`, who)
+	case "PUT /api/v1/keys/{name}/priority":
+		body = `{"max_priority":"sheddable"}`
+	case "PUT /api/v1/admission":
+		body = `{"enabled":false}`
 	case "PUT /api/v1/model-prices/{name:.+}":
 		body = `{"price_in_per_mtok":1,"price_out_per_mtok":2}`
 	case "POST /api/v1/admin-tokens":

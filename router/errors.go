@@ -23,6 +23,8 @@ var (
 	ErrNotFound      = errors.New("not found")
 	ErrMethod        = errors.New("method not allowed")
 	ErrNoConfig      = errors.New("router has no configuration yet")
+	ErrQueueFull     = errors.New("the fleet is saturated and the admission queue is full")
+	ErrQueueTimeout  = errors.New("the fleet stayed saturated for the whole admission wait")
 )
 
 // apiError is the OpenAI error shape {"error":{"message","type","code"}}.
@@ -55,6 +57,10 @@ func errorClass(err error) (status int, typ, code string) {
 		return http.StatusTooManyRequests, "rate_limit_error", "too_many_streams"
 	case errors.Is(err, ErrNoTarget):
 		return http.StatusServiceUnavailable, "server_error", "no_eligible_target"
+	case errors.Is(err, ErrQueueFull):
+		return http.StatusTooManyRequests, "rate_limit_error", "queue_full"
+	case errors.Is(err, ErrQueueTimeout):
+		return http.StatusServiceUnavailable, "server_error", "queue_timeout"
 	case errors.Is(err, ErrNoConfig):
 		return http.StatusServiceUnavailable, "server_error", "not_ready"
 	case errors.Is(err, ErrUpstream):

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/rolter/rolter/router/admission"
 )
 
 // apiKey is a configured client key: only its SHA-256 is held.
@@ -15,6 +17,10 @@ type apiKey struct {
 	models []string // allowlist; empty = every model
 	// providers is the provider allowlist; nil = every provider.
 	providers map[string]bool
+	// maxBand caps the priority band the key's requests may ask for;
+	// fairness lets them name their fairness flow (admission.go).
+	maxBand  admission.Band
+	fairness bool
 }
 
 // allowsProvider reports whether k's requests may land on provider. A nil

@@ -41,6 +41,16 @@ type MeshRank interface {
 	Routers() (live, rank int)
 }
 
+// InflightView is an optional capability of an EngineView, checked by
+// type assertion: Σ over the other routers of their last gossiped
+// in-flight requests on the engine at apiBase (0 when unknown). Admission
+// counts an engine's load as this plus the router's own in-flight: unlike
+// Load's fold, it does not wait for the engine's next status report to
+// see a slot free. Same contract as Load.
+type InflightView interface {
+	PeerInflight(apiBase string) uint64
+}
+
 // SourceFactory hands a pool's strategies the out-of-band engine state they
 // read (KV residency, LMCache occupancy, resident adapters). Apply calls
 // Sources once per pool (each route, each provider group, each provider

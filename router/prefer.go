@@ -39,6 +39,11 @@ func PreferLoad(primary, secondary EngineView) EngineView {
 	if p.rank, _ = primary.(MeshRank); p.rank == nil {
 		p.rank, _ = secondary.(MeshRank)
 	}
+	if p.inflight, _ = primary.(InflightView); p.inflight == nil {
+		p.inflight, _ = secondary.(InflightView)
+	}
+	p.status[0], _ = primary.(StatusView)
+	p.status[1], _ = secondary.(StatusView)
 	return p
 }
 
@@ -47,6 +52,16 @@ type preferLoad struct {
 	reporter           EngineReporter // primary's capability, or nil
 	prefill            PrefillView    // the first view's that has one, or nil
 	rank               MeshRank       // likewise
+	status             [2]StatusView  // primary's and secondary's, each may be nil
+	inflight           InflightView   // the first view's that has one, or nil
+}
+
+// PeerInflight implements InflightView with the first view that offers it.
+func (p preferLoad) PeerInflight(apiBase string) uint64 {
+	if p.inflight == nil {
+		return 0
+	}
+	return p.inflight.PeerInflight(apiBase)
 }
 
 // Routers implements MeshRank with the first view that offers it; alone
@@ -56,6 +71,18 @@ func (p preferLoad) Routers() (live, rank int) {
 		return 1, 0
 	}
 	return p.rank.Routers()
+}
+
+// EngineStatus implements StatusView: the first view with a fresh report.
+func (p preferLoad) EngineStatus(apiBase string) (uint64, float64, bool) {
+	for _, v := range p.status {
+		if v != nil {
+			if w, kv, ok := v.EngineStatus(apiBase); ok {
+				return w, kv, true
+			}
+		}
+	}
+	return 0, 0, false
 }
 
 // PeerPrefill implements PrefillView with the first view that offers it

@@ -132,3 +132,32 @@ func TestPreferLoadPassesMeshRank(t *testing.T) {
 		}
 	}
 }
+
+type statusView struct {
+	fakeView
+	waiting map[string]uint64
+}
+
+func (s statusView) EngineStatus(b string) (uint64, float64, bool) {
+	w, ok := s.waiting[b]
+	return w, 0.5, ok
+}
+
+// Admission's waiting/KV signal passes through PreferLoad from whichever
+// view reports the engine.
+func TestPreferLoadPassesEngineStatus(t *testing.T) {
+	mesh := statusView{waiting: map[string]uint64{"a": 3}}
+	polls := statusView{waiting: map[string]uint64{"b": 7}}
+	v, ok := PreferLoad(mesh, polls).(StatusView)
+	if !ok {
+		t.Fatal("PreferLoad hides StatusView")
+	}
+	for base, want := range map[string]uint64{"a": 3, "b": 7} {
+		if w, _, ok := v.EngineStatus(base); !ok || w != want {
+			t.Errorf("%s: waiting %d %v, want %d", base, w, ok, want)
+		}
+	}
+	if _, _, ok := v.EngineStatus("c"); ok {
+		t.Error("an engine neither view reports has a status")
+	}
+}

@@ -116,6 +116,10 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.stage(stageParse, t0.Add(-a.obs.parse)) // validation plus prompt extraction
+	if code = a.admit(); code != 0 {
+		return
+	}
+	defer a.leave()
 	s.budget.Load().deposit()
 	code = a.run()
 	s.metrics.requestLatency(res.pool).Observe(ms(s.clock.Now().Sub(start)))
@@ -177,6 +181,7 @@ type attempt struct {
 	prefillAt *strategies.TargetStats
 	ctl       *http.ResponseController // nil: relay makes one
 	sp        *splice                  // nil unless a broken stream may be resumed (resume.go)
+	gate      *poolGate                // nil unless [admission] is on (admission.go)
 	obs       reqObs                   // request id, spans, log line (trace.go)
 	// attempts, firstByte and tail feed the route stats (routestats.go).
 	attempts  int
@@ -232,7 +237,11 @@ func (a *attempt) run() int {
 				return a.relayFailure(resp)
 			}
 			if a.lastErr != nil {
-				return writeError(a.w, fmt.Errorf("%w: %v", ErrUpstream, a.lastErr), 0)
+				if code, again := a.unanswered(); !again {
+					return code
+				}
+				n = 0
+				continue
 			}
 			reason, wait := a.noTargetReason()
 			return writeError(a.w, fmt.Errorf("%w for %q: %s", ErrNoTarget, a.req.model, reason), wait)
@@ -262,7 +271,11 @@ func (a *attempt) run() int {
 			if resp != nil {
 				return a.relayFailure(resp)
 			}
-			return writeError(a.w, fmt.Errorf("%w: %v", ErrUpstream, a.lastErr), 0)
+			if code, again := a.unanswered(); !again {
+				return code
+			}
+			n = 0
+			continue
 		}
 		pending = resp
 		a.s.metrics.retries.WithLabelValues(p.key).Inc()

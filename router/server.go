@@ -117,6 +117,11 @@ type Server struct {
 
 	streams sync.Map // API key name → *atomic.Int64 open streams
 
+	// gates is pool key → *poolGate (admission.go); admissionMetrics its
+	// series.
+	gates            sync.Map
+	admissionMetrics *admissionMetrics
+
 	configWait     time.Duration
 	configured     chan struct{} // closed by the first successful Apply
 	configuredOnce sync.Once
@@ -166,6 +171,7 @@ func New(o Options) *Server {
 	}
 	s.metrics = newMetrics(s.reg)
 	s.reg.MustRegister(prefillCollector{s})
+	s.admissionMetrics = newAdmissionMetrics(s, s.reg)
 	s.routeStats = routestats.NewRing(s.clock.Now)
 	s.stages = newStageMetrics(s.reg)
 	s.initObservation(o)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -310,7 +311,10 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 	}
 	sort.Strings(s.models)
 	for _, kc := range cfg.Keys {
-		k := apiKey{name: kc.Name, models: kc.Models}
+		k := apiKey{name: kc.Name, models: kc.Models, fairness: kc.FairnessHeader, maxBand: admission.Standard}
+		if b, ok := admission.ParseBand(kc.MaxPriority); ok {
+			k.maxBand = b
+		}
 		if len(kc.Providers) > 0 {
 			k.providers = make(map[string]bool, len(kc.Providers))
 			for _, p := range kc.Providers {

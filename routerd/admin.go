@@ -3,6 +3,7 @@ package routerd
 import (
 	"github.com/rolter/rolter/adaptive"
 	"github.com/rolter/rolter/adminapi"
+	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/routestats"
 )
 
@@ -17,6 +18,7 @@ var (
 	_ adminapi.StatsSource     = adminSource{}
 	_ adminapi.VersionSource   = adminSource{}
 	_ adminapi.ParkedSource    = adminSource{}
+	_ adminapi.AdmissionSource = adminSource{}
 )
 
 // AdaptiveTelemetry implements adminapi.TelemetrySource over the running
@@ -32,6 +34,21 @@ func (s adminSource) RouteStats() []routestats.Route { return s.r.srv.RouteStats
 // ConfigVersion implements adminapi.VersionSource: the config_version the
 // data plane runs.
 func (s adminSource) ConfigVersion() uint64 { return s.r.srv.ConfigVersion() }
+
+// AdmissionState implements adminapi.AdmissionSource: the data plane's
+// admission queues and engine saturation (nil while [admission] is off).
+func (s adminSource) AdmissionState() *adminapi.AdmissionReport {
+	queues, sat, on := s.r.srv.AdmissionState()
+	if !on {
+		return nil
+	}
+	out := &adminapi.AdmissionReport{Queues: map[string]adminapi.BandDepths{}, Saturation: sat}
+	for pool, d := range queues {
+		out.Queues[pool] = adminapi.BandDepths{Critical: d[admission.Critical], Standard: d[admission.Standard],
+			Sheddable: d[admission.Sheddable]}
+	}
+	return out
+}
 
 // staticEndpoints is adminapi.Endpoints over --peer-admin.
 type staticEndpoints []string

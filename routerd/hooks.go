@@ -57,11 +57,20 @@ func (m *meshHooks) key(apiBase string) string {
 // Load implements router.EngineView.
 func (m *meshHooks) Load(apiBase string) (uint64, bool) { return m.state.Load(apiBase) }
 
+// PeerInflight implements router.InflightView.
+func (m *meshHooks) PeerInflight(apiBase string) uint64 { return m.state.PeerInflight(apiBase) }
+
 // PeerPrefill implements router.PrefillView.
 func (m *meshHooks) PeerPrefill(apiBase string) uint64 { return m.state.PeerPrefill(apiBase) }
 
 // Routers implements router.MeshRank.
 func (m *meshHooks) Routers() (live, rank int) { return m.state.Routers() }
+
+// EngineStatus implements router.StatusView (admission's waiting and KV
+// signals).
+func (m *meshHooks) EngineStatus(apiBase string) (uint64, float64, bool) {
+	return m.view.Status(m.key(apiBase))
+}
 
 // Reported implements router.EngineReporter: a live sidecar reports the
 // engine, so it wins over the router's own [metrics_scrape].

@@ -3,8 +3,9 @@
 // discrete-event fleet simulator (sim/fleet) at several router replica
 // counts, the table of hit rate, TTFT, latency, throughput and imbalance
 // with ratios to round_robin and the oracle, and the charts of TTFT p90
-// against load and hit rate against replicas (gonum.org/v1/plot).
-// cmd/rolter parses the flags and calls it.
+// against load and hit rate against replicas (gonum.org/v1/plot), and
+// the admission burst (burst.go: per priority band, admission off and
+// on). cmd/rolter parses the flags and calls it.
 package routing
 
 import (

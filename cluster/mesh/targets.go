@@ -208,6 +208,17 @@ func (e *engine) load() (uint64, bool) {
 	return uint64(max(queue, others, 0)), ok
 }
 
+// Status returns the engine at url's waiting queue and KV-cache usage from
+// its sidecar's last status; ok is false without a fresh one. Lock-free
+// and allocation-free (admission reads it per pick).
+func (v *View) Status(url string) (waiting uint64, kvUsage float64, ok bool) {
+	e := v.lookup(url)
+	if e == nil || !e.fresh.Load() {
+		return 0, 0, false
+	}
+	return e.waiting.Load(), math.Float64frombits(e.kvUsage.Load()), true
+}
+
 // Remote is what a router's view holds of one engine beyond the router's
 // own requests (the raw inputs of router/meshstate's load fold).
 type Remote struct {

@@ -160,6 +160,8 @@ const (
 	Op_OP_FILE_SYNC          Op = 40
 	Op_OP_SET_MODEL_PRICE    Op = 20
 	Op_OP_DELETE_MODEL_PRICE Op = 21
+	Op_OP_SET_ADMISSION      Op = 22
+	Op_OP_SET_KEY_PRIORITY   Op = 23
 )
 
 // Enum value maps for Op.
@@ -184,6 +186,8 @@ var (
 		40: "OP_FILE_SYNC",
 		20: "OP_SET_MODEL_PRICE",
 		21: "OP_DELETE_MODEL_PRICE",
+		22: "OP_SET_ADMISSION",
+		23: "OP_SET_KEY_PRIORITY",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":        0,
@@ -205,6 +209,8 @@ var (
 		"OP_FILE_SYNC":          40,
 		"OP_SET_MODEL_PRICE":    20,
 		"OP_DELETE_MODEL_PRICE": 21,
+		"OP_SET_ADMISSION":      22,
+		"OP_SET_KEY_PRIORITY":   23,
 	}
 )
 
@@ -774,9 +780,13 @@ type Key struct {
 	CreatedUnixNano int64                  `protobuf:"varint,5,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	// providers, when set, are the only providers the key's requests may
 	// land on.
-	Providers     []string `protobuf:"bytes,20,rep,name=providers,proto3" json:"providers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Providers []string `protobuf:"bytes,20,rep,name=providers,proto3" json:"providers,omitempty"`
+	// max_priority caps the band x-rolter-priority may ask for ("":
+	// standard); fairness_header lets requests name their fairness flow.
+	MaxPriority    string `protobuf:"bytes,21,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
+	FairnessHeader bool   `protobuf:"varint,22,opt,name=fairness_header,json=fairnessHeader,proto3" json:"fairness_header,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Key) Reset() {
@@ -851,6 +861,215 @@ func (x *Key) GetProviders() []string {
 	return nil
 }
 
+func (x *Key) GetMaxPriority() string {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return ""
+}
+
+func (x *Key) GetFairnessHeader() bool {
+	if x != nil {
+		return x.FairnessHeader
+	}
+	return false
+}
+
+// AdmissionBand bounds one priority band's queue.
+type AdmissionBand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxQueue      int64                  `protobuf:"varint,1,opt,name=max_queue,json=maxQueue,proto3" json:"max_queue,omitempty"`
+	TtlNanos      int64                  `protobuf:"varint,2,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmissionBand) Reset() {
+	*x = AdmissionBand{}
+	mi := &file_raftstore_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmissionBand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmissionBand) ProtoMessage() {}
+
+func (x *AdmissionBand) ProtoReflect() protoreflect.Message {
+	mi := &file_raftstore_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmissionBand.ProtoReflect.Descriptor instead.
+func (*AdmissionBand) Descriptor() ([]byte, []int) {
+	return file_raftstore_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AdmissionBand) GetMaxQueue() int64 {
+	if x != nil {
+		return x.MaxQueue
+	}
+	return 0
+}
+
+func (x *AdmissionBand) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
+	}
+	return 0
+}
+
+// Admission is the [admission] section (config.Admission).
+type Admission struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Enabled                bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	MaxEngineLoad          uint64                 `protobuf:"varint,2,opt,name=max_engine_load,json=maxEngineLoad,proto3" json:"max_engine_load,omitempty"`
+	MaxWaiting             uint64                 `protobuf:"varint,3,opt,name=max_waiting,json=maxWaiting,proto3" json:"max_waiting,omitempty"`
+	MaxKvUsage             float64                `protobuf:"fixed64,4,opt,name=max_kv_usage,json=maxKvUsage,proto3" json:"max_kv_usage,omitempty"`
+	MaxQueuedPrefillTokens uint64                 `protobuf:"varint,5,opt,name=max_queued_prefill_tokens,json=maxQueuedPrefillTokens,proto3" json:"max_queued_prefill_tokens,omitempty"`
+	PromoteAfterNanos      int64                  `protobuf:"varint,6,opt,name=promote_after_nanos,json=promoteAfterNanos,proto3" json:"promote_after_nanos,omitempty"`
+	PromoteEvery           int64                  `protobuf:"varint,7,opt,name=promote_every,json=promoteEvery,proto3" json:"promote_every,omitempty"`
+	QuantumTokens          int64                  `protobuf:"varint,8,opt,name=quantum_tokens,json=quantumTokens,proto3" json:"quantum_tokens,omitempty"`
+	RetryAfterNanos        int64                  `protobuf:"varint,9,opt,name=retry_after_nanos,json=retryAfterNanos,proto3" json:"retry_after_nanos,omitempty"`
+	Critical               *AdmissionBand         `protobuf:"bytes,10,opt,name=critical,proto3" json:"critical,omitempty"`
+	Standard               *AdmissionBand         `protobuf:"bytes,11,opt,name=standard,proto3" json:"standard,omitempty"`
+	Sheddable              *AdmissionBand         `protobuf:"bytes,12,opt,name=sheddable,proto3" json:"sheddable,omitempty"`
+	// readonly: rolter.toml declares [admission] and owns it.
+	Readonly      bool `protobuf:"varint,13,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Admission) Reset() {
+	*x = Admission{}
+	mi := &file_raftstore_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Admission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Admission) ProtoMessage() {}
+
+func (x *Admission) ProtoReflect() protoreflect.Message {
+	mi := &file_raftstore_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Admission.ProtoReflect.Descriptor instead.
+func (*Admission) Descriptor() ([]byte, []int) {
+	return file_raftstore_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Admission) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Admission) GetMaxEngineLoad() uint64 {
+	if x != nil {
+		return x.MaxEngineLoad
+	}
+	return 0
+}
+
+func (x *Admission) GetMaxWaiting() uint64 {
+	if x != nil {
+		return x.MaxWaiting
+	}
+	return 0
+}
+
+func (x *Admission) GetMaxKvUsage() float64 {
+	if x != nil {
+		return x.MaxKvUsage
+	}
+	return 0
+}
+
+func (x *Admission) GetMaxQueuedPrefillTokens() uint64 {
+	if x != nil {
+		return x.MaxQueuedPrefillTokens
+	}
+	return 0
+}
+
+func (x *Admission) GetPromoteAfterNanos() int64 {
+	if x != nil {
+		return x.PromoteAfterNanos
+	}
+	return 0
+}
+
+func (x *Admission) GetPromoteEvery() int64 {
+	if x != nil {
+		return x.PromoteEvery
+	}
+	return 0
+}
+
+func (x *Admission) GetQuantumTokens() int64 {
+	if x != nil {
+		return x.QuantumTokens
+	}
+	return 0
+}
+
+func (x *Admission) GetRetryAfterNanos() int64 {
+	if x != nil {
+		return x.RetryAfterNanos
+	}
+	return 0
+}
+
+func (x *Admission) GetCritical() *AdmissionBand {
+	if x != nil {
+		return x.Critical
+	}
+	return nil
+}
+
+func (x *Admission) GetStandard() *AdmissionBand {
+	if x != nil {
+		return x.Standard
+	}
+	return nil
+}
+
+func (x *Admission) GetSheddable() *AdmissionBand {
+	if x != nil {
+		return x.Sheddable
+	}
+	return nil
+}
+
+func (x *Admission) GetReadonly() bool {
+	if x != nil {
+		return x.Readonly
+	}
+	return false
+}
+
 // AdminToken is an admin API bearer token; only its SHA-256 is replicated.
 type AdminToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -864,7 +1083,7 @@ type AdminToken struct {
 
 func (x *AdminToken) Reset() {
 	*x = AdminToken{}
-	mi := &file_raftstore_proto_msgTypes[6]
+	mi := &file_raftstore_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1095,7 @@ func (x *AdminToken) String() string {
 func (*AdminToken) ProtoMessage() {}
 
 func (x *AdminToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[6]
+	mi := &file_raftstore_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1108,7 @@ func (x *AdminToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminToken.ProtoReflect.Descriptor instead.
 func (*AdminToken) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{6}
+	return file_raftstore_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AdminToken) GetName() string {
@@ -935,7 +1154,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_raftstore_proto_msgTypes[7]
+	mi := &file_raftstore_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1166,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[7]
+	mi := &file_raftstore_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1179,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{7}
+	return file_raftstore_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Policy) GetEnabled() bool {
@@ -1032,7 +1251,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_raftstore_proto_msgTypes[8]
+	mi := &file_raftstore_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1263,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[8]
+	mi := &file_raftstore_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1276,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{8}
+	return file_raftstore_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AuditEntry) GetSeq() uint64 {
@@ -1142,7 +1361,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_raftstore_proto_msgTypes[9]
+	mi := &file_raftstore_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1373,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[9]
+	mi := &file_raftstore_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1386,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{9}
+	return file_raftstore_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Result) GetConfigVersion() uint64 {
@@ -1215,15 +1434,17 @@ type Seed struct {
 	Tokens    []*AdminToken          `protobuf:"bytes,5,rep,name=tokens,proto3" json:"tokens,omitempty"`
 	Policy    *Policy                `protobuf:"bytes,6,opt,name=policy,proto3" json:"policy,omitempty"`
 	// revision is the seeding rolter.toml's; its entries are file-owned.
-	Revision      *FileRevision `protobuf:"bytes,40,opt,name=revision,proto3" json:"revision,omitempty"`
-	Models        []*ModelPrice `protobuf:"bytes,20,rep,name=models,proto3" json:"models,omitempty"`
+	Revision *FileRevision `protobuf:"bytes,40,opt,name=revision,proto3" json:"revision,omitempty"`
+	Models   []*ModelPrice `protobuf:"bytes,20,rep,name=models,proto3" json:"models,omitempty"`
+	// admission is [admission] when the file declares it (file-owned).
+	Admission     *Admission `protobuf:"bytes,21,opt,name=admission,proto3" json:"admission,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Seed) Reset() {
 	*x = Seed{}
-	mi := &file_raftstore_proto_msgTypes[10]
+	mi := &file_raftstore_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1456,7 @@ func (x *Seed) String() string {
 func (*Seed) ProtoMessage() {}
 
 func (x *Seed) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[10]
+	mi := &file_raftstore_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1469,7 @@ func (x *Seed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seed.ProtoReflect.Descriptor instead.
 func (*Seed) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{10}
+	return file_raftstore_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Seed) GetProviders() []*Provider {
@@ -1307,6 +1528,13 @@ func (x *Seed) GetModels() []*ModelPrice {
 	return nil
 }
 
+func (x *Seed) GetAdmission() *Admission {
+	if x != nil {
+		return x.Admission
+	}
+	return nil
+}
+
 // FileRevision names one content of the entries rolter.toml declares:
 // the operator's monotonic generation key and the SHA-256 of the
 // declared providers, routes, groups, keys and model prices.
@@ -1320,7 +1548,7 @@ type FileRevision struct {
 
 func (x *FileRevision) Reset() {
 	*x = FileRevision{}
-	mi := &file_raftstore_proto_msgTypes[11]
+	mi := &file_raftstore_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1560,7 @@ func (x *FileRevision) String() string {
 func (*FileRevision) ProtoMessage() {}
 
 func (x *FileRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[11]
+	mi := &file_raftstore_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1573,7 @@ func (x *FileRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRevision.ProtoReflect.Descriptor instead.
 func (*FileRevision) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{11}
+	return file_raftstore_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FileRevision) GetGeneration() uint64 {
@@ -1384,15 +1612,21 @@ type FileSync struct {
 	Origin string `protobuf:"bytes,11,opt,name=origin,proto3" json:"origin,omitempty"`
 	// put_models/delete_models are the [[models]] price catalog's entries,
 	// by upstream model name.
-	PutModels     []*ModelPrice `protobuf:"bytes,20,rep,name=put_models,json=putModels,proto3" json:"put_models,omitempty"`
-	DeleteModels  []string      `protobuf:"bytes,21,rep,name=delete_models,json=deleteModels,proto3" json:"delete_models,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PutModels    []*ModelPrice `protobuf:"bytes,20,rep,name=put_models,json=putModels,proto3" json:"put_models,omitempty"`
+	DeleteModels []string      `protobuf:"bytes,21,rep,name=delete_models,json=deleteModels,proto3" json:"delete_models,omitempty"`
+	// admission is the file's [admission] (readonly) when it declares one
+	// and it differs from the stored section; release_admission hands a
+	// file-owned section back to the admin API when the file no longer
+	// declares it.
+	Admission        *Admission `protobuf:"bytes,30,opt,name=admission,proto3" json:"admission,omitempty"`
+	ReleaseAdmission bool       `protobuf:"varint,31,opt,name=release_admission,json=releaseAdmission,proto3" json:"release_admission,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FileSync) Reset() {
 	*x = FileSync{}
-	mi := &file_raftstore_proto_msgTypes[12]
+	mi := &file_raftstore_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1638,7 @@ func (x *FileSync) String() string {
 func (*FileSync) ProtoMessage() {}
 
 func (x *FileSync) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[12]
+	mi := &file_raftstore_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1651,7 @@ func (x *FileSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileSync.ProtoReflect.Descriptor instead.
 func (*FileSync) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{12}
+	return file_raftstore_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FileSync) GetRevision() *FileRevision {
@@ -1511,6 +1745,20 @@ func (x *FileSync) GetDeleteModels() []string {
 	return nil
 }
 
+func (x *FileSync) GetAdmission() *Admission {
+	if x != nil {
+		return x.Admission
+	}
+	return nil
+}
+
+func (x *FileSync) GetReleaseAdmission() bool {
+	if x != nil {
+		return x.ReleaseAdmission
+	}
+	return false
+}
+
 // Command is one Raft log entry. actor_token_sha256 names the admin token
 // that authorised the write; the FSM resolves its role from the replicated
 // token table and refuses the command when the role is too weak.
@@ -1533,6 +1781,8 @@ type Command struct {
 	//	*Command_Seed
 	//	*Command_FileSync
 	//	*Command_ModelPrice
+	//	*Command_Admission
+	//	*Command_KeyPriority
 	Payload       isCommand_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1540,7 +1790,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_raftstore_proto_msgTypes[13]
+	mi := &file_raftstore_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1802,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[13]
+	mi := &file_raftstore_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1815,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{13}
+	return file_raftstore_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Command) GetOp() Op {
@@ -1700,6 +1950,24 @@ func (x *Command) GetModelPrice() *ModelPrice {
 	return nil
 }
 
+func (x *Command) GetAdmission() *Admission {
+	if x != nil {
+		if x, ok := x.Payload.(*Command_Admission); ok {
+			return x.Admission
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetKeyPriority() *KeyPriority {
+	if x != nil {
+		if x, ok := x.Payload.(*Command_KeyPriority); ok {
+			return x.KeyPriority
+		}
+	}
+	return nil
+}
+
 type isCommand_Payload interface {
 	isCommand_Payload()
 }
@@ -1744,6 +2012,14 @@ type Command_ModelPrice struct {
 	ModelPrice *ModelPrice `protobuf:"bytes,20,opt,name=model_price,json=modelPrice,proto3,oneof"`
 }
 
+type Command_Admission struct {
+	Admission *Admission `protobuf:"bytes,21,opt,name=admission,proto3,oneof"`
+}
+
+type Command_KeyPriority struct {
+	KeyPriority *KeyPriority `protobuf:"bytes,22,opt,name=key_priority,json=keyPriority,proto3,oneof"`
+}
+
 func (*Command_Provider) isCommand_Payload() {}
 
 func (*Command_Route) isCommand_Payload() {}
@@ -1764,6 +2040,71 @@ func (*Command_FileSync) isCommand_Payload() {}
 
 func (*Command_ModelPrice) isCommand_Payload() {}
 
+func (*Command_Admission) isCommand_Payload() {}
+
+func (*Command_KeyPriority) isCommand_Payload() {}
+
+// KeyPriority sets a key's admission settings (OP_SET_KEY_PRIORITY).
+type KeyPriority struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MaxPriority    string                 `protobuf:"bytes,2,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
+	FairnessHeader bool                   `protobuf:"varint,3,opt,name=fairness_header,json=fairnessHeader,proto3" json:"fairness_header,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *KeyPriority) Reset() {
+	*x = KeyPriority{}
+	mi := &file_raftstore_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyPriority) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyPriority) ProtoMessage() {}
+
+func (x *KeyPriority) ProtoReflect() protoreflect.Message {
+	mi := &file_raftstore_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyPriority.ProtoReflect.Descriptor instead.
+func (*KeyPriority) Descriptor() ([]byte, []int) {
+	return file_raftstore_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *KeyPriority) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KeyPriority) GetMaxPriority() string {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return ""
+}
+
+func (x *KeyPriority) GetFairnessHeader() bool {
+	if x != nil {
+		return x.FairnessHeader
+	}
+	return false
+}
+
 type IdempotencyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1774,7 +2115,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_raftstore_proto_msgTypes[14]
+	mi := &file_raftstore_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2127,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[14]
+	mi := &file_raftstore_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2140,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{14}
+	return file_raftstore_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IdempotencyRecord) GetKey() string {
@@ -1832,13 +2173,14 @@ type Snapshot struct {
 	Idempotency   []*IdempotencyRecord   `protobuf:"bytes,11,rep,name=idempotency,proto3" json:"idempotency,omitempty"`
 	FileRevision  *FileRevision          `protobuf:"bytes,40,opt,name=file_revision,json=fileRevision,proto3" json:"file_revision,omitempty"`
 	Models        []*ModelPrice          `protobuf:"bytes,20,rep,name=models,proto3" json:"models,omitempty"`
+	Admission     *Admission             `protobuf:"bytes,21,opt,name=admission,proto3" json:"admission,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_raftstore_proto_msgTypes[15]
+	mi := &file_raftstore_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2192,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[15]
+	mi := &file_raftstore_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2205,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{15}
+	return file_raftstore_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Snapshot) GetConfigVersion() uint64 {
@@ -1957,6 +2299,13 @@ func (x *Snapshot) GetModels() []*ModelPrice {
 	return nil
 }
 
+func (x *Snapshot) GetAdmission() *Admission {
+	if x != nil {
+		return x.Admission
+	}
+	return nil
+}
+
 // ForwardRequest travels from a follower (or a joining router) to the
 // leader over the Raft port. mac is HMAC-SHA256 over kind, node_id,
 // raft_addr and command with the cluster's internal token.
@@ -1973,7 +2322,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_raftstore_proto_msgTypes[16]
+	mi := &file_raftstore_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2334,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[16]
+	mi := &file_raftstore_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2347,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{16}
+	return file_raftstore_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ForwardRequest) GetKind() RPCKind {
@@ -2051,7 +2400,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_raftstore_proto_msgTypes[17]
+	mi := &file_raftstore_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2412,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftstore_proto_msgTypes[17]
+	mi := &file_raftstore_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2425,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_raftstore_proto_rawDescGZIP(), []int{17}
+	return file_raftstore_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ForwardResponse) GetResult() *Result {
@@ -2155,14 +2504,36 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12)\n" +
 	"\x11price_in_per_mtok\x18\x02 \x01(\x01R\x0epriceInPerMtok\x12+\n" +
 	"\x12price_out_per_mtok\x18\x03 \x01(\x01R\x0fpriceOutPerMtok\x12\x1a\n" +
-	"\breadonly\x18\x04 \x01(\bR\breadonly\"\xaf\x01\n" +
+	"\breadonly\x18\x04 \x01(\bR\breadonly\"\xfb\x01\n" +
 	"\x03Key\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x16\n" +
 	"\x06models\x18\x03 \x03(\tR\x06models\x12\x1a\n" +
 	"\breadonly\x18\x04 \x01(\bR\breadonly\x12*\n" +
 	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\x12\x1c\n" +
-	"\tproviders\x18\x14 \x03(\tR\tproviders\"\x83\x01\n" +
+	"\tproviders\x18\x14 \x03(\tR\tproviders\x12!\n" +
+	"\fmax_priority\x18\x15 \x01(\tR\vmaxPriority\x12'\n" +
+	"\x0ffairness_header\x18\x16 \x01(\bR\x0efairnessHeader\"I\n" +
+	"\rAdmissionBand\x12\x1b\n" +
+	"\tmax_queue\x18\x01 \x01(\x03R\bmaxQueue\x12\x1b\n" +
+	"\tttl_nanos\x18\x02 \x01(\x03R\bttlNanos\"\xd1\x04\n" +
+	"\tAdmission\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12&\n" +
+	"\x0fmax_engine_load\x18\x02 \x01(\x04R\rmaxEngineLoad\x12\x1f\n" +
+	"\vmax_waiting\x18\x03 \x01(\x04R\n" +
+	"maxWaiting\x12 \n" +
+	"\fmax_kv_usage\x18\x04 \x01(\x01R\n" +
+	"maxKvUsage\x129\n" +
+	"\x19max_queued_prefill_tokens\x18\x05 \x01(\x04R\x16maxQueuedPrefillTokens\x12.\n" +
+	"\x13promote_after_nanos\x18\x06 \x01(\x03R\x11promoteAfterNanos\x12#\n" +
+	"\rpromote_every\x18\a \x01(\x03R\fpromoteEvery\x12%\n" +
+	"\x0equantum_tokens\x18\b \x01(\x03R\rquantumTokens\x12*\n" +
+	"\x11retry_after_nanos\x18\t \x01(\x03R\x0fretryAfterNanos\x12>\n" +
+	"\bcritical\x18\n" +
+	" \x01(\v2\".rolter.raftstore.v1.AdmissionBandR\bcritical\x12>\n" +
+	"\bstandard\x18\v \x01(\v2\".rolter.raftstore.v1.AdmissionBandR\bstandard\x12@\n" +
+	"\tsheddable\x18\f \x01(\v2\".rolter.raftstore.v1.AdmissionBandR\tsheddable\x12\x1a\n" +
+	"\breadonly\x18\r \x01(\bR\breadonly\"\x83\x01\n" +
 	"\n" +
 	"AdminToken\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -2196,7 +2567,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\x0e2\x19.rolter.raftstore.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1a\n" +
 	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x1c\n" +
-	"\tunchanged\x18\x05 \x01(\bR\tunchanged\"\xc7\x03\n" +
+	"\tunchanged\x18\x05 \x01(\bR\tunchanged\"\x85\x04\n" +
 	"\x04Seed\x12;\n" +
 	"\tproviders\x18\x01 \x03(\v2\x1d.rolter.raftstore.v1.ProviderR\tproviders\x122\n" +
 	"\x06routes\x18\x02 \x03(\v2\x1a.rolter.raftstore.v1.RouteR\x06routes\x12:\n" +
@@ -2205,12 +2576,13 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x06tokens\x18\x05 \x03(\v2\x1f.rolter.raftstore.v1.AdminTokenR\x06tokens\x123\n" +
 	"\x06policy\x18\x06 \x01(\v2\x1b.rolter.raftstore.v1.PolicyR\x06policy\x12=\n" +
 	"\brevision\x18( \x01(\v2!.rolter.raftstore.v1.FileRevisionR\brevision\x127\n" +
-	"\x06models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\x06models\"F\n" +
+	"\x06models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\x06models\x12<\n" +
+	"\tadmission\x18\x15 \x01(\v2\x1e.rolter.raftstore.v1.AdmissionR\tadmission\"F\n" +
 	"\fFileRevision\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"\x8a\x05\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"\xf5\x05\n" +
 	"\bFileSync\x12=\n" +
 	"\brevision\x18\x01 \x01(\v2!.rolter.raftstore.v1.FileRevisionR\brevision\x125\n" +
 	"\x04base\x18\x02 \x01(\v2!.rolter.raftstore.v1.FileRevisionR\x04base\x12B\n" +
@@ -2229,7 +2601,9 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x06origin\x18\v \x01(\tR\x06origin\x12>\n" +
 	"\n" +
 	"put_models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\tputModels\x12#\n" +
-	"\rdelete_models\x18\x15 \x03(\tR\fdeleteModels\"\xe4\x05\n" +
+	"\rdelete_models\x18\x15 \x03(\tR\fdeleteModels\x12<\n" +
+	"\tadmission\x18\x1e \x01(\v2\x1e.rolter.raftstore.v1.AdmissionR\tadmission\x12+\n" +
+	"\x11release_admission\x18\x1f \x01(\bR\x10releaseAdmission\"\xeb\x06\n" +
 	"\aCommand\x12'\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x17.rolter.raftstore.v1.OpR\x02op\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12,\n" +
@@ -2247,11 +2621,17 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x04seed\x18\x11 \x01(\v2\x19.rolter.raftstore.v1.SeedH\x00R\x04seed\x12<\n" +
 	"\tfile_sync\x18( \x01(\v2\x1d.rolter.raftstore.v1.FileSyncH\x00R\bfileSync\x12B\n" +
 	"\vmodel_price\x18\x14 \x01(\v2\x1f.rolter.raftstore.v1.ModelPriceH\x00R\n" +
-	"modelPriceB\t\n" +
-	"\apayload\"Z\n" +
+	"modelPrice\x12>\n" +
+	"\tadmission\x18\x15 \x01(\v2\x1e.rolter.raftstore.v1.AdmissionH\x00R\tadmission\x12E\n" +
+	"\fkey_priority\x18\x16 \x01(\v2 .rolter.raftstore.v1.KeyPriorityH\x00R\vkeyPriorityB\t\n" +
+	"\apayload\"m\n" +
+	"\vKeyPriority\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmax_priority\x18\x02 \x01(\tR\vmaxPriority\x12'\n" +
+	"\x0ffairness_header\x18\x03 \x01(\bR\x0efairnessHeader\"Z\n" +
 	"\x11IdempotencyRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x06result\x18\x02 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\"\xb1\x05\n" +
+	"\x06result\x18\x02 \x01(\v2\x1b.rolter.raftstore.v1.ResultR\x06result\"\xef\x05\n" +
 	"\bSnapshot\x12%\n" +
 	"\x0econfig_version\x18\x01 \x01(\x04R\rconfigVersion\x12\x16\n" +
 	"\x06seeded\x18\x02 \x01(\bR\x06seeded\x12;\n" +
@@ -2266,7 +2646,8 @@ const file_raftstore_proto_rawDesc = "" +
 	" \x01(\x04R\bauditSeq\x12H\n" +
 	"\vidempotency\x18\v \x03(\v2&.rolter.raftstore.v1.IdempotencyRecordR\vidempotency\x12F\n" +
 	"\rfile_revision\x18( \x01(\v2!.rolter.raftstore.v1.FileRevisionR\ffileRevision\x127\n" +
-	"\x06models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\x06models\"\xa4\x01\n" +
+	"\x06models\x18\x14 \x03(\v2\x1f.rolter.raftstore.v1.ModelPriceR\x06models\x12<\n" +
+	"\tadmission\x18\x15 \x01(\v2\x1e.rolter.raftstore.v1.AdmissionR\tadmission\"\xa4\x01\n" +
 	"\x0eForwardRequest\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.rolter.raftstore.v1.RPCKindR\x04kind\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\fR\acommand\x12\x17\n" +
@@ -2293,7 +2674,7 @@ const file_raftstore_proto_rawDesc = "" +
 	"\rCODE_CONFLICT\x10\x03\x12\x11\n" +
 	"\rCODE_READONLY\x10\x04\x12\x10\n" +
 	"\fCODE_INVALID\x10\x05\x12\x18\n" +
-	"\x14CODE_UNAUTHENTICATED\x10\x06*\x93\x03\n" +
+	"\x14CODE_UNAUTHENTICATED\x10\x06*\xc2\x03\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_SEED\x10\x01\x12\x16\n" +
@@ -2314,7 +2695,9 @@ const file_raftstore_proto_rawDesc = "" +
 	"\rOP_SET_POLICY\x10\x0f\x12\x10\n" +
 	"\fOP_FILE_SYNC\x10(\x12\x16\n" +
 	"\x12OP_SET_MODEL_PRICE\x10\x14\x12\x19\n" +
-	"\x15OP_DELETE_MODEL_PRICE\x10\x15*;\n" +
+	"\x15OP_DELETE_MODEL_PRICE\x10\x15\x12\x14\n" +
+	"\x10OP_SET_ADMISSION\x10\x16\x12\x17\n" +
+	"\x13OP_SET_KEY_PRIORITY\x10\x17*;\n" +
 	"\aRPCKind\x12\x13\n" +
 	"\x0fRPC_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tRPC_APPLY\x10\x01\x12\f\n" +
@@ -2340,7 +2723,7 @@ func file_raftstore_proto_rawDescGZIP() []byte {
 }
 
 var file_raftstore_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_raftstore_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_raftstore_proto_goTypes = []any{
 	(Role)(0),                 // 0: rolter.raftstore.v1.Role
 	(Code)(0),                 // 1: rolter.raftstore.v1.Code
@@ -2353,68 +2736,79 @@ var file_raftstore_proto_goTypes = []any{
 	(*ProviderGroup)(nil),     // 8: rolter.raftstore.v1.ProviderGroup
 	(*ModelPrice)(nil),        // 9: rolter.raftstore.v1.ModelPrice
 	(*Key)(nil),               // 10: rolter.raftstore.v1.Key
-	(*AdminToken)(nil),        // 11: rolter.raftstore.v1.AdminToken
-	(*Policy)(nil),            // 12: rolter.raftstore.v1.Policy
-	(*AuditEntry)(nil),        // 13: rolter.raftstore.v1.AuditEntry
-	(*Result)(nil),            // 14: rolter.raftstore.v1.Result
-	(*Seed)(nil),              // 15: rolter.raftstore.v1.Seed
-	(*FileRevision)(nil),      // 16: rolter.raftstore.v1.FileRevision
-	(*FileSync)(nil),          // 17: rolter.raftstore.v1.FileSync
-	(*Command)(nil),           // 18: rolter.raftstore.v1.Command
-	(*IdempotencyRecord)(nil), // 19: rolter.raftstore.v1.IdempotencyRecord
-	(*Snapshot)(nil),          // 20: rolter.raftstore.v1.Snapshot
-	(*ForwardRequest)(nil),    // 21: rolter.raftstore.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 22: rolter.raftstore.v1.ForwardResponse
+	(*AdmissionBand)(nil),     // 11: rolter.raftstore.v1.AdmissionBand
+	(*Admission)(nil),         // 12: rolter.raftstore.v1.Admission
+	(*AdminToken)(nil),        // 13: rolter.raftstore.v1.AdminToken
+	(*Policy)(nil),            // 14: rolter.raftstore.v1.Policy
+	(*AuditEntry)(nil),        // 15: rolter.raftstore.v1.AuditEntry
+	(*Result)(nil),            // 16: rolter.raftstore.v1.Result
+	(*Seed)(nil),              // 17: rolter.raftstore.v1.Seed
+	(*FileRevision)(nil),      // 18: rolter.raftstore.v1.FileRevision
+	(*FileSync)(nil),          // 19: rolter.raftstore.v1.FileSync
+	(*Command)(nil),           // 20: rolter.raftstore.v1.Command
+	(*KeyPriority)(nil),       // 21: rolter.raftstore.v1.KeyPriority
+	(*IdempotencyRecord)(nil), // 22: rolter.raftstore.v1.IdempotencyRecord
+	(*Snapshot)(nil),          // 23: rolter.raftstore.v1.Snapshot
+	(*ForwardRequest)(nil),    // 24: rolter.raftstore.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 25: rolter.raftstore.v1.ForwardResponse
 }
 var file_raftstore_proto_depIdxs = []int32{
 	5,  // 0: rolter.raftstore.v1.Route.targets:type_name -> rolter.raftstore.v1.Target
 	5,  // 1: rolter.raftstore.v1.ProviderGroup.members:type_name -> rolter.raftstore.v1.Target
-	0,  // 2: rolter.raftstore.v1.AdminToken.role:type_name -> rolter.raftstore.v1.Role
-	1,  // 3: rolter.raftstore.v1.Result.code:type_name -> rolter.raftstore.v1.Code
-	6,  // 4: rolter.raftstore.v1.Seed.providers:type_name -> rolter.raftstore.v1.Provider
-	7,  // 5: rolter.raftstore.v1.Seed.routes:type_name -> rolter.raftstore.v1.Route
-	8,  // 6: rolter.raftstore.v1.Seed.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	10, // 7: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
-	11, // 8: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	12, // 9: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
-	16, // 10: rolter.raftstore.v1.Seed.revision:type_name -> rolter.raftstore.v1.FileRevision
-	9,  // 11: rolter.raftstore.v1.Seed.models:type_name -> rolter.raftstore.v1.ModelPrice
-	16, // 12: rolter.raftstore.v1.FileSync.revision:type_name -> rolter.raftstore.v1.FileRevision
-	16, // 13: rolter.raftstore.v1.FileSync.base:type_name -> rolter.raftstore.v1.FileRevision
-	6,  // 14: rolter.raftstore.v1.FileSync.put_providers:type_name -> rolter.raftstore.v1.Provider
-	7,  // 15: rolter.raftstore.v1.FileSync.put_routes:type_name -> rolter.raftstore.v1.Route
-	8,  // 16: rolter.raftstore.v1.FileSync.put_groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	10, // 17: rolter.raftstore.v1.FileSync.put_keys:type_name -> rolter.raftstore.v1.Key
-	9,  // 18: rolter.raftstore.v1.FileSync.put_models:type_name -> rolter.raftstore.v1.ModelPrice
-	2,  // 19: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
-	6,  // 20: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
-	7,  // 21: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
-	8,  // 22: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
-	10, // 23: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
-	11, // 24: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
-	12, // 25: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
-	15, // 26: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
-	17, // 27: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
-	9,  // 28: rolter.raftstore.v1.Command.model_price:type_name -> rolter.raftstore.v1.ModelPrice
-	14, // 29: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
-	6,  // 30: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
-	7,  // 31: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
-	8,  // 32: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
-	10, // 33: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
-	11, // 34: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
-	12, // 35: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
-	13, // 36: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
-	19, // 37: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
-	16, // 38: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
-	9,  // 39: rolter.raftstore.v1.Snapshot.models:type_name -> rolter.raftstore.v1.ModelPrice
-	3,  // 40: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
-	14, // 41: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
-	4,  // 42: rolter.raftstore.v1.ForwardResponse.fault:type_name -> rolter.raftstore.v1.Fault
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	11, // 2: rolter.raftstore.v1.Admission.critical:type_name -> rolter.raftstore.v1.AdmissionBand
+	11, // 3: rolter.raftstore.v1.Admission.standard:type_name -> rolter.raftstore.v1.AdmissionBand
+	11, // 4: rolter.raftstore.v1.Admission.sheddable:type_name -> rolter.raftstore.v1.AdmissionBand
+	0,  // 5: rolter.raftstore.v1.AdminToken.role:type_name -> rolter.raftstore.v1.Role
+	1,  // 6: rolter.raftstore.v1.Result.code:type_name -> rolter.raftstore.v1.Code
+	6,  // 7: rolter.raftstore.v1.Seed.providers:type_name -> rolter.raftstore.v1.Provider
+	7,  // 8: rolter.raftstore.v1.Seed.routes:type_name -> rolter.raftstore.v1.Route
+	8,  // 9: rolter.raftstore.v1.Seed.groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 10: rolter.raftstore.v1.Seed.keys:type_name -> rolter.raftstore.v1.Key
+	13, // 11: rolter.raftstore.v1.Seed.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	14, // 12: rolter.raftstore.v1.Seed.policy:type_name -> rolter.raftstore.v1.Policy
+	18, // 13: rolter.raftstore.v1.Seed.revision:type_name -> rolter.raftstore.v1.FileRevision
+	9,  // 14: rolter.raftstore.v1.Seed.models:type_name -> rolter.raftstore.v1.ModelPrice
+	12, // 15: rolter.raftstore.v1.Seed.admission:type_name -> rolter.raftstore.v1.Admission
+	18, // 16: rolter.raftstore.v1.FileSync.revision:type_name -> rolter.raftstore.v1.FileRevision
+	18, // 17: rolter.raftstore.v1.FileSync.base:type_name -> rolter.raftstore.v1.FileRevision
+	6,  // 18: rolter.raftstore.v1.FileSync.put_providers:type_name -> rolter.raftstore.v1.Provider
+	7,  // 19: rolter.raftstore.v1.FileSync.put_routes:type_name -> rolter.raftstore.v1.Route
+	8,  // 20: rolter.raftstore.v1.FileSync.put_groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 21: rolter.raftstore.v1.FileSync.put_keys:type_name -> rolter.raftstore.v1.Key
+	9,  // 22: rolter.raftstore.v1.FileSync.put_models:type_name -> rolter.raftstore.v1.ModelPrice
+	12, // 23: rolter.raftstore.v1.FileSync.admission:type_name -> rolter.raftstore.v1.Admission
+	2,  // 24: rolter.raftstore.v1.Command.op:type_name -> rolter.raftstore.v1.Op
+	6,  // 25: rolter.raftstore.v1.Command.provider:type_name -> rolter.raftstore.v1.Provider
+	7,  // 26: rolter.raftstore.v1.Command.route:type_name -> rolter.raftstore.v1.Route
+	8,  // 27: rolter.raftstore.v1.Command.group:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 28: rolter.raftstore.v1.Command.key:type_name -> rolter.raftstore.v1.Key
+	13, // 29: rolter.raftstore.v1.Command.token:type_name -> rolter.raftstore.v1.AdminToken
+	14, // 30: rolter.raftstore.v1.Command.policy:type_name -> rolter.raftstore.v1.Policy
+	17, // 31: rolter.raftstore.v1.Command.seed:type_name -> rolter.raftstore.v1.Seed
+	19, // 32: rolter.raftstore.v1.Command.file_sync:type_name -> rolter.raftstore.v1.FileSync
+	9,  // 33: rolter.raftstore.v1.Command.model_price:type_name -> rolter.raftstore.v1.ModelPrice
+	12, // 34: rolter.raftstore.v1.Command.admission:type_name -> rolter.raftstore.v1.Admission
+	21, // 35: rolter.raftstore.v1.Command.key_priority:type_name -> rolter.raftstore.v1.KeyPriority
+	16, // 36: rolter.raftstore.v1.IdempotencyRecord.result:type_name -> rolter.raftstore.v1.Result
+	6,  // 37: rolter.raftstore.v1.Snapshot.providers:type_name -> rolter.raftstore.v1.Provider
+	7,  // 38: rolter.raftstore.v1.Snapshot.routes:type_name -> rolter.raftstore.v1.Route
+	8,  // 39: rolter.raftstore.v1.Snapshot.groups:type_name -> rolter.raftstore.v1.ProviderGroup
+	10, // 40: rolter.raftstore.v1.Snapshot.keys:type_name -> rolter.raftstore.v1.Key
+	13, // 41: rolter.raftstore.v1.Snapshot.tokens:type_name -> rolter.raftstore.v1.AdminToken
+	14, // 42: rolter.raftstore.v1.Snapshot.policy:type_name -> rolter.raftstore.v1.Policy
+	15, // 43: rolter.raftstore.v1.Snapshot.audit:type_name -> rolter.raftstore.v1.AuditEntry
+	22, // 44: rolter.raftstore.v1.Snapshot.idempotency:type_name -> rolter.raftstore.v1.IdempotencyRecord
+	18, // 45: rolter.raftstore.v1.Snapshot.file_revision:type_name -> rolter.raftstore.v1.FileRevision
+	9,  // 46: rolter.raftstore.v1.Snapshot.models:type_name -> rolter.raftstore.v1.ModelPrice
+	12, // 47: rolter.raftstore.v1.Snapshot.admission:type_name -> rolter.raftstore.v1.Admission
+	3,  // 48: rolter.raftstore.v1.ForwardRequest.kind:type_name -> rolter.raftstore.v1.RPCKind
+	16, // 49: rolter.raftstore.v1.ForwardResponse.result:type_name -> rolter.raftstore.v1.Result
+	4,  // 50: rolter.raftstore.v1.ForwardResponse.fault:type_name -> rolter.raftstore.v1.Fault
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_raftstore_proto_init() }
@@ -2424,7 +2818,7 @@ func file_raftstore_proto_init() {
 	}
 	file_raftstore_proto_msgTypes[2].OneofWrappers = []any{}
 	file_raftstore_proto_msgTypes[3].OneofWrappers = []any{}
-	file_raftstore_proto_msgTypes[13].OneofWrappers = []any{
+	file_raftstore_proto_msgTypes[15].OneofWrappers = []any{
 		(*Command_Provider)(nil),
 		(*Command_Route)(nil),
 		(*Command_Group)(nil),
@@ -2435,6 +2829,8 @@ func file_raftstore_proto_init() {
 		(*Command_Seed)(nil),
 		(*Command_FileSync)(nil),
 		(*Command_ModelPrice)(nil),
+		(*Command_Admission)(nil),
+		(*Command_KeyPriority)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2442,7 +2838,7 @@ func file_raftstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftstore_proto_rawDesc), len(file_raftstore_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

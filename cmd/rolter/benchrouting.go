@@ -26,6 +26,11 @@ type routingFlags struct {
 	seed                                                                      uint64
 	gossipDelay, peerDelay                                                    time.Duration
 	mesh, spreadBatches                                                       bool
+	// burst (--burst, --workload burst) runs the admission benchmark
+	// (benchburst.go); admitMaxLoad is its saturation threshold.
+	burst           bool
+	admitMaxLoad    uint64
+	admitMaxPrefill uint64
 }
 
 // runBenchRouting is `rolter bench routing` (package bench/routing).
@@ -34,7 +39,7 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := newFlagSet("bench routing", stderr)
 	fs.StringVar(&f.trace, "trace", "", "Mooncake-format trace (JSON lines) for --workload trace "+
 		"(default: the Mooncake conversation trace embedded in the binary)")
-	fs.StringVar(&f.workload, "workload", "trace", "trace, or a synthetic workload: chat, rag, lora or mixed")
+	fs.StringVar(&f.workload, "workload", "trace", "trace, or a synthetic workload: chat, rag, lora or mixed; burst: chat with --burst")
 	fs.StringVar(&f.strategies, "strategies", "", "comma-separated strategies (default: every registered one)")
 	fs.StringVar(&f.routers, "routers", "1,3,8", "comma-separated router replica counts")
 	fs.StringVar(&f.arrival, "arrival", "random", "how requests reach replicas: random (as behind an L4 balancer) or rr (round-robin)")
@@ -52,8 +57,17 @@ func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.DurationVar(&f.peerDelay, "peer-delay", fleet.DefaultPeerDelay, "how late what one router shares or publishes reaches the others (beyond the publish cadence)")
 	fs.BoolVar(&f.mesh, "mesh", true, "replicas share learned prefixes, session pins and in-flight counts as rolter's mesh does (false: engine state only)")
 	fs.BoolVar(&f.spreadBatches, "spread-batches", false, "spread trace requests that share a timestamp uniformly (seeded) up to the next timestamp, instead of arriving at one instant")
+	fs.BoolVar(&f.burst, "burst", false, "admission benchmark: load 0.5 → 1.5 → 0.5 of capacity, a third of the requests per priority band, admission off and on (synthetic workloads; --workload burst is chat)")
+	fs.Uint64Var(&f.admitMaxLoad, "admit-max-load", 40, "with --burst: [admission] max_engine_load the replicas run with")
+	fs.Uint64Var(&f.admitMaxPrefill, "admit-max-prefill", 0, "with --burst: [admission] max_queued_prefill_tokens the replicas run with")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if f.workload == "burst" {
+		f.workload, f.burst = "chat", true
+	}
+	if f.burst {
+		return runBenchBurst(ctx, f, stdout)
 	}
 	names, err := strategyList(f.strategies)
 	if err != nil {

@@ -107,7 +107,10 @@ const list = (j, name) => arr(j && (Array.isArray(j.data) ? j.data : j[name]));
 /**
  * GET /api/v1/cluster → {leader, config_version,
  *   routers:[{node_id, address | admin_addr, raft_addr, build, raft_role,
- *     applied_config_version | config_version (null: unknown), alive}],
+ *     applied_config_version | config_version (null: unknown), alive,
+ *     admission: {queues: {pool: {critical, standard, sheddable}},
+ *       engine_saturation: {target: 0..}} (omitted: [admission] off),
+ *     admission_reported_at}],
  *   engines:[{node_id, engine_url, models, state, age_ms, resident_blocks,
  *     running, waiting, kv_usage, lmcache_occupancy, adapters, kv_events,
  *     lmcache, prefix_cache_hit_rate, queued_prefill_tokens}]}
@@ -129,6 +132,7 @@ export function fromCluster(j) {
       raftRole: (r.raft_role || 'unknown').toLowerCase(),
       appliedConfigVersion: numOrNull(r.applied_config_version !== undefined ? r.applied_config_version : r.config_version),
       alive: r.alive !== false,
+      admission: fromAdmission(r.admission),
     })),
     engines: arr(j.engines).map((e) => ({
       nodeId: e.node_id || '',
@@ -148,6 +152,21 @@ export function fromCluster(j) {
       queuedPrefill: num(e.queued_prefill_tokens),
     })),
   };
+}
+
+/**
+ * A router's admission state: queues [{pool, critical, standard,
+ * sheddable}] sorted by pool, saturation [{target, value}] sorted by
+ * target; null when the router reports none ([admission] off).
+ */
+function fromAdmission(a) {
+  if (!a || typeof a !== 'object') return null;
+  const queues = Object.entries(a.queues || {}).map(([pool, q]) => ({
+    pool, critical: num(q && q.critical), standard: num(q && q.standard), sheddable: num(q && q.sheddable),
+  })).sort((x, y) => x.pool.localeCompare(y.pool));
+  const saturation = Object.entries(a.engine_saturation || {}).map(([target, v]) => ({ target, value: num(v) }))
+    .sort((x, y) => x.target.localeCompare(y.target));
+  return { queues, saturation };
 }
 
 function fromTarget(t) {

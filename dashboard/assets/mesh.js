@@ -40,6 +40,38 @@ function stat(label, value, sub) {
     sub ? h('div', { class: 'stat-sub' }, sub) : null);
 }
 
+// queueCell shows one router's admission queue: per pool, the waiters of
+// each band (critical / standard / sheddable).
+function queueCell(adm) {
+  if (!adm) return h('span', { class: 'muted small', title: 'admission control is off on this router, or it has not reported yet' }, 'off');
+  const busy = adm.queues.filter((q) => q.critical + q.standard + q.sheddable > 0);
+  if (!busy.length) return h('span', { class: 'muted small' }, 'empty');
+  return busy.map((q) => h('div', { class: 'small queue', 'data-pool': q.pool, title: 'critical / standard / sheddable requests waiting' },
+    h('span', { class: 'strong' }, q.pool + ' '),
+    h('span', { class: 'band critical' }, int(q.critical)), ' / ',
+    h('span', { class: 'band standard' }, int(q.standard)), ' / ',
+    h('span', { class: 'band sheddable' }, int(q.sheddable))));
+}
+
+// saturationTable lists each engine (by target) with its saturation as
+// every reporting router sees it (1: saturated); null when no router
+// runs admission.
+function saturationTable(routers) {
+  const reporting = routers.filter((r) => r.admission);
+  if (!reporting.length) return null;
+  const targets = [...new Set(reporting.flatMap((r) => r.admission.saturation.map((s) => s.target)))].sort();
+  return h('table', { class: 'table', id: 'saturation' },
+    h('thead', {}, h('tr', {}, ['Engine (target)', ...reporting.map((r) => r.nodeId)].map((c) => h('th', {}, c)))),
+    h('tbody', {}, targets.map((t) => h('tr', { 'data-target': t },
+      h('td', { class: 'mono' }, t),
+      reporting.map((r) => {
+        const s = r.admission.saturation.find((x) => x.target === t);
+        if (!s) return h('td', { class: 'muted' }, '—');
+        return h('td', {}, h('div', { class: 'meter-row' }, meter(Math.min(s.value, 1), s.value >= 1 ? 'hot' : ''),
+          h('span', { class: 'small' }, pct(s.value))));
+      })))));
+}
+
 function render(root, view, status) {
   const converged = view.routers.filter((r) => r.appliedConfigVersion === view.configVersion).length;
   const convergence = (r) => {
@@ -59,7 +91,7 @@ function render(root, view, status) {
   const hitSeries = series.map((x) => ({ ...x, points: x.points.filter((p) => p.hit !== null).map((p) => ({ t: p.t, v: p.hit })) }));
 
   const routers = h('table', { class: 'table', id: 'routers' },
-    h('thead', {}, h('tr', {}, ['Router', 'Admin address', 'Raft address', 'Build', 'Raft role', 'Applied config', 'Converged'].map((c) => h('th', {}, c)))),
+    h('thead', {}, h('tr', {}, ['Router', 'Admin address', 'Raft address', 'Build', 'Raft role', 'Applied config', 'Converged', 'Admission queue'].map((c) => h('th', {}, c)))),
     h('tbody', {}, view.routers.map((r) => h('tr', { 'data-node': r.nodeId },
       h('td', { class: 'strong' }, r.nodeId),
       h('td', { class: 'mono admin-addr' }, r.address || h('span', { class: 'muted', title: 'this router has not reported its admin address yet' }, '—')),
@@ -67,7 +99,9 @@ function render(root, view, status) {
       h('td', { class: 'mono muted build' }, r.build || '—'),
       h('td', {}, roleBadge(r.raftRole, r.nodeId === view.leader)),
       h('td', { class: 'num' }, r.appliedConfigVersion === null ? '—' : 'v' + r.appliedConfigVersion),
-      h('td', { class: 'converged' }, convergence(r))))));
+      h('td', { class: 'converged' }, convergence(r)),
+      h('td', { class: 'admission-queue' }, queueCell(r.admission))))));
+  const saturated = saturationTable(view.routers);
 
   const engines = h('table', { class: 'table', id: 'engines' },
     h('thead', {}, h('tr', {}, ['Engine', 'Running / waiting', 'Queued prefill', 'KV usage', 'Resident blocks', 'KV events', 'LMCache', 'Adapters', 'Queue']
@@ -107,7 +141,10 @@ function render(root, view, status) {
           empty: 'No engine reports a hit rate' }), legend(hitSeries.filter((x) => x.points.length)))),
     h('section', { class: 'card' }, h('h2', {}, 'Routers'), h('div', { class: 'table-wrap' }, routers)),
     h('section', { class: 'card' }, h('h2', {}, 'Engines'),
-      view.engines.length ? h('div', { class: 'table-wrap' }, engines) : h('p', { class: 'empty' }, 'No sidecar is reporting an engine yet.')));
+      view.engines.length ? h('div', { class: 'table-wrap' }, engines) : h('p', { class: 'empty' }, 'No sidecar is reporting an engine yet.')),
+    saturated ? h('section', { class: 'card' }, h('h2', {}, 'Engine saturation',
+      h('span', { class: 'muted small' }, ' against the [admission] thresholds, as each router sees it (reported every 15 s)')),
+    h('div', { class: 'table-wrap' }, saturated)) : null);
 }
 
 export function mount(root, ctx) {

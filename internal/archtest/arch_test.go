@@ -55,7 +55,8 @@ var limits = []limit{
 	{pkg: "cluster", allow: []string{"config", "cluster/raftstore", "adaptive"}},
 	{pkg: "cluster/mesh", allow: []string{"kvblock"}},
 	{pkg: "adminapi", allow: []string{"cluster", "cluster/mesh", "config", "adaptive", "routestats"}},
-	{pkg: "router", allow: []string{"strategies", "config", "kvblock", "adaptive", "routestats", "certs"}},
+	{pkg: "router", allow: []string{"strategies", "config", "kvblock", "adaptive", "routestats", "certs", "router/admission"}},
+	{pkg: "router/admission", strict: true},
 	{pkg: "router/meshstate", allow: []string{"strategies", "kvblock"}},
 	{pkg: "sidecar", allow: []string{"cluster", "cluster/mesh", "kvblock", "scrape", "sidecar/kvevents", "internal/zmqsock", "certs"}},
 	{pkg: "sidecar/kvevents", allow: []string{"kvblock"}},
@@ -79,6 +80,7 @@ var deviations = []struct {
 	{"sim/fleet", "router/meshstate", "the fleet simulator runs the routers' own mesh-state code, so bench routing measures what rolter router does"},
 	{"e2e", "sim/tokenizer", "a client that sends token ids tokenizes its prompt with the model's tokenizer; the simulated model's is sim/tokenizer"},
 	{"e2e", "cluster/mesh", "scenario 6 measures a lossy pool in process (mesh.NewHarness: memberlist's real timings, dropped packets), and the hostile member of scenario 8 takes the wire format's constants from it; neither is reachable through the binary's flags"},
+	{"sim/fleet", "router/admission", "the fleet simulator runs the routers' own admission queue and thresholds, so bench routing --burst measures what rolter router does"},
 }
 
 // pkgInfo is the part of `go list -json` the rules read.

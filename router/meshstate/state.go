@@ -369,6 +369,19 @@ func (s *State) Load(engine string) (uint64, bool) {
 	return uint64(max(queue, others, 0)), true
 }
 
+// PeerInflight is Σ over the other routers of the requests they last
+// published as in flight on the engine (0 when none did): fresher than
+// the engine's own queue report, which admission needs (a slot freed on
+// the engine shows here within a publish gap plus the gossip delay). It
+// does not allocate.
+func (s *State) PeerInflight(engine string) uint64 {
+	r, ok := s.tr.Engine(s.key(engine))
+	if !ok || !r.PeersOK {
+		return 0
+	}
+	return r.Inflight
+}
+
 // PeerPrefill is Σ over the other routers of the prefill tokens they last
 // published as queued on the engine (0 when none did). The router adds
 // its own sum (strategies.TargetStats.QueuedPrefill) for

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/adaptive"
+	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/sim/engine"
 	"github.com/rolter/rolter/strategies"
@@ -52,6 +53,14 @@ type Config struct {
 	// state only, no learned prefixes, session pins or in-flight counts
 	// (the router before the mesh shared them).
 	Isolated bool
+	// Admission, when set, runs package admission in every replica (see
+	// admit.go); nil: every request goes to its engine at once.
+	Admission *admission.Config
+	// ShareQueues lets each replica see the others' queue lengths (after
+	// PeerDelay) in admission.Share. rolter router does not gossip them
+	// yet (it releases with peers = 0); this models what doing so would
+	// change.
+	ShareQueues bool
 }
 
 // DefaultPeerDelay is Config.PeerDelay's default: router-to-router gossip
@@ -86,6 +95,18 @@ type Result struct {
 	CachedTokens int
 	Preemptions  int
 	Duration     time.Duration
+	// Bands are the requests of each priority band (admission.Band order):
+	// TTFT from the client's arrival (queueing included) over the served
+	// ones, and how many were rejected (queue full) or expired (TTL).
+	Bands [admission.NumBands]BandResult
+}
+
+// BandResult is one band's share of a run.
+type BandResult struct {
+	Requests, Served, Rejected, Expired int
+	TTFT                                Percentiles
+	// Wait is the time the served requests spent in a router's queue.
+	Wait Percentiles
 }
 
 // Percentiles of a latency distribution.
@@ -147,6 +168,11 @@ type run struct {
 	keyOf    []string
 	nextPub  time.Duration // next publish slot of the replicas' mesh states
 	firsts   []*flight     // first token produced, not yet seen by the router
+	// Admission (admit.go): arrival at the replica and fate by request,
+	// and the replicas' queues (nil when off).
+	arrived []time.Duration
+	fates   []fate
+	adm     *admitState
 }
 
 type engineDone struct {
@@ -182,6 +208,7 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 	if err := r.buildRouters(); err != nil {
 		return Result{}, err
 	}
+	r.initAdmission()
 	scale := 1.0
 	if rec := w.RecordedRate(); cfg.Rate > 0 && rec > 0 {
 		scale = rec / cfg.Rate
@@ -195,18 +222,16 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 			}
 		}
 		at := time.Duration(float64(w.reqs[i].At-t0) * scale)
-		if r.meshOn() {
-			for ; r.nextPub <= at; r.nextPub += meshstate.PublishGap {
-				r.advance(r.nextPub)
-				r.publish(r.nextPub)
-			}
-		}
-		r.advance(at)
+		r.admitUntil(at)
+		r.stepTo(at)
 		router := i % cfg.Routers
 		if cfg.Arrival == RandomArrival {
 			router = pick.IntN(cfg.Routers)
 		}
-		r.route(i, router)
+		r.arrive(i, router)
+	}
+	if r.adm != nil {
+		r.finishQueues()
 	}
 	r.drain()
 	return r.result(), nil

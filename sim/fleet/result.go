@@ -2,7 +2,10 @@ package fleet
 
 import (
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/rolter/rolter/router/admission"
 )
 
 func (r *run) result() Result {
@@ -19,6 +22,32 @@ func (r *run) result() Result {
 		res.Preemptions += c.Preemptions
 		out += c.OutputTokens
 		res.PerEngine[d.f.engine]++
+	}
+	var bandTTFT, bandWait [admission.NumBands][]time.Duration
+	for i := range r.flights {
+		b := r.w.reqs[i].Band
+		res.Bands[b].Requests++
+		switch r.fates[i] {
+		case rejected:
+			res.Bands[b].Rejected++
+		case expired:
+			res.Bands[b].Expired++
+		}
+	}
+	for _, d := range r.done {
+		i, err := strconv.Atoi(d.c.ID)
+		if err != nil {
+			continue
+		}
+		b := r.w.reqs[i].Band
+		res.Bands[b].Served++
+		// From the client's arrival: the wait in the router's queue too.
+		bandTTFT[b] = append(bandTTFT[b], d.c.FirstToken-r.arrived[i])
+		bandWait[b] = append(bandWait[b], d.c.Arrival-r.arrived[i])
+	}
+	for b := range res.Bands {
+		res.Bands[b].TTFT = percentiles(bandTTFT[b])
+		res.Bands[b].Wait = percentiles(bandWait[b])
 	}
 	res.Failed = len(r.flights) - len(r.done)
 	if res.PromptTokens > 0 {

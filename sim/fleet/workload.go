@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/kvblock"
+	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/sim/engine"
 	"github.com/rolter/rolter/sim/tokenizer"
 	"github.com/rolter/rolter/sim/workload"
@@ -27,6 +28,9 @@ type Request struct {
 	Text    string
 	Adapter string
 	Session string
+	// Band is the request's priority band (x-rolter-priority); the zero
+	// value is sheddable, FromWorkload sets standard.
+	Band admission.Band
 }
 
 // FromWorkload converts the sim's workload requests (trace or synthetic).
@@ -38,7 +42,7 @@ func FromWorkload(reqs []workload.Request) []Request {
 			text = tokenizer.Render(r.Messages)
 		}
 		out[i] = Request{At: r.At, Tokens: r.Tokens, MaxTokens: max(r.MaxTokens, 1), Text: text,
-			Adapter: r.Model, Session: r.Session}
+			Adapter: r.Model, Session: r.Session, Band: admission.Standard}
 	}
 	return out
 }
@@ -155,6 +159,14 @@ func ServiceDemand(m engine.StepModel, prompt, output, batch int) time.Duration 
 // means "every engine busy all the time if nothing were cached" whatever
 // the routing.
 func Capacity(w *Workload, engines int, cfg engine.Config) float64 {
+	return CachedCapacity(w, engines, cfg, 0)
+}
+
+// CachedCapacity is Capacity with a fraction hit of every prompt found in
+// the prefix cache (its prefill skipped): the capacity a run with that
+// hit rate actually has. The admission benchmark lays its burst out on it,
+// so that 1.5 of capacity does overload the fleet.
+func CachedCapacity(w *Workload, engines int, cfg engine.Config, hit float64) float64 {
 	cfg = withEngineDefaults(cfg)
 	var prompt, output int
 	for _, r := range w.reqs {
@@ -166,7 +178,9 @@ func Capacity(w *Workload, engines int, cfg engine.Config) float64 {
 	batch := min(cfg.MaxNumSeqs, cfg.KVBlocks*cfg.BlockSize/max(mean, 1))
 	var demand time.Duration
 	for _, r := range w.reqs {
-		demand += ServiceDemand(cfg.Model, len(r.Tokens), r.MaxTokens, batch)
+		p := len(r.Tokens)
+		demand += ServiceDemand(cfg.Model, p, r.MaxTokens, batch) -
+			time.Duration(float64(p)*min(max(hit, 0), 1))*cfg.Model.PrefillToken
 	}
 	meanDemand := demand.Seconds() / float64(n)
 	if meanDemand <= 0 {

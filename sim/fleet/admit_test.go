@@ -1,0 +1,90 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rolter/rolter/router/admission"
+	"github.com/rolter/rolter/sim/engine"
+	"github.com/rolter/rolter/sim/workload"
+)
+
+// burstWorkload lays a synthetic chat workload on a short burst over
+// capacity for 2 engines.
+func burstWorkload(t *testing.T) *Workload {
+	t.Helper()
+	shape := Burst{Base: 0.5, Peak: 2, Warm: 5 * time.Second, Hold: 15 * time.Second, Cool: 5 * time.Second}
+	unit := mustPrepare(t, FromWorkload(must(workload.Synthetic("chat", 3, 500, 1))))
+	capacity := CachedCapacity(unit, 2, engine.Config{}, 0.6)
+	reqs := FromWorkload(must(workload.Synthetic("chat", 3, shape.Requests(capacity)*11/10, capacity)))
+	laid, err := shape.Apply(reqs, capacity, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustPrepare(t, laid)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Over capacity, admission serves critical requests well ahead of
+// sheddable ones, rejects or expires instead of queueing without bound,
+// and loses no request; the same run without admission treats every band
+// alike.
+func TestAdmissionUnderBurst(t *testing.T) {
+	w := burstWorkload(t)
+	cfg := Config{Strategy: "power_of_two", Engines: 2, Routers: 1, GossipDelay: 250 * time.Millisecond,
+		Arrival: RandomArrival, Seed: 1}
+	off := mustRun(t, cfg, w)
+	acfg := admission.DefaultConfig()
+	acfg.Thresholds = admission.Thresholds{MaxLoad: 24}
+	cfg.Admission = &acfg
+	on := mustRun(t, cfg, w)
+
+	crit, shed := on.Bands[admission.Critical], on.Bands[admission.Sheddable]
+	if crit.TTFT.P90 >= off.Bands[admission.Critical].TTFT.P90 {
+		t.Errorf("critical p90 %v with admission, %v without: no better", crit.TTFT.P90, off.Bands[admission.Critical].TTFT.P90)
+	}
+	if crit.Wait.P90 >= shed.Wait.P90 {
+		t.Errorf("critical waited %v (p90), sheddable %v: priority not applied", crit.Wait.P90, shed.Wait.P90)
+	}
+	if shed.Rejected+shed.Expired == 0 {
+		t.Error("no sheddable request was turned away over capacity")
+	}
+	for b, r := range on.Bands {
+		if r.Served+r.Rejected+r.Expired != r.Requests {
+			t.Errorf("%s: %d requests, %d served + %d rejected + %d expired", admission.Band(b), r.Requests, r.Served, r.Rejected, r.Expired)
+		}
+	}
+	for b, r := range off.Bands {
+		if r.Served != r.Requests || r.Wait.P90 != 0 {
+			t.Errorf("without admission %s: served %d of %d, waited %v", admission.Band(b), r.Served, r.Requests, r.Wait.P90)
+		}
+	}
+	if again := mustRun(t, cfg, w); again.Bands != on.Bands {
+		t.Error("the same admission run gave different results")
+	}
+}
+
+// With several routers, each releasing from its own queue without knowing
+// the others', the freed room goes to whichever router looks first: a
+// router's sheddable work can take it while another holds critical
+// requests. Seeing the others' queue lengths (Share's peers) gives
+// critical requests more of it.
+func TestSharedQueuesHelpCriticalAcrossRouters(t *testing.T) {
+	w := burstWorkload(t)
+	acfg := admission.DefaultConfig()
+	acfg.Thresholds = admission.Thresholds{MaxLoad: 24}
+	cfg := Config{Strategy: "power_of_two", Engines: 2, Routers: 2, GossipDelay: 250 * time.Millisecond,
+		Arrival: RandomArrival, Seed: 1, Admission: &acfg}
+	alone := mustRun(t, cfg, w)
+	cfg.ShareQueues = true
+	shared := mustRun(t, cfg, w)
+	if s, a := shared.Bands[admission.Critical].TTFT.P90, alone.Bands[admission.Critical].TTFT.P90; s >= a {
+		t.Errorf("critical p90 %v with queue lengths shared, %v without", s, a)
+	}
+}
