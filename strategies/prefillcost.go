@@ -111,8 +111,9 @@ func (w withoutPrefill) Score(c *Cycle, cands []int, out []float64) {
 // outside it costs a request homePreference of its own prefill more: a
 // resident prefix, or a queue shorter by more than that, still wins, but
 // among engines that are about equal for the request each router takes its
-// own, and a burst spreads over the fleet as one router would spread it.
-// Measured in BENCHMARKS.md §1 (the alternatives tried are listed there).
+// own, and a burst spreads over the fleet instead of piling onto the
+// engine that looked emptiest. PrefillWait and LeastPrefill{Home: true}
+// apply it. Measured in BENCHMARKS.md §1 (with the alternatives tried).
 
 // homePreference is the extra wait, as a fraction of the request's own
 // uncached prompt tokens, an engine outside a router's home costs.
