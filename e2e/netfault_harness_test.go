@@ -54,8 +54,9 @@ type FaultNet struct {
 	rnd     *rand.Rand
 	// UDPDropped counts datagrams the relay dropped (cut or lost).
 	UDPDropped, UDPSent int
-	// Unidentified counts TCP connections whose caller was not found (they
-	// went straight to the real port, past every fault).
+	// Unidentified counts TCP connections whose caller was not found (gone
+	// before the lookup, or not a router): they are closed, never let past
+	// the faults.
 	Unidentified int
 	// Errors counts proxies that failed to start again after a heal.
 	Errors []string
@@ -75,13 +76,39 @@ type faultNode struct {
 // and the pair proxies; seed drives the UDP relay's losses and jitter.
 // Close stops them.
 func NewFaultNet(n int, seed uint64) (*FaultNet, error) {
-	f := &FaultNet{srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
-		pids: map[int]int{}, cut: map[[2]int]bool{}, rnd: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
-	if err := f.start(n); err != nil {
+	var err error
+	for range 5 {
+		f := &FaultNet{srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
+			pids: map[int]int{}, cut: map[[2]int]bool{}, rnd: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
+		if err = f.start(n); err == nil {
+			if err = f.realPortsFree(); err == nil {
+				return f, nil
+			}
+		}
 		f.Close()
-		return nil, err
 	}
-	return f, nil
+	return nil, err
+}
+
+// realPortsFree checks that no proxy or front took a real port while the
+// net started (they listen on ports the kernel picks, and the real ports
+// were only reserved and let go).
+func (f *FaultNet) realPortsFree() error {
+	for _, nd := range f.nodes {
+		for _, a := range []string{nd.RaftReal, nd.GossipReal} {
+			ln, err := net.Listen("tcp", a)
+			if err != nil {
+				return fmt.Errorf("faultnet: real port %s taken: %w", a, err)
+			}
+			ln.Close()
+		}
+		pc, err := net.ListenPacket("udp", nd.GossipReal)
+		if err != nil {
+			return fmt.Errorf("faultnet: real port %s taken: %w", nd.GossipReal, err)
+		}
+		pc.Close()
+	}
+	return nil
 }
 
 func (f *FaultNet) start(n int) error {
@@ -232,8 +259,7 @@ func (f *FaultNet) proxy(name, upstream string) (*toxiproxy.Proxy, error) {
 }
 
 // front accepts router connections at addr and passes each to the pair
-// proxy of its caller; a caller that is not a router (none in these
-// tests) goes straight to real.
+// proxy of its caller; a connection whose caller is not found is closed.
 func (f *FaultNet) front(d int, addr, real string, pair []*toxiproxy.Proxy) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -247,15 +273,18 @@ func (f *FaultNet) front(d int, addr, real string, pair []*toxiproxy.Proxy) erro
 				return
 			}
 			go func() {
-				to := real
-				if s := f.caller(c); s >= 0 && s != d {
-					pair[s].Lock()
-					to = pair[s].Listen
-					pair[s].Unlock()
-				} else {
+				to := real // a router calling itself crosses no link
+				switch s := f.caller(c); {
+				case s < 0:
 					f.mu.Lock()
 					f.Unidentified++
 					f.mu.Unlock()
+					c.Close()
+					return
+				case s != d:
+					pair[s].Lock()
+					to = pair[s].Listen
+					pair[s].Unlock()
 				}
 				up, err := net.DialTimeout("tcp", to, time.Second)
 				if err != nil {
