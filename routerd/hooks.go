@@ -15,12 +15,13 @@ import (
 
 // The mesh hooks: what router's request path calls through the
 // interfaces router/mesh.go declares (EngineView, PrefillView,
-// EngineReporter, SourceFactory, Learner) when the router is in a gossip
+// MeshRank, EngineReporter, SourceFactory, Learner) when the router is in a gossip
 // pool.
 
 var (
 	_ router.EngineView     = (*meshHooks)(nil)
 	_ router.PrefillView    = (*meshHooks)(nil)
+	_ router.MeshRank       = (*meshHooks)(nil)
 	_ router.EngineReporter = (*meshHooks)(nil)
 	_ router.SourceFactory  = (*meshHooks)(nil)
 	_ router.Learner        = (*meshHooks)(nil)
