@@ -122,16 +122,18 @@ func queueDepth(ctx context.Context, admin, band string) float64 {
 	return gauge(ctx, admin, `rolter_queue_depth{band="`+band+`",model="chat"}`)
 }
 
-// fill starts n long standard streams at api (the pool is then busy for
-// a while); wait on the result for them to end.
+// fill starts n long standard streams of different lengths at api (the
+// pool is then busy for a while, and frees one slot at a time); wait on
+// the result for them to end.
 func fill(t *testing.T, ctx context.Context, api string, n int) *sync.WaitGroup {
 	t.Helper()
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r := stream(ctx, api, "standard", 300); r.status != http.StatusOK {
+			// Lengths differ so the slots free one at a time.
+			if r := stream(ctx, api, "standard", 200+40*i); r.status != http.StatusOK {
 				t.Errorf("fill request: %d %s %v", r.status, r.body, r.err)
 			}
 		}()
