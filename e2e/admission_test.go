@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // admissionTOML is the fleet of TestAdmission: the routers reach the
@@ -189,7 +191,7 @@ func TestAdmission(t *testing.T) {
 
 	t.Run("a critical request overtakes the sheddable ones queued ahead of it", func(t *testing.T) {
 		busy := fill(t, ctx, r1.API, 8)
-		if err := Eventually(20*time.Second, 10*time.Millisecond, func() error {
+		if err := testwait.Poll(20*time.Second, 10*time.Millisecond, func() error {
 			if n, _ := MetricSum(ctx, r1.Admin, "rolter_target_in_flight"); n < 8 {
 				return fmt.Errorf("%v in flight", n)
 			}
@@ -203,7 +205,7 @@ func TestAdmission(t *testing.T) {
 			wg.Add(1)
 			go func() { defer wg.Done(); shed[i] = stream(ctx, r1.API, "sheddable", 20) }()
 		}
-		if err := Eventually(10*time.Second, 5*time.Millisecond, func() error {
+		if err := testwait.Poll(10*time.Second, 5*time.Millisecond, func() error {
 			if d := queueDepth(ctx, r1.Admin, "sheddable"); d != 4 {
 				return fmt.Errorf("sheddable depth %v", d)
 			}
@@ -229,7 +231,7 @@ func TestAdmission(t *testing.T) {
 
 	t.Run("a client that leaves the queue is gone within 100ms", func(t *testing.T) {
 		busy := fill(t, ctx, r1.API, 8)
-		if err := Eventually(20*time.Second, 10*time.Millisecond, func() error {
+		if err := testwait.Poll(20*time.Second, 10*time.Millisecond, func() error {
 			if n, _ := MetricSum(ctx, r1.Admin, "rolter_target_in_flight"); n < 8 {
 				return fmt.Errorf("%v in flight", n)
 			}
@@ -240,7 +242,7 @@ func TestAdmission(t *testing.T) {
 		lctx, leave := context.WithCancel(ctx)
 		done := make(chan streamed, 1)
 		go func() { done <- stream(lctx, r1.API, "sheddable", 20) }()
-		if err := Eventually(10*time.Second, 5*time.Millisecond, func() error {
+		if err := testwait.Poll(10*time.Second, 5*time.Millisecond, func() error {
 			if d := queueDepth(ctx, r1.Admin, "sheddable"); d != 1 {
 				return fmt.Errorf("sheddable depth %v", d)
 			}
@@ -250,7 +252,7 @@ func TestAdmission(t *testing.T) {
 		}
 		left := time.Now()
 		leave()
-		if err := Eventually(time.Second, 2*time.Millisecond, func() error {
+		if err := testwait.Poll(time.Second, 2*time.Millisecond, func() error {
 			if d := queueDepth(ctx, r1.Admin, "sheddable"); d != 0 {
 				return fmt.Errorf("sheddable depth %v", d)
 			}
