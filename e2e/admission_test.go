@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // admissionTOML is the fleet of TestAdmission: the routers reach the
@@ -122,16 +124,18 @@ func queueDepth(ctx context.Context, admin, band string) float64 {
 	return gauge(ctx, admin, `rolter_queue_depth{band="`+band+`",model="chat"}`)
 }
 
-// fill starts n long standard streams at api (the pool is then busy for
-// a while); wait on the result for them to end.
+// fill starts n long standard streams of different lengths at api (the
+// pool is then busy for a while, and frees one slot at a time); wait on
+// the result for them to end.
 func fill(t *testing.T, ctx context.Context, api string, n int) *sync.WaitGroup {
 	t.Helper()
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r := stream(ctx, api, "standard", 300); r.status != http.StatusOK {
+			// Lengths differ so the slots free one at a time.
+			if r := stream(ctx, api, "standard", 200+40*i); r.status != http.StatusOK {
 				t.Errorf("fill request: %d %s %v", r.status, r.body, r.err)
 			}
 		}()
@@ -187,7 +191,7 @@ func TestAdmission(t *testing.T) {
 
 	t.Run("a critical request overtakes the sheddable ones queued ahead of it", func(t *testing.T) {
 		busy := fill(t, ctx, r1.API, 8)
-		if err := Eventually(20*time.Second, 10*time.Millisecond, func() error {
+		if err := testwait.Poll(20*time.Second, 10*time.Millisecond, func() error {
 			if n, _ := MetricSum(ctx, r1.Admin, "rolter_target_in_flight"); n < 8 {
 				return fmt.Errorf("%v in flight", n)
 			}
@@ -201,7 +205,7 @@ func TestAdmission(t *testing.T) {
 			wg.Add(1)
 			go func() { defer wg.Done(); shed[i] = stream(ctx, r1.API, "sheddable", 20) }()
 		}
-		if err := Eventually(10*time.Second, 5*time.Millisecond, func() error {
+		if err := testwait.Poll(10*time.Second, 5*time.Millisecond, func() error {
 			if d := queueDepth(ctx, r1.Admin, "sheddable"); d != 4 {
 				return fmt.Errorf("sheddable depth %v", d)
 			}
@@ -227,7 +231,7 @@ func TestAdmission(t *testing.T) {
 
 	t.Run("a client that leaves the queue is gone within 100ms", func(t *testing.T) {
 		busy := fill(t, ctx, r1.API, 8)
-		if err := Eventually(20*time.Second, 10*time.Millisecond, func() error {
+		if err := testwait.Poll(20*time.Second, 10*time.Millisecond, func() error {
 			if n, _ := MetricSum(ctx, r1.Admin, "rolter_target_in_flight"); n < 8 {
 				return fmt.Errorf("%v in flight", n)
 			}
@@ -238,7 +242,7 @@ func TestAdmission(t *testing.T) {
 		lctx, leave := context.WithCancel(ctx)
 		done := make(chan streamed, 1)
 		go func() { done <- stream(lctx, r1.API, "sheddable", 20) }()
-		if err := Eventually(10*time.Second, 5*time.Millisecond, func() error {
+		if err := testwait.Poll(10*time.Second, 5*time.Millisecond, func() error {
 			if d := queueDepth(ctx, r1.Admin, "sheddable"); d != 1 {
 				return fmt.Errorf("sheddable depth %v", d)
 			}
@@ -248,7 +252,7 @@ func TestAdmission(t *testing.T) {
 		}
 		left := time.Now()
 		leave()
-		if err := Eventually(time.Second, 2*time.Millisecond, func() error {
+		if err := testwait.Poll(time.Second, 2*time.Millisecond, func() error {
 			if d := queueDepth(ctx, r1.Admin, "sheddable"); d != 0 {
 				return fmt.Errorf("sheddable depth %v", d)
 			}
