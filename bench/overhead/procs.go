@@ -16,7 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/sim"
+	"github.com/rolter/rolter/supervise"
 )
 
 // column is one way of reaching the sim: directly, or through a proxy
@@ -74,27 +76,32 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// proxyCommand is bin with args, on the proxy's CPU when pinning.
-func proxyCommand(ctx context.Context, cfg Config, bin string, args ...string) *exec.Cmd {
+// startProxy starts bin with args under the supervisor, on the proxy's
+// CPU when pinning (taskset execs bin, so the pid is the proxy's), its
+// output in logDir/name.log; stop is its graceful-shutdown signal.
+func startProxy(cfg Config, name, logDir string, stop syscall.Signal, bin string, args ...string) (*supervise.Proc, error) {
+	c := supervise.Cmd{Name: name, Path: bin, Args: args, LogDir: logDir, StopSignal: stop}
 	if cfg.Pin {
-		// taskset execs bin: the pid is the proxy's.
-		return exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(cfg.ProxyCPU), bin}, args...)...)
+		c.Path, c.Args = "taskset", append([]string{"-c", strconv.Itoa(cfg.ProxyCPU), bin}, args...)
 	}
-	return exec.CommandContext(ctx, bin, args...)
+	return supervise.Start(c)
 }
 
 // routerColumn starts `rolter router` over the sim's ports with one route
 // using strategy, and waits for it to answer.
 func routerColumn(ctx context.Context, cfg Config, strategy string, addrs []string) (column, error) {
-	var b strings.Builder
+	rc := config.Default()
+	route := config.Route{Model: model, Strategy: strategy}
 	for i, a := range addrs {
-		fmt.Fprintf(&b, "[[providers]]\nname = \"sim-%d\"\napi_base = \"http://%s\"\n\n", i, a)
+		name := fmt.Sprintf("sim-%d", i)
+		rc.Providers = append(rc.Providers, config.Provider{Name: name, APIBase: "http://" + a})
+		route.Targets = append(route.Targets, config.Target{Provider: name, Model: model})
 	}
-	fmt.Fprintf(&b, "[[routes]]\nmodel = %q\nstrategy = %q\ntargets = [\n", model, strategy)
-	for i := range addrs {
-		fmt.Fprintf(&b, "  { provider = \"sim-%d\", model = %q },\n", i, model)
+	rc.Routes = []config.Route{route}
+	var b strings.Builder
+	if err := config.Encode(&b, &rc, ""); err != nil {
+		return column{}, err
 	}
-	b.WriteString("]\n")
 	cfgPath := filepath.Join(cfg.WorkDir, fmt.Sprintf("rolter-%s-%d.toml", strategy, len(addrs)))
 	if err := os.WriteFile(cfgPath, []byte(b.String()), 0o644); err != nil {
 		return column{}, err
@@ -107,22 +114,19 @@ func routerColumn(ctx context.Context, cfg Config, strategy string, addrs []stri
 	if err != nil {
 		return column{}, err
 	}
-	logf, err := os.Create(filepath.Join(cfg.WorkDir, fmt.Sprintf("router-%s-%d.log", strategy, len(addrs))))
-	if err != nil {
-		return column{}, err
-	}
-	cmd := proxyCommand(ctx, cfg, cfg.RouterBin, "router", "--standalone", "--config", cfgPath,
+	p, err := startProxy(cfg, fmt.Sprintf("router-%s-%d", strategy, len(addrs)), cfg.WorkDir, syscall.SIGINT, cfg.RouterBin,
+		"router", "--standalone", "--config", cfgPath,
 		"--http", fmt.Sprintf("127.0.0.1:%d", api), "--admin", fmt.Sprintf("127.0.0.1:%d", admin))
-	stop, err := startLogged(cmd, logf, os.Interrupt)
 	if err != nil {
 		return column{}, fmt.Errorf("bench overhead: start router: %w", err)
 	}
+	stop := func() { p.Stop(stopGrace) }
 	base := fmt.Sprintf("http://127.0.0.1:%d", api)
 	if err := waitReady(ctx, base, benchRequest(Config{PromptWords: 4, MaxTokens: 1}, false)); err != nil {
 		stop()
-		return column{}, fmt.Errorf("bench overhead: router (%s) not ready, see %s: %w", strategy, logf.Name(), err)
+		return column{}, fmt.Errorf("bench overhead: router (%s) not ready, see %s: %w", strategy, p.Log, err)
 	}
-	pid := cmd.Process.Pid
+	pid := p.Pid()
 	return column{path: "rolter router", strategy: strategy, base: func(int) string { return base },
 		pid: func() []int { return []int{pid} }, stop: stop}, nil
 }
@@ -179,21 +183,17 @@ http {
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return column{}, err
 	}
-	cmd := proxyCommand(ctx, cfg, cfg.Nginx, "-p", ndir, "-c", confPath)
-	logf, err := os.Create(filepath.Join(ndir, "stderr.log"))
-	if err != nil {
-		return column{}, err
-	}
-	stop, err := startLogged(cmd, logf, syscall.SIGQUIT)
+	p, err := startProxy(cfg, "stderr", ndir, syscall.SIGQUIT, cfg.Nginx, "-p", ndir, "-c", confPath)
 	if err != nil {
 		return column{}, fmt.Errorf("bench overhead: start nginx: %w", err)
 	}
+	stop := func() { p.Stop(stopGrace) }
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	if err := waitReady(ctx, base, benchRequest(Config{PromptWords: 4, MaxTokens: 1}, false)); err != nil {
 		stop()
 		return column{}, fmt.Errorf("bench overhead: nginx not ready (see %s): %w", ndir, err)
 	}
-	master := cmd.Process.Pid
+	master := p.Pid()
 	return column{path: "nginx", strategy: "round_robin", base: func(int) string { return base },
 		pid: func() []int { return append([]int{master}, childrenOf(master)...) }, stop: stop}, nil
 }
@@ -367,25 +367,6 @@ func childrenOf(pid int) []int {
 	return out
 }
 
-// startLogged starts cmd with its output in logf and returns the function
-// that stops it: sig (its graceful shutdown), then SIGKILL after 5 s, then
-// logf is closed. On a start error logf is closed already.
-func startLogged(cmd *exec.Cmd, logf *os.File, sig os.Signal) (stop func(), err error) {
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	return func() {
-		_ = cmd.Process.Signal(sig)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
-	}, nil
-}
+// stopGrace is how long a stopped proxy gets between its graceful
+// signal and SIGKILL.
+const stopGrace = 5 * time.Second
