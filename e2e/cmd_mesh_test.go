@@ -106,16 +106,22 @@ func startGossipRouter(t *testing.T, bin Binary, dir, id, toml, seeds string) *g
 	return r
 }
 
-type procEngine struct {
-	NodeID         string `json:"node_id"`
-	EngineURL      string `json:"engine_url"`
-	State          string `json:"state"`
-	ResidentBlocks int    `json:"resident_blocks"`
-	KVEvents       bool   `json:"kv_events"`
+// clusterEngine is one entry of GET /api/v1/cluster's engines[].
+type clusterEngine struct {
+	NodeID         string  `json:"node_id"`
+	EngineURL      string  `json:"engine_url"`
+	State          string  `json:"state"`
+	AgeMS          int64   `json:"age_ms"`
+	ResidentBlocks int     `json:"resident_blocks"`
+	Running        uint64  `json:"running"`
+	Waiting        uint64  `json:"waiting"`
+	KVUsage        float64 `json:"kv_usage"`
+	KVEvents       bool    `json:"kv_events"`
 }
 
-func clusterEngines(ctx context.Context, admin string) (map[string]procEngine, error) {
-	code, body, err := Do(ctx, http.MethodGet, admin+"/api/v1/cluster", meshAdminToken, "")
+// clusterEngines reads a router's GET /api/v1/cluster engines by URL.
+func clusterEngines(ctx context.Context, admin, token string) (map[string]clusterEngine, error) {
+	code, body, err := Do(ctx, http.MethodGet, admin+"/api/v1/cluster", token, "")
 	if err != nil {
 		return nil, err
 	}
@@ -123,12 +129,12 @@ func clusterEngines(ctx context.Context, admin string) (map[string]procEngine, e
 		return nil, fmt.Errorf("GET /api/v1/cluster: %d %s", code, body)
 	}
 	var v struct {
-		Engines []procEngine `json:"engines"`
+		Engines []clusterEngine `json:"engines"`
 	}
 	if err := json.Unmarshal(body, &v); err != nil {
 		return nil, err
 	}
-	out := map[string]procEngine{}
+	out := map[string]clusterEngine{}
 	for _, e := range v.Engines {
 		out[e.EngineURL] = e
 	}
@@ -200,7 +206,7 @@ func TestMeshProcesses(t *testing.T) {
 	defer cancel()
 
 	err := testwait.Poll(20*time.Second, 50*time.Millisecond, func() error {
-		es, err := clusterEngines(ctx, r.Admin)
+		es, err := clusterEngines(ctx, r.Admin, meshAdminToken)
 		if err != nil {
 			return err
 		}
@@ -225,7 +231,7 @@ func TestMeshProcesses(t *testing.T) {
 			if err := complete(ctx, r.API, "meta-llama/Llama-3.1-8B-Instruct", tokenPrompt(900000+i*40, 32)); err != nil {
 				return err
 			}
-			es, err := clusterEngines(ctx, r.Admin)
+			es, err := clusterEngines(ctx, r.Admin, meshAdminToken)
 			if err != nil {
 				return err
 			}
@@ -240,7 +246,7 @@ func TestMeshProcesses(t *testing.T) {
 	})
 
 	base := map[string]int{}
-	es, err := clusterEngines(ctx, r.Admin)
+	es, err := clusterEngines(ctx, r.Admin, meshAdminToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +259,7 @@ func TestMeshProcesses(t *testing.T) {
 	}
 	var holder, other *kvEngine
 	err = testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
-		es, err := clusterEngines(ctx, r.Admin)
+		es, err := clusterEngines(ctx, r.Admin, meshAdminToken)
 		if err != nil {
 			return err
 		}
@@ -294,7 +300,7 @@ func TestMeshProcesses(t *testing.T) {
 		holder.Sidecar.Kill()
 		killed := time.Now()
 		err := testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
-			es, err := clusterEngines(ctx, r.Admin)
+			es, err := clusterEngines(ctx, r.Admin, meshAdminToken)
 			if err != nil {
 				return err
 			}

@@ -102,39 +102,17 @@ func startFaultPool(t *testing.T, bin Binary, replay []bool) (*meshPool, []strin
 	return p, metrics
 }
 
-// clusterEngine is one entry of GET /api/v1/cluster's engines[].
-type clusterEngine struct {
-	NodeID         string  `json:"node_id"`
-	EngineURL      string  `json:"engine_url"`
-	State          string  `json:"state"`
-	AgeMS          int64   `json:"age_ms"`
-	ResidentBlocks int     `json:"resident_blocks"`
-	Running        uint64  `json:"running"`
-	Waiting        uint64  `json:"waiting"`
-	KVUsage        float64 `json:"kv_usage"`
-}
-
 // engineView reads the router's /api/v1/cluster entry for one engine.
 func engineView(ctx context.Context, r *meshRouter, url string) (clusterEngine, error) {
-	code, body, err := Do(ctx, http.MethodGet, r.Admin+"/api/v1/cluster", meshToken, "")
+	es, err := clusterEngines(ctx, r.Admin, meshToken)
 	if err != nil {
 		return clusterEngine{}, err
 	}
-	if code != http.StatusOK {
-		return clusterEngine{}, fmt.Errorf("GET /api/v1/cluster: %d %s", code, body)
+	e, ok := es[url]
+	if !ok {
+		return clusterEngine{}, fmt.Errorf("engine %s not in the view", url)
 	}
-	var v struct {
-		Engines []clusterEngine `json:"engines"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
-		return clusterEngine{}, err
-	}
-	for _, e := range v.Engines {
-		if e.EngineURL == url {
-			return e, nil
-		}
-	}
-	return clusterEngine{}, fmt.Errorf("engine %s not in the view", url)
+	return e, nil
 }
 
 // waitView polls every 50 ms until cond holds for the engine's view and

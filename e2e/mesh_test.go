@@ -162,7 +162,7 @@ func (p *meshPool) warm() {
 			}
 		}
 		for _, r := range p.Routers {
-			es, err := meshClusterEngines(ctx, r.Admin)
+			es, err := clusterEngines(ctx, r.Admin, meshToken)
 			if err != nil {
 				return err
 			}
@@ -177,34 +177,6 @@ func (p *meshPool) warm() {
 	if err != nil {
 		p.t.Fatalf("pool not converged: %v", err)
 	}
-}
-
-type meshEngineView struct {
-	NodeID         string `json:"node_id"`
-	EngineURL      string `json:"engine_url"`
-	State          string `json:"state"`
-	ResidentBlocks int    `json:"resident_blocks"`
-}
-
-func meshClusterEngines(ctx context.Context, admin string) (map[string]meshEngineView, error) {
-	code, body, err := Do(ctx, http.MethodGet, admin+"/api/v1/cluster", meshToken, "")
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("GET /api/v1/cluster: %d %s", code, body)
-	}
-	var v struct {
-		Engines []meshEngineView `json:"engines"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
-		return nil, err
-	}
-	out := map[string]meshEngineView{}
-	for _, e := range v.Engines {
-		out[e.EngineURL] = e
-	}
-	return out, nil
 }
 
 // meshPrefixCounters sums vllm:prefix_cache_hits_total and
@@ -417,7 +389,7 @@ func TestMeshPreciseRoutingAndStaleness(t *testing.T) {
 	r := p.Routers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before, err := meshClusterEngines(ctx, r.Admin)
+	before, err := clusterEngines(ctx, r.Admin, meshToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +404,7 @@ func TestMeshPreciseRoutingAndStaleness(t *testing.T) {
 	send(prompt)
 	var holder, other *meshEngine
 	err = testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
-		es, err := meshClusterEngines(ctx, r.Admin)
+		es, err := clusterEngines(ctx, r.Admin, meshToken)
 		if err != nil {
 			return err
 		}
@@ -465,7 +437,7 @@ func TestMeshPreciseRoutingAndStaleness(t *testing.T) {
 	holder.Sidecar.Kill()
 	killed := time.Now()
 	err = testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
-		es, err := meshClusterEngines(ctx, r.Admin)
+		es, err := clusterEngines(ctx, r.Admin, meshToken)
 		if err != nil {
 			return err
 		}
