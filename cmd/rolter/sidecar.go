@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/rolter/rolter/internal/cli"
 	"github.com/rolter/rolter/sidecar"
 )
 
@@ -19,7 +20,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("sidecar", stderr)
 	var pc sidecar.ProcessConfig
 	cfg := sidecar.RegisterFlags(fs)
-	registerGossipFlags(fs, &pc.Gossip, "127.0.0.1:7946", "HOST:PORT of this sidecar's gossip (memberlist, UDP and TCP)")
+	pc.Gossip.RegisterFlags(fs, "127.0.0.1:7946", "HOST:PORT of this sidecar's gossip (memberlist, UDP and TCP)")
 	fs.StringVar(&pc.Join, "join", "", "comma-separated gossip seeds HOST:PORT (routers' or other sidecars' --gossip)")
 	fs.BoolVar(&pc.InsecureDev, "insecure-dev", false, "allow unencrypted gossip without a key on non-loopback addresses "+
 		"(development and tests only; on loopback only it is allowed with a warning)")
@@ -41,7 +42,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	pc.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	p, err := sidecar.Open(ctx, pc)
 	if fe := (*sidecar.FlagError)(nil); errors.As(err, &fe) {
-		return fmt.Errorf("%w: %w", errUsage, fe.Err)
+		return cli.Usage(fe.Err)
 	}
 	if err != nil {
 		return err
