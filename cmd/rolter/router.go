@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/rolter/rolter/certs"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/internal/cli"
 	"github.com/rolter/rolter/routerd"
@@ -21,23 +22,23 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var rc routerd.Config
 	rc.RegisterFlags(fs)
 	logFormat := fs.String("log-format", "text", "log format: text or json (the request log is one line per request)")
-	// TLS of the API and admin listeners (tlsflags.go).
-	var tf tlsFlags
-	tf.register(fs, true, "admin")
+	var tf certs.ListenerFlags
+	tf.RegisterFlags(fs, true, "admin")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tlsSrc, err := tf.load()
+	api, admin, err := tf.Load()
 	if err != nil {
-		return err
+		return cli.Usage(err)
 	}
+	rc.TLS = routerd.TLS{API: api, Admin: admin, AdminClientCA: tf.Admin.ClientCA}
 	if rc.File, err = config.Load(rc.ConfigPath); err != nil {
 		return err
 	}
 	if rc.Logger, err = newLogger(*logFormat, stderr); err != nil {
 		return err
 	}
-	rc.TLS, rc.Build = tlsSrc, version
+	rc.Build = version
 	r, err := routerd.Open(ctx, rc)
 	if fe := (*routerd.FlagError)(nil); errors.As(err, &fe) {
 		return cli.Usage(fe.Err)
@@ -46,7 +47,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer r.Close()
-	go reloadCertsOnHUP(ctx, rc.Logger, tlsSrc.API, tlsSrc.Admin, r.RaftCerts())
+	go certs.WatchSIGHUP(ctx, rc.Logger, api, admin, r.RaftCerts())
 	hup, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
 	go routerd.ReloadOnHUP(hup, rc.ConfigPath, rc.Logger, r.Reload)
