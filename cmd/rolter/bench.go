@@ -9,6 +9,7 @@ import (
 
 	benchfleet "github.com/rolter/rolter/bench/fleet"
 	benchgossip "github.com/rolter/rolter/bench/gossip"
+	"github.com/rolter/rolter/bench/overhead"
 	benchrouting "github.com/rolter/rolter/bench/routing"
 	"github.com/rolter/rolter/internal/cli"
 )
@@ -38,13 +39,21 @@ const benchUsage = `usage: rolter bench <routing|overhead|gossip|fleet> [flags]
   gossip    sidecars and routers on loopback: convergence, bandwidth, memory
   fleet     real routers, sims and sidecars replaying a trace, beside what routing predicts for them`
 
-// The list flags of bench overhead (benchoverhead.go).
-var strategyList, intList = cli.Strategies, cli.Counts
-
 // runBenchRouting is `rolter bench routing` (package bench/routing).
 func runBenchRouting(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o benchrouting.Options
 	fs := newFlagSet("bench routing", stderr)
+	o.RegisterFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return o.Run(ctx, stdout)
+}
+
+// runBenchOverhead is `rolter bench overhead` (package bench/overhead).
+func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o overhead.Options
+	fs := newFlagSet("bench overhead", stderr)
 	o.RegisterFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
