@@ -18,9 +18,9 @@ import (
 )
 
 // Config is what `rolter router` is started with: its flags, typed. The
-// zero value of a field is the flag's empty value, not its default (the
-// command supplies those). Messages about unusable settings name the
-// flags.
+// zero value of a field is the flag's empty value, not its default
+// (RegisterFlags supplies those). Messages about unusable settings name
+// the flags.
 type Config struct {
 	// File is rolter.toml as loaded. In a cluster it seeds the replicated
 	// state and its retry, breaker, health, timeouts and limits sections

@@ -61,10 +61,9 @@ type Config struct {
 	MaxDeltaKeys      int           // keys per Delta (4096)
 }
 
-// RegisterFlags registers the sidecar's flags on fs and returns the Config
-// they fill. Gossip flags are registered by the caller.
-func RegisterFlags(fs *flag.FlagSet) *Config {
-	c := &Config{}
+// RegisterFlags registers the flags of c's fields, with their defaults,
+// on fs. ProcessConfig.RegisterFlags adds the gossip and discovery flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Engine, "engine", "http://127.0.0.1:8000", "engine base URL (its /metrics is scraped)")
 	fs.StringVar(&c.KVEvents, "kv-events", "", "engine KV-event ZMQ endpoint, e.g. tcp://127.0.0.1:5557 (empty: no residency)")
 	fs.BoolVar(&c.KVEventsBind, "kv-events-bind", false, "bind --kv-events instead of connecting (engine publisher connects)")
@@ -78,7 +77,6 @@ func RegisterFlags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.BlockSize, "block-size", kvblock.DefaultBlockSize, "engine KV block size in tokens, when events omit it")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", 200*time.Millisecond, "engine /metrics scrape period")
 	fs.DurationVar(&c.LMCacheInterval, "lmcache-interval", time.Second, "LMCache poll period")
-	return c
 }
 
 // Validate fills defaults and checks the config.

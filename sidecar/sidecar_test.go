@@ -254,7 +254,8 @@ func TestSnapshotsPublishedPeriodically(t *testing.T) {
 
 func TestRegisterFlagsAndValidate(t *testing.T) {
 	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
-	cfg := RegisterFlags(fs)
+	cfg := &Config{}
+	cfg.RegisterFlags(fs)
 	err := fs.Parse([]string{"--engine", "http://127.0.0.1:8000", "--kv-events", "tcp://127.0.0.1:5557",
 		"--kv-events-replay", "tcp://127.0.0.1:5558", "--kv-events-bind", "--topic", "kv@", "--lmcache", "http://127.0.0.1:9000/signal",
 		"--node-id", "engine-a", "--block-size", "32"})

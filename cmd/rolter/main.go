@@ -16,6 +16,8 @@ import (
 	"runtime"
 	"sort"
 	"syscall"
+
+	"github.com/rolter/rolter/internal/cli"
 )
 
 // Set by the linker (see Makefile).
@@ -45,9 +47,9 @@ func commands() map[string]command {
 	}
 }
 
-// errUsage marks a command-line error: the message is printed with usage
-// and the exit code is 2.
-var errUsage = errors.New("usage")
+// errUsage marks a command-line error: the message is printed and the
+// exit code is 2. It is cli.ErrUsage, which the subcommand packages return.
+var errUsage = cli.ErrUsage
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -115,10 +117,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return cli.Usage(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %v", errUsage, fs.Args())
+		return cli.Usagef("unexpected arguments %v", fs.Args())
 	}
 	return nil
 }

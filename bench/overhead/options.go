@@ -1,0 +1,126 @@
+package overhead
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/rolter/rolter/internal/cli"
+)
+
+// Options are the settings of `rolter bench overhead`, as its flags give
+// them: the Config its plain flags set, and the ones Run converts.
+type Options struct {
+	Config Config
+	// Targets, Strategies and Modes are comma-separated lists; Nginx is
+	// auto, off or a path; Pin is on, off or auto; JSON is a file or "-".
+	Targets, Strategies, Modes, Nginx, Pin, JSON string
+	SkipRouter                                   bool
+}
+
+// RegisterFlags adds the command's flags, with their defaults, to fs.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.Float64Var(&o.Config.Rate, "rate", 1000, "fixed rate (requests/s) of the latency measurement")
+	fs.DurationVar(&o.Config.Duration, "duration", 3*time.Second, "length of the fixed-rate measurement")
+	fs.Float64Var(&o.Config.SearchStart, "search-start", 250, "first rate of the max-rate step search")
+	fs.Float64Var(&o.Config.SearchFactor, "search-factor", 1.5, "each search step multiplies the rate by this")
+	fs.Float64Var(&o.Config.SearchMax, "search-max", 20000, "highest rate the search tries")
+	fs.DurationVar(&o.Config.SearchDuration, "search-duration", 2*time.Second, "length of each search step")
+	fs.DurationVar(&o.Config.P99Limit, "p99-limit", 10*time.Millisecond, "a rate is sustained while p99 stays under this (and < 0.1% errors)")
+	fs.StringVar(&o.Targets, "targets", "1,64", "comma-separated target counts (one in-process sim listening on that many ports)")
+	fs.StringVar(&o.Strategies, "strategies", "round_robin,precise_cache_aware", "router strategies to measure")
+	fs.StringVar(&o.Modes, "modes", "plain,stream", "plain (non-streaming) and/or stream")
+	fs.IntVar(&o.Config.PromptWords, "prompt-words", 64, "words in each chat request's user message")
+	fs.IntVar(&o.Config.PromptTokens, "prompt-tokens", 0, "send /v1/completions with a prompt of this many token ids instead of a chat")
+	fs.IntVar(&o.Config.MaxTokens, "max-tokens", 8, "max_tokens of each request")
+	fs.StringVar(&o.Nginx, "nginx", "auto", "nginx binary: auto (PATH, then /usr/sbin/nginx), a path, or off")
+	fs.StringVar(&o.Config.RouterBin, "router-bin", "", "rolter binary run as `rolter router` (default: this executable)")
+	fs.BoolVar(&o.SkipRouter, "skip-router", false, "do not measure rolter router")
+	fs.StringVar(&o.Config.WorkDir, "workdir", "", "directory for generated configs and logs (default: a temporary one)")
+	fs.StringVar(&o.Pin, "pin", "auto", "run the proxy on one CPU and the generator and engine on the others: on, off, auto (on when taskset and 2+ CPUs)")
+	fs.IntVar(&o.Config.ProxyCPU, "proxy-cpu", 0, "the proxy's CPU when pinning")
+	fs.StringVar(&o.JSON, "json", "", "also write the rows as JSON to this file (- for stdout)")
+}
+
+// Run is `rolter bench overhead`: it resolves the options (this
+// executable is the router unless --router-bin or --skip-router), runs
+// the measurements with progress on stdout and prints the table there.
+// Unusable options are cli.ErrUsage errors.
+func (o Options) Run(ctx context.Context, stdout io.Writer) error {
+	cfg := o.Config
+	var err error
+	if cfg.Targets, err = cli.Counts(o.Targets); err != nil {
+		return cli.Usagef("--targets: %v", err)
+	}
+	if cfg.Strategies, err = cli.Strategies(o.Strategies); err != nil {
+		return err
+	}
+	cfg.Modes = strings.Split(o.Modes, ",")
+	for _, m := range cfg.Modes {
+		if m != "plain" && m != "stream" {
+			return cli.Usagef("--modes takes plain and/or stream")
+		}
+	}
+	switch o.Pin {
+	case "on":
+		cfg.Pin = true
+	case "off":
+	case "auto":
+		_, lookErr := exec.LookPath("taskset")
+		cfg.Pin = lookErr == nil && runtime.NumCPU() >= 2
+	default:
+		return cli.Usagef("--pin takes on, off or auto")
+	}
+	switch o.Nginx {
+	case "off":
+	case "auto":
+		if p, err := exec.LookPath("nginx"); err == nil {
+			cfg.Nginx = p
+		} else if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
+			cfg.Nginx = "/usr/sbin/nginx"
+		}
+	default:
+		cfg.Nginx = o.Nginx
+	}
+	if cfg.RouterBin == "" && !o.SkipRouter {
+		if cfg.RouterBin, err = os.Executable(); err != nil {
+			return fmt.Errorf("bench overhead: locate the rolter binary: %w", err)
+		}
+	} else if o.SkipRouter {
+		cfg.RouterBin = ""
+	}
+	if cfg.WorkDir == "" {
+		if cfg.WorkDir, err = os.MkdirTemp("", "rolter-bench-overhead-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(cfg.WorkDir)
+	} else if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return err
+	}
+	cfg.Log = stdout
+	fmt.Fprintf(stdout, "open-loop constant rate, latency from each request's scheduled send time; fixed rate %.0f/s for %v; "+
+		"max rate: steps ×%.2f from %.0f/s, %v each, p99 < %v\n", cfg.Rate, cfg.Duration, cfg.SearchFactor, cfg.SearchStart, cfg.SearchDuration, cfg.P99Limit)
+	if cfg.Pin {
+		fmt.Fprintf(stdout, "pinned: each proxy on CPU %d, generator and engine on the other CPUs (taskset)\n", cfg.ProxyCPU)
+	} else {
+		fmt.Fprintln(stdout, "not pinned: proxy, generator and engine share every CPU")
+	}
+	if cfg.Nginx == "" {
+		fmt.Fprintln(stdout, "nginx: not found, column skipped")
+	}
+	rows, err := Run(ctx, cfg)
+	fmt.Fprintln(stdout)
+	PrintTable(stdout, rows)
+	if o.JSON != "" {
+		if jerr := WriteJSON(o.JSON, stdout, rows); jerr != nil && err == nil {
+			err = jerr
+		}
+	}
+	return err
+}
