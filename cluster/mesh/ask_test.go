@@ -49,7 +49,7 @@ func TestResyncAskSentOutsideTheEngineLock(t *testing.T) {
 	v := newView(c, RouterConfig{})
 	const url = "http://127.0.0.1:1"
 	tx := &lockCheckingSender{e: func() *engine { return v.lookup(url) }}
-	c.tx = tx
+	c.setSender(tx)
 	meta := Meta{Role: RoleSidecar, EngineURL: url}
 	c.members["sc"] = member{node: &memberlist.Node{Name: "sc"}, meta: meta}
 	v.memberUp("sc", meta)
@@ -73,5 +73,27 @@ func TestResyncAskSentOutsideTheEngineLock(t *testing.T) {
 	}
 	if got := c.stats.ResyncsAsked.Load(); got != 1 {
 		t.Errorf("ResyncsAsked = %d, want 1", got)
+	}
+}
+
+// memberlist hands a node messages from inside memberlist.Create, before
+// the member has anything to send through: a resync asked for then is
+// counted as a send error instead of crashing the process (a router
+// restarted in place got a sidecar's delta that way and died).
+func TestAskBeforeTheMemberStartedIsCountedNotSent(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := &core{cfg: Config{Name: "router"}, log: slog.New(slog.DiscardHandler), members: map[string]member{},
+		now: func() time.Time { return now }}
+	v := newView(c, RouterConfig{})
+	const url = "http://127.0.0.1:1"
+	meta := Meta{Role: RoleSidecar, EngineURL: url}
+	c.members["sc"] = member{node: &memberlist.Node{Name: "sc"}, meta: meta}
+	v.memberUp("sc", meta)
+	msg := encodeStatus(&statusMsg{From: "sc", Seq: 1, Epoch: 7, ResSeq: 3})
+	if err := v.handle(msg[0], msg[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.stats.SendErrors.Load(); got != 1 {
+		t.Fatalf("send errors %d, want the unsent resync counted once", got)
 	}
 }

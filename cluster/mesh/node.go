@@ -147,11 +147,14 @@ const udpBudget = 1300
 // lifecycle, this node's meta, the live members by role, sending, and the
 // counters. The role plugs in through roleHooks.
 type core struct {
-	cfg  Config
-	log  *slog.Logger
-	now  func() time.Time
-	ml   *memberlist.Memberlist
-	tx   sender // ml, or a test's recorder
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
+	ml  *memberlist.Memberlist
+	// tx is ml (or a test's recorder) once memberlist.Create returned.
+	// memberlist delivers messages from inside Create, before that, so a
+	// reply asked for then is counted as a send error, never sent to nil.
+	tx   atomic.Pointer[sender]
 	meta []byte
 	id   *Identity // nil: messages are neither authenticated nor checked
 	// udpMax is the largest message sent by UDP (udpBudget plus the MAC
@@ -301,7 +304,8 @@ func (c *core) start(ctx context.Context, join []string) error {
 	if err != nil {
 		return fmt.Errorf("mesh: start memberlist: %w", err)
 	}
-	c.ml, c.tx = ml, ml
+	c.ml = ml
+	c.setSender(ml)
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	loops := c.hooks.loops
@@ -370,19 +374,31 @@ func (c *core) Close() error {
 	return err
 }
 
+// setSender makes tx what this member sends through.
+func (c *core) setSender(tx sender) { c.tx.Store(&tx) }
+
+// sender is what this member sends through; nil until start created it.
+func (c *core) sender() sender {
+	if p := c.tx.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // send delivers msg to one member: UDP when it fits a packet, else the
 // reliable TCP stream. Failures are counted, never returned to a loop.
 func (c *core) send(to *memberlist.Node, msg []byte) {
+	tx := c.sender()
 	msg, ok := c.sealFor(to.Name, msg)
-	if !ok {
+	if !ok || tx == nil {
 		c.stats.SendErrors.Add(1)
 		return
 	}
 	var err error
 	if len(msg) <= c.udpMax {
-		err = c.tx.SendBestEffort(to, msg)
+		err = tx.SendBestEffort(to, msg)
 	} else {
-		err = c.tx.SendReliable(to, msg)
+		err = tx.SendReliable(to, msg)
 	}
 	c.stats.MsgsSent.Add(1)
 	c.stats.AppBytesSent.Add(uint64(len(msg)))
@@ -404,7 +420,12 @@ func (c *core) sendReliable(to *memberlist.Node, msg []byte) bool {
 // sendPlain is sendReliable without a MAC: for certificates, which the
 // CA's signature authenticates.
 func (c *core) sendPlain(to *memberlist.Node, msg []byte) bool {
-	if err := c.tx.SendReliable(to, msg); err != nil {
+	tx := c.sender()
+	if tx == nil {
+		c.stats.SendErrors.Add(1)
+		return false
+	}
+	if err := tx.SendReliable(to, msg); err != nil {
 		c.stats.SendErrors.Add(1)
 		return false
 	}
