@@ -141,6 +141,21 @@ func clusterEngines(ctx context.Context, admin, token string) (map[string]cluste
 	return out, nil
 }
 
+// waitEngineState polls a router's /api/v1/cluster every 50 ms until the
+// engine at url is in state, or within passes.
+func waitEngineState(ctx context.Context, admin, token, url, state string, within time.Duration) error {
+	return testwait.Poll(within, 50*time.Millisecond, func() error {
+		es, err := clusterEngines(ctx, admin, token)
+		if err != nil {
+			return err
+		}
+		if s := es[url].State; s != state {
+			return fmt.Errorf("state %s", s)
+		}
+		return nil
+	})
+}
+
 // simCounters reads the prefix-cache counters of a sim's /metrics.
 func simCounters(ctx context.Context, base string) (hits, queries float64, err error) {
 	code, body, err := Do(ctx, http.MethodGet, base+"/metrics", "", "")
@@ -299,16 +314,7 @@ func TestMeshProcesses(t *testing.T) {
 	t.Run("a killed sidecar's engine goes STALE and keeps serving", func(t *testing.T) {
 		holder.Sidecar.Kill()
 		killed := time.Now()
-		err := testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
-			es, err := clusterEngines(ctx, r.Admin, meshAdminToken)
-			if err != nil {
-				return err
-			}
-			if s := es[holder.URL].State; s != "STALE" {
-				return fmt.Errorf("state %s", s)
-			}
-			return nil
-		})
+		err := waitEngineState(ctx, r.Admin, meshAdminToken, holder.URL, "STALE", 10*time.Second)
 		if err != nil {
 			t.Fatalf("engine of the killed sidecar: %v", err)
 		}

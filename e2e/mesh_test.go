@@ -436,16 +436,7 @@ func TestMeshPreciseRoutingAndStaleness(t *testing.T) {
 
 	holder.Sidecar.Kill()
 	killed := time.Now()
-	err = testwait.Poll(10*time.Second, 50*time.Millisecond, func() error {
-		es, err := clusterEngines(ctx, r.Admin, meshToken)
-		if err != nil {
-			return err
-		}
-		if s := es[holder.URL].State; s != "STALE" {
-			return fmt.Errorf("state %s", s)
-		}
-		return nil
-	})
+	err = waitEngineState(ctx, r.Admin, meshToken, holder.URL, "STALE", 10*time.Second)
 	if err != nil {
 		t.Fatalf("killed sidecar's engine: %v", err)
 	}

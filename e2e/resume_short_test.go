@@ -17,22 +17,8 @@ import (
 // streams on a resume_streams route.
 func TestShortResumeStreams(t *testing.T) {
 	const maxTokens = 12
-	var logs []string
-	var b strings.Builder
-	var targets []string
-	for i := range 3 {
-		var faults []string
-		if i == 0 {
-			faults = []string{"--fault-die-rate", "0.5", "--fault-die-after-tokens", "5"}
-		}
-		name := fmt.Sprintf("e%d", i)
-		url, log := loggedSim(t, name, faults...)
-		logs = append(logs, log)
-		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, url)
-		targets = append(targets, fmt.Sprintf("{ provider = %q, model = %q }", name, SimModel))
-	}
-	fmt.Fprintf(&b, "[retry]\nbudget = 1.0\n\n[[routes]]\nmodel = \"chat\"\nresume_streams = true\ntargets = [%s]\n", strings.Join(targets, ", "))
-	r := standalone(t, b.String())
+	providers, targets, logs := resumeFleet(t, 3, "--fault-die-rate", "0.5", "--fault-die-after-tokens", "5")
+	r := standalone(t, providers+fmt.Sprintf("[retry]\nbudget = 1.0\n\n[[routes]]\nmodel = \"chat\"\nresume_streams = true\ntargets = [%s]\n", targets))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	run := ResumeRun(ctx, r.API, "chat", "short", 60, 4, maxTokens)
@@ -58,22 +44,8 @@ func TestShortResumeStreams(t *testing.T) {
 // the original text followed by what the dying engine sent.
 func TestShortResumeTextCompletions(t *testing.T) {
 	const n, maxTokens = 30, 10
-	var logs []string
-	var b strings.Builder
-	var targets []string
-	for i := range 2 {
-		var faults []string
-		if i == 0 {
-			faults = []string{"--fault-die-rate", "1", "--fault-die-after-tokens", "4"}
-		}
-		name := fmt.Sprintf("e%d", i)
-		url, log := loggedSim(t, name, faults...)
-		logs = append(logs, log)
-		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, url)
-		targets = append(targets, fmt.Sprintf("{ provider = %q, model = %q }", name, SimModel))
-	}
-	fmt.Fprintf(&b, "[retry]\nbudget = 1.0\n\n[breaker]\nfailures = 1000\n\n[[routes]]\nmodel = \"text\"\nresume_streams = true\ntargets = [%s]\n", strings.Join(targets, ", "))
-	r := standalone(t, b.String())
+	providers, targets, logs := resumeFleet(t, 2, "--fault-die-rate", "1", "--fault-die-after-tokens", "4")
+	r := standalone(t, providers+fmt.Sprintf("[retry]\nbudget = 1.0\n\n[breaker]\nfailures = 1000\n\n[[routes]]\nmodel = \"text\"\nresume_streams = true\ntargets = [%s]\n", targets))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	texts := map[string]string{}
@@ -151,4 +123,25 @@ func loggedSim(t *testing.T, name string, faults ...string) (url, log string) {
 	log = filepath.Join(dir, name+".generations")
 	url, _ = StartSimArgs(t, SharedRolter(t, false), "sim-"+name, dir, append([]string{"--instant", "--generation-log", log}, faults...)...)
 	return url, log
+}
+
+// resumeFleet starts n logged sims e0..en-1, e0 with the dying flags; it
+// returns their [[providers]] entries, the route's target list and the
+// generation logs.
+func resumeFleet(t *testing.T, n int, dying ...string) (providers, targets string, logs []string) {
+	t.Helper()
+	var b strings.Builder
+	var ts []string
+	for i := range n {
+		var faults []string
+		if i == 0 {
+			faults = dying
+		}
+		name := fmt.Sprintf("e%d", i)
+		url, log := loggedSim(t, name, faults...)
+		logs = append(logs, log)
+		fmt.Fprintf(&b, "[[providers]]\nname = %q\napi_base = %q\n\n", name, url)
+		ts = append(ts, fmt.Sprintf("{ provider = %q, model = %q }", name, SimModel))
+	}
+	return b.String(), strings.Join(ts, ", "), logs
 }
