@@ -18,6 +18,7 @@ import (
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/dashboard"
+	"github.com/rolter/rolter/internal/cli"
 	"github.com/rolter/rolter/router"
 	"github.com/rolter/rolter/scrape"
 )
@@ -56,7 +57,7 @@ type Router struct {
 // Open checks cfg, listens on its addresses and opens what the router
 // runs on: standalone the data plane from cfg.File, else this router's
 // gossip member, its Raft replica and the data plane that follows it.
-// Unusable settings are a *FlagError. Run serves; Close releases what
+// Unusable settings are cli.ErrUsage errors. Run serves; Close releases what
 // Open took when Run is not called.
 func Open(ctx context.Context, cfg Config) (*Router, error) {
 	if cfg.Standalone {
@@ -111,17 +112,17 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 	log := r.log
 	sc, raftCerts, err := cfg.storeAndCerts(cfg.getenv, log)
 	if err != nil {
-		return flagError(err)
+		return cli.Usage(err)
 	}
 	r.raftCerts = raftCerts
 	peerAdmin, err := parsePeerAdmin(cfg.PeerAdmin)
 	if err != nil {
-		return flagError(err)
+		return cli.Usage(err)
 	}
 	peerAdmin = tlsPeers(peerAdmin, cfg.TLS.Admin)
 	peerClient, err := cfg.TLS.peerClient(peerCA(cfg.RaftCA, cfg.TLS.AdminClientCA))
 	if err != nil {
-		return flagError(err)
+		return cli.Usage(err)
 	}
 	sc.Logger = log // the store adds node_id itself
 	if err := r.listen(cfg); err != nil {
@@ -140,7 +141,7 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 		meta := mesh.Meta{NodeID: sc.NodeID, Build: cfg.Build, RaftAddr: raftAddr, AdminAddr: r.admin.Addr().String()}
 		mcfg, err := cfg.Gossip.Config(sc.NodeID, meta, sc.InsecureDev, cfg.getenv, log)
 		if err != nil {
-			return flagError(err)
+			return cli.Usage(err)
 		}
 		if r.node, err = mesh.StartJoining(stopped, mesh.StartRouter, mcfg, join.seeds, log, stop); err != nil {
 			return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -40,9 +39,6 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	rc.Build = version
 	r, err := routerd.Open(ctx, rc)
-	if fe := (*routerd.FlagError)(nil); errors.As(err, &fe) {
-		return cli.Usage(fe.Err)
-	}
 	if err != nil {
 		return err
 	}
