@@ -52,6 +52,8 @@ type Router struct {
 	pusher   *adminapi.Pusher
 	hooks    *meshHooks   // nil without gossip
 	node     *mesh.Router // nil without gossip
+	// gossipCerts reloads the gossip identity into node (nil without one).
+	gossipCerts *certs.Source
 }
 
 // Open checks cfg, listens on its addresses and opens what the router
@@ -91,6 +93,11 @@ func (r *Router) Banner() string { return r.banner }
 // standalone); the command reloads it with the listeners' on SIGHUP and
 // when its files change.
 func (r *Router) RaftCerts() *certs.Source { return r.raftCerts }
+
+// GossipCerts is the gossip identity's certificate, key and CA (nil
+// without --gossip-tls-cert); reloading it renews the member's identity in
+// the pool. The command reloads it with the listeners'.
+func (r *Router) GossipCerts() *certs.Source { return r.gossipCerts }
 
 // listen opens the API and admin listeners, TLS-wrapped.
 func (r *Router) listen(cfg Config) error {
@@ -147,6 +154,12 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 			return err
 		}
 		node := r.node
+		if mcfg.Identity != nil {
+			if r.gossipCerts, err = certs.Load(certs.Files{Cert: cfg.Gossip.CertFile, Key: cfg.Gossip.CertKeyFile, ClientCA: cfg.Gossip.CAFile}); err != nil {
+				return cli.Usage(err)
+			}
+			r.gossipCerts.OnReload(node.ApplyIdentity)
+		}
 		r.onClose(func() {
 			if err := node.Leave(2 * time.Second); err != nil {
 				log.Warn("leaving the gossip pool", "err", err)

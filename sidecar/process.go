@@ -52,6 +52,8 @@ type Process struct {
 	stopped context.Context // cancelled with mesh.ErrNameConflict by a late join
 	stop    context.CancelCauseFunc
 	banner  string
+	// gossipCerts reloads the gossip identity into node (nil without one).
+	gossipCerts *certs.Source
 }
 
 // Open checks cfg, announces the engine (waiting for its /v1/models when
@@ -118,6 +120,13 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 		p.stop(nil)
 		return nil, err
 	}
+	if mcfg.Identity != nil {
+		if p.gossipCerts, err = certs.Load(certs.Files{Cert: cfg.Gossip.CertFile, Key: cfg.Gossip.CertKeyFile, ClientCA: cfg.Gossip.CAFile}); err != nil {
+			p.close()
+			return nil, cli.Usage(err)
+		}
+		p.gossipCerts.OnReload(p.node.ApplyIdentity)
+	}
 	// The publisher starts EXACT and empty; until the event stream says
 	// otherwise the residency is not known.
 	p.node.Publisher().Apply(mesh.ResidencyDelta{State: mesh.StateDegraded})
@@ -141,6 +150,11 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 
 // Banner is the line `rolter sidecar` prints once it runs.
 func (p *Process) Banner() string { return p.banner }
+
+// GossipCerts is the gossip identity's certificate, key and CA (nil
+// without --gossip-tls-cert); reloading it renews the member's identity in
+// the pool. The command reloads it with the metrics listener's.
+func (p *Process) GossipCerts() *certs.Source { return p.gossipCerts }
 
 // close leaves the pool.
 func (p *Process) close() {

@@ -43,7 +43,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer r.Close()
-	go certs.WatchSIGHUP(ctx, rc.Logger, api, admin, r.RaftCerts())
+	go certs.WatchSIGHUP(ctx, rc.Logger, api, admin, r.RaftCerts(), r.GossipCerts())
 	hup, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
 	go routerd.ReloadOnHUP(hup, rc.ConfigPath, rc.Logger, r.Reload)

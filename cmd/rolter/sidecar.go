@@ -36,7 +36,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	go certs.WatchSIGHUP(ctx, pc.Logger, pc.MetricsTLS)
+	go certs.WatchSIGHUP(ctx, pc.Logger, pc.MetricsTLS, p.GossipCerts())
 	fmt.Fprintln(stdout, p.Banner())
 	return p.Run(ctx)
 }
