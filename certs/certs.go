@@ -43,6 +43,7 @@ type Source struct {
 	pair  atomic.Pointer[tls.Certificate]
 	cas   atomic.Pointer[x509.CertPool] // nil: no client certificate asked
 	seen  atomic.Pointer[string]        // the files' stamp at the last Reload
+	check atomic.Pointer[func(*tls.Certificate, *x509.CertPool) error]
 }
 
 // Load reads f. The certificate and key are required; a certificate that
@@ -81,10 +82,21 @@ func (s *Source) Reload() error {
 			return err
 		}
 	}
+	if check := s.check.Load(); check != nil {
+		if err := (*check)(&pair, cas); err != nil {
+			return fmt.Errorf("certs: %s: %w", s.files.Cert, err)
+		}
+	}
 	s.pair.Store(&pair)
 	s.cas.Store(cas)
 	return nil
 }
+
+// OnReload makes every later Reload pass the new pair and CA to f before
+// swapping them in: f takes them up elsewhere (the gossip identity) or
+// refuses them, and a refusal keeps the running pair like any load error.
+// f runs on the reloading goroutine (Watch's).
+func (s *Source) OnReload(f func(pair *tls.Certificate, cas *x509.CertPool) error) { s.check.Store(&f) }
 
 // Changed reports whether a file's size or modification time differs from
 // the last Reload's (successful or not): a renewal (a Kubernetes Secret

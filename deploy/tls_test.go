@@ -125,7 +125,9 @@ func mountedSecret(pod *corev1.PodSpec, c *corev1.Container, path string) string
 // that gossips signs with a certificate of its own: --gossip-tls-cert,
 // -key and -ca come from a cert-manager csi volume issued by an Issuer the
 // overlay defines, whose common name is the pod name, which is also the
-// container's --node-id (the member name must be the certificate's).
+// container's --node-id (the member name must be the certificate's), and
+// whose URI SAN grants the container's role (rolter:router or
+// rolter:sidecar).
 func TestGossipIdentityOverlay(t *testing.T) {
 	f, ok := renders[tlsOverlayDir]
 	if !ok {
@@ -161,6 +163,10 @@ func TestGossipIdentityOverlay(t *testing.T) {
 			attrs := v.CSI.VolumeAttributes
 			if attrs["csi.cert-manager.io/common-name"] != "${POD_NAME}" {
 				t.Errorf("%s/%s: gossip certificate common name %q, want ${POD_NAME}", w.Name, c.Name, attrs["csi.cert-manager.io/common-name"])
+			}
+			if want := "rolter:" + sub; attrs["csi.cert-manager.io/uri-sans"] != want {
+				t.Errorf("%s/%s: gossip certificate URI SANs %q, want %q: the role it may speak as", w.Name, c.Name,
+					attrs["csi.cert-manager.io/uri-sans"], want)
 			}
 			if !slices.ContainsFunc(f.Issuers, func(is Issuer) bool { return is.Name == attrs["csi.cert-manager.io/issuer-name"] }) ||
 				attrs["csi.cert-manager.io/issuer-kind"] != "Issuer" {

@@ -56,7 +56,8 @@ func TestMeshForgedIdentity(t *testing.T) {
 		}
 	}
 	ca := certstest.NewCA(t, "gossip")
-	rCert, sCert, liarCert := ca.Valid(t, "r1"), ca.Valid(t, "sidecar-0"), ca.Valid(t, "liar")
+	rCert, sCert, liarCert := ca.Member(t, "r1", "rolter:router"), ca.Member(t, "sidecar-0", "rolter:sidecar"),
+		ca.Member(t, "liar", "rolter:sidecar")
 	a := FreeAddrs(t, 4)
 	r := &meshRouter{ID: "r1", API: "http://" + a[0], Admin: "http://" + a[1], Gossip: a[3]}
 	r.Proc = Start(t, bin, r.ID, p.dir, "router", "--config", filepath.Join(p.dir, "rolter.toml"), "--http", a[0],
@@ -151,7 +152,7 @@ func TestMeshForgedIdentity(t *testing.T) {
 		t.Logf("%d forged messages sent, the honest view checked %d times while they went", sent, checks)
 		return sent
 	}
-	reasons := []string{"no_mac", "unknown_key", "bad_mac", "bad_certificate", "no_identity", "name_taken"}
+	reasons := []string{"no_mac", "unknown_key", "bad_mac", "bad_certificate", "no_identity", "name_taken", "replay", "wrong_role"}
 	counts := func() map[string]float64 {
 		out := map[string]float64{}
 		for _, reason := range reasons {
@@ -185,7 +186,7 @@ func TestMeshForgedIdentity(t *testing.T) {
 	})
 
 	t.Run("a second certificate for the honest name", func(t *testing.T) {
-		twinCert := ca.Valid(t, "sidecar-0") // same name, another key (the honest sidecar has read its own)
+		twinCert := ca.Member(t, "sidecar-0", "rolter:sidecar") // same name, another key (the honest sidecar has read its own)
 		before := counts()
 		twin, err := StartHostileCertified("sidecar-0", e0.URL, nil, r.Gossip, twinCert.Cert, twinCert.Key)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -137,6 +138,7 @@ type HostileNode struct {
 	key   *ecdsa.PrivateKey
 	chain [][]byte
 	pair  []byte
+	sent  *uint64 // the number of the last message Seal sealed
 	// count and digest describe the key set the node has claimed so far,
 	// computed as the mesh does (a liar can read the code), so a router's
 	// consistency check accepts its claims.
@@ -167,10 +169,14 @@ func (d *hostileDelegate) GetBroadcasts(overhead, limit int) [][]byte { return n
 func (d *hostileDelegate) LocalState(bool) []byte                     { return nil }
 func (d *hostileDelegate) MergeRemoteState([]byte, bool)              {}
 
+// hostileSession is the session a hostile node with a certificate
+// announces (field 11 of its meta); the pair keys are bound to it.
+const hostileSession = 0x686f7374696c65
+
 // hostileMeta is a sidecar's node meta: format byte 'M', then role (1),
 // node id (2), engine URL (3), models (4), protocol range (6, 7) and, with
 // a certificate, its key id (10: the first 16 bytes of the SHA-256 of the
-// certificate's DER).
+// certificate's DER) and its session (11, fixed64).
 func hostileMeta(nodeID, engineURL string, models []string, leafDER []byte) []byte {
 	b := []byte{'M'}
 	b = protowire.AppendTag(b, 1, protowire.VarintType)
@@ -191,8 +197,43 @@ func hostileMeta(nodeID, engineURL string, models []string, leafDER []byte) []by
 		sum := sha256.Sum256(leafDER)
 		b = protowire.AppendTag(b, 10, protowire.BytesType)
 		b = protowire.AppendBytes(b, sum[:16])
+		b = protowire.AppendTag(b, 11, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, hostileSession)
 	}
 	return b
+}
+
+// metaSession is the session (field 11) in the meta of the member whose
+// key id (field 10) is keyID; 0 when none announces it.
+func (h *HostileNode) metaSession(keyID []byte) uint64 {
+	for _, m := range h.ML.Members() {
+		if len(m.Meta) == 0 {
+			continue
+		}
+		var kid []byte
+		var session uint64
+		for b := m.Meta[1:]; len(b) > 0; {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 {
+				break
+			}
+			b = b[n:]
+			if num == 10 && typ == protowire.BytesType {
+				kid, _ = protowire.ConsumeBytes(b)
+			}
+			if num == 11 && typ == protowire.Fixed64Type {
+				session, _ = protowire.ConsumeFixed64(b)
+			}
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				break
+			}
+			b = b[n:]
+		}
+		if bytes.Equal(kid, keyID) {
+			return session
+		}
+	}
+	return 0
 }
 
 // StartHostile joins an unencrypted pool (routers run --insecure-dev) at
@@ -250,13 +291,14 @@ func startHostile(name, engineURL string, models []string, seed string, chain []
 		ml.Shutdown()
 		return nil, err
 	}
-	return &HostileNode{ML: ml, Name: name, chain: chain}, nil
+	return &HostileNode{ML: ml, Name: name, chain: chain, sent: new(uint64)}, nil
 }
 
 // PairWith derives the key this node shares with the holder of the
-// certificate in peerCertFile (PEM), as the mesh does: HKDF-SHA256 over
-// their P-256 ECDH secret, info "rolter gossip pair key v1" followed by
-// both key ids (the first 16 bytes of each certificate's SHA-256) in byte
+// certificate in peerCertFile (PEM) in their current sessions, as the
+// mesh does: HKDF-SHA256 over their P-256 ECDH secret, info "rolter gossip
+// pair key v2" followed by each end's key id (the first 16 bytes of its
+// certificate's SHA-256) and session (big-endian), the ends in key id
 // order.
 func (h *HostileNode) PairWith(peerCertFile string) error {
 	if h.key == nil {
@@ -291,22 +333,34 @@ func (h *HostileNode) PairWith(peerCertFile string) error {
 		return err
 	}
 	a, b := sha256.Sum256(h.chain[0]), sha256.Sum256(block.Bytes)
-	ids := [][]byte{a[:16], b[:16]}
-	slices.SortFunc(ids, bytes.Compare)
-	h.pair, err = hkdf.Key(sha256.New, secret, nil, "rolter gossip pair key v1"+string(ids[0])+string(ids[1]), sha256.Size)
+	type end struct {
+		id      []byte
+		session uint64
+	}
+	ends := []end{{a[:16], hostileSession}, {b[:16], h.metaSession(b[:16])}}
+	slices.SortFunc(ends, func(x, y end) int { return bytes.Compare(x.id, y.id) })
+	info := []byte("rolter gossip pair key v2")
+	for _, e := range ends {
+		info = binary.BigEndian.AppendUint64(append(info, e.id...), e.session)
+	}
+	h.pair, err = hkdf.Key(sha256.New, secret, nil, string(info), sha256.Size)
 	return err
 }
 
-// Seal authenticates msg as the mesh does (the first 16 bytes of its
-// HMAC-SHA256 under the pair key, in field 100 at the end); a node without
-// a pair key returns msg as it is.
+// Seal authenticates msg as the mesh does: its number in the session
+// (field 99, fixed64) and the first 16 bytes of the HMAC-SHA256 under the
+// pair key of everything before it (field 100) at the end; a node
+// without a pair key returns msg as it is.
 func (h *HostileNode) Seal(msg []byte) []byte {
 	if h.pair == nil {
 		return msg
 	}
+	*h.sent++
+	out := protowire.AppendTag(slices.Clone(msg), 99, protowire.Fixed64Type)
+	out = protowire.AppendFixed64(out, *h.sent)
 	mac := hmac.New(sha256.New, h.pair)
-	mac.Write(msg)
-	out := protowire.AppendTag(slices.Clone(msg), 100, protowire.BytesType)
+	mac.Write(out)
+	out = protowire.AppendTag(out, 100, protowire.BytesType)
 	return protowire.AppendBytes(out, mac.Sum(nil)[:16])
 }
 

@@ -66,15 +66,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// FlagError is a setting the router cannot start with: the command line
-// is wrong (rolter exits 2).
-type FlagError struct{ Err error }
-
-func (e *FlagError) Error() string { return e.Err.Error() }
-func (e *FlagError) Unwrap() error { return e.Err }
-
-func flagError(err error) error { return &FlagError{Err: err} }
-
 // ErrFlags marks an unusable combination of control-plane settings.
 var ErrFlags = errors.New("bad control-plane flags")
 

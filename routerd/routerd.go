@@ -18,6 +18,7 @@ import (
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/dashboard"
+	"github.com/rolter/rolter/internal/cli"
 	"github.com/rolter/rolter/router"
 	"github.com/rolter/rolter/scrape"
 )
@@ -51,12 +52,14 @@ type Router struct {
 	pusher   *adminapi.Pusher
 	hooks    *meshHooks   // nil without gossip
 	node     *mesh.Router // nil without gossip
+	// gossipCerts reloads the gossip identity into node (nil without one).
+	gossipCerts *certs.Source
 }
 
 // Open checks cfg, listens on its addresses and opens what the router
 // runs on: standalone the data plane from cfg.File, else this router's
 // gossip member, its Raft replica and the data plane that follows it.
-// Unusable settings are a *FlagError. Run serves; Close releases what
+// Unusable settings are cli.ErrUsage errors. Run serves; Close releases what
 // Open took when Run is not called.
 func Open(ctx context.Context, cfg Config) (*Router, error) {
 	if cfg.Standalone {
@@ -91,6 +94,11 @@ func (r *Router) Banner() string { return r.banner }
 // when its files change.
 func (r *Router) RaftCerts() *certs.Source { return r.raftCerts }
 
+// GossipCerts is the gossip identity's certificate, key and CA (nil
+// without --gossip-tls-cert); reloading it renews the member's identity in
+// the pool. The command reloads it with the listeners'.
+func (r *Router) GossipCerts() *certs.Source { return r.gossipCerts }
+
 // listen opens the API and admin listeners, TLS-wrapped.
 func (r *Router) listen(cfg Config) error {
 	api, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -111,17 +119,17 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 	log := r.log
 	sc, raftCerts, err := cfg.storeAndCerts(cfg.getenv, log)
 	if err != nil {
-		return flagError(err)
+		return cli.Usage(err)
 	}
 	r.raftCerts = raftCerts
 	peerAdmin, err := parsePeerAdmin(cfg.PeerAdmin)
 	if err != nil {
-		return flagError(err)
+		return cli.Usage(err)
 	}
 	peerAdmin = tlsPeers(peerAdmin, cfg.TLS.Admin)
 	peerClient, err := cfg.TLS.peerClient(peerCA(cfg.RaftCA, cfg.TLS.AdminClientCA))
 	if err != nil {
-		return flagError(err)
+		return cli.Usage(err)
 	}
 	sc.Logger = log // the store adds node_id itself
 	if err := r.listen(cfg); err != nil {
@@ -140,12 +148,18 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 		meta := mesh.Meta{NodeID: sc.NodeID, Build: cfg.Build, RaftAddr: raftAddr, AdminAddr: r.admin.Addr().String()}
 		mcfg, err := cfg.Gossip.Config(sc.NodeID, meta, sc.InsecureDev, cfg.getenv, log)
 		if err != nil {
-			return flagError(err)
+			return cli.Usage(err)
 		}
 		if r.node, err = mesh.StartJoining(stopped, mesh.StartRouter, mcfg, join.seeds, log, stop); err != nil {
 			return err
 		}
 		node := r.node
+		if mcfg.Identity != nil {
+			if r.gossipCerts, err = certs.Load(certs.Files{Cert: cfg.Gossip.CertFile, Key: cfg.Gossip.CertKeyFile, ClientCA: cfg.Gossip.CAFile}); err != nil {
+				return cli.Usage(err)
+			}
+			r.gossipCerts.OnReload(node.ApplyIdentity)
+		}
 		r.onClose(func() {
 			if err := node.Leave(2 * time.Second); err != nil {
 				log.Warn("leaving the gossip pool", "err", err)

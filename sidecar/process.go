@@ -16,6 +16,7 @@ import (
 
 	"github.com/rolter/rolter/certs"
 	"github.com/rolter/rolter/cluster/mesh"
+	"github.com/rolter/rolter/internal/cli"
 )
 
 // ProcessConfig is what `rolter sidecar` is started with: the Sidecar's
@@ -42,13 +43,6 @@ type ProcessConfig struct {
 	Logger *slog.Logger        // nil: discard
 }
 
-// FlagError is a setting the sidecar cannot start with: the command line
-// is wrong (rolter exits 2).
-type FlagError struct{ Err error }
-
-func (e *FlagError) Error() string { return e.Err.Error() }
-func (e *FlagError) Unwrap() error { return e.Err }
-
 // Process is one running `rolter sidecar`: the Sidecar, publishing into
 // this process's member of the gossip pool.
 type Process struct {
@@ -58,11 +52,13 @@ type Process struct {
 	stopped context.Context // cancelled with mesh.ErrNameConflict by a late join
 	stop    context.CancelCauseFunc
 	banner  string
+	// gossipCerts reloads the gossip identity into node (nil without one).
+	gossipCerts *certs.Source
 }
 
 // Open checks cfg, announces the engine (waiting for its /v1/models when
 // cfg.Models is empty), joins the gossip pool and builds the Sidecar.
-// Unusable settings are a *FlagError. Run serves.
+// Unusable settings are cli.ErrUsage errors. Run serves.
 func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
@@ -79,23 +75,23 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	if sc.NodeID == "" {
 		id, err := mesh.DefaultNodeID("sidecar", cfg.Gossip.Bind)
 		if err != nil {
-			return nil, &FlagError{err}
+			return nil, cli.Usage(err)
 		}
 		sc.NodeID = id
 	}
 	if err := sc.Validate(); err != nil {
-		return nil, &FlagError{err}
+		return nil, cli.Usage(err)
 	}
 	seeds, err := mesh.ParseSeeds(cfg.Join)
 	if err != nil {
-		return nil, &FlagError{err}
+		return nil, cli.Usage(err)
 	}
 	engineURL := sc.Engine
 	if cfg.EngineAdvertise != "" {
 		engineURL = cfg.EngineAdvertise
 	}
 	if engineURL == "" {
-		return nil, &FlagError{errors.New("--engine or --engine-advertise is required")}
+		return nil, cli.Usage(errors.New("--engine or --engine-advertise is required"))
 	}
 	meta := mesh.Meta{NodeID: sc.NodeID, EngineURL: engineURL, Build: cfg.Build}
 	plaintext := cfg.InsecureDev
@@ -107,10 +103,10 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	}
 	mcfg, err := cfg.Gossip.Config(sc.NodeID, meta, plaintext, getenv, log)
 	if errors.Is(err, mesh.ErrNoGossipKey) {
-		return nil, &FlagError{fmt.Errorf("%w (required because %s)", err, why)}
+		return nil, cli.Usage(fmt.Errorf("%w (required because %s)", err, why))
 	}
 	if err != nil {
-		return nil, &FlagError{err}
+		return nil, cli.Usage(err)
 	}
 	if mcfg.Meta.Models = splitList(cfg.Models); len(mcfg.Meta.Models) == 0 && sc.Engine != "" {
 		log.Info("waiting for the engine's /v1/models to announce its models", "engine", sc.Engine)
@@ -124,6 +120,13 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 		p.stop(nil)
 		return nil, err
 	}
+	if mcfg.Identity != nil {
+		if p.gossipCerts, err = certs.Load(certs.Files{Cert: cfg.Gossip.CertFile, Key: cfg.Gossip.CertKeyFile, ClientCA: cfg.Gossip.CAFile}); err != nil {
+			p.close()
+			return nil, cli.Usage(err)
+		}
+		p.gossipCerts.OnReload(p.node.ApplyIdentity)
+	}
 	// The publisher starts EXACT and empty; until the event stream says
 	// otherwise the residency is not known.
 	p.node.Publisher().Apply(mesh.ResidencyDelta{State: mesh.StateDegraded})
@@ -134,7 +137,7 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	if p.sc, err = New(sc, &meshPublisher{pub: p.node.Publisher()},
 		Options{Logger: log, Collectors: []prometheus.Collector{p.node.Collector()}, TLS: tc}); err != nil {
 		p.close()
-		return nil, &FlagError{err}
+		return nil, cli.Usage(err)
 	}
 	scheme := "http"
 	if cfg.MetricsTLS != nil {
@@ -147,6 +150,11 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 
 // Banner is the line `rolter sidecar` prints once it runs.
 func (p *Process) Banner() string { return p.banner }
+
+// GossipCerts is the gossip identity's certificate, key and CA (nil
+// without --gossip-tls-cert); reloading it renews the member's identity in
+// the pool. The command reloads it with the metrics listener's.
+func (p *Process) GossipCerts() *certs.Source { return p.gossipCerts }
 
 // close leaves the pool.
 func (p *Process) close() {

@@ -45,7 +45,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Config.WorkDir, "workdir", "", "directory for generated configs and logs (default: a temporary one)")
 	fs.StringVar(&o.Pin, "pin", "auto", "run the proxy on one CPU and the generator and engine on the others: on, off, auto (on when taskset and 2+ CPUs)")
 	fs.IntVar(&o.Config.ProxyCPU, "proxy-cpu", 0, "the proxy's CPU when pinning")
-	fs.StringVar(&o.JSON, "json", "", "also write the rows as JSON to this file (- for stdout)")
+	fs.StringVar(&o.JSON, "json", "", "also write the rows as JSON to this file")
 }
 
 // Run is `rolter bench overhead`: it resolves the options (this
@@ -118,7 +118,7 @@ func (o Options) Run(ctx context.Context, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	PrintTable(stdout, rows)
 	if o.JSON != "" {
-		if jerr := WriteJSON(o.JSON, stdout, rows); jerr != nil && err == nil {
+		if jerr := cli.WriteJSON(o.JSON, rows); jerr != nil && err == nil {
 			err = jerr
 		}
 	}

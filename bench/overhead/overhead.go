@@ -14,11 +14,9 @@ package overhead
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -233,18 +231,4 @@ func (r Row) name() string {
 		return r.Path
 	}
 	return r.Path + " " + r.Strategy
-}
-
-// WriteJSON writes rows as one JSON array to path ("-": w).
-func WriteJSON(path string, w io.Writer, rows []Row) error {
-	b, err := json.MarshalIndent(rows, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if path == "-" {
-		_, err = w.Write(b)
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
 }

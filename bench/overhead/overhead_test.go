@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,14 +75,14 @@ func TestTokenPromptRequestAndJSONRows(t *testing.T) {
 		t.Fatalf("path %s, %d ids, stream %v, model %q", rq.path, len(body.Prompt), body.Stream, body.Model)
 	}
 	cpu, add := 0.1, 12.0
-	var out strings.Builder
 	rows := []Row{{Path: "direct", Targets: 1, Mode: "plain"},
 		{Path: "rolter router", Strategy: "round_robin", Targets: 1, Mode: "plain", CPUPer1k: &cpu, AddedP50us: &add}}
-	if err := WriteJSON("-", &out, rows); err != nil {
+	out, err := json.Marshal(rows)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var got []map[string]any
-	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"path", "strategy", "targets", "mode", "p50_us", "p99_us", "p99_9_us", "added_p50_us", "max_rate", "cpu_s_per_1k"} {

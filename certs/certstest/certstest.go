@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -82,18 +83,37 @@ func (ca *CA) Issue(t testing.TB, name string, notBefore, notAfter time.Time) Le
 // no address matches).
 func (ca *CA) IssueFor(t testing.TB, name string, dns []string, ips []net.IP, notBefore, notAfter time.Time) Leaf {
 	t.Helper()
+	return ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: name}, NotBefore: notBefore, NotAfter: notAfter,
+		DNSNames: dns, IPAddresses: ips})
+}
+
+// Member issues a gossip member's certificate valid for an hour around
+// now: common name name and the URI SAN uri (a role, "rolter:router" or
+// "rolter:sidecar"; empty: none).
+func (ca *CA) Member(t testing.TB, name, uri string) Leaf {
+	t.Helper()
+	now := time.Now()
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: name}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}
+	if uri != "" {
+		u, err := url.Parse(uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = []*url.URL{u}
+	}
+	return ca.issue(t, tmpl)
+}
+
+// issue signs tmpl (its name, validity and SANs) with a new key, usable by
+// servers and clients, and writes it to <common name>.crt and .key.
+func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) Leaf {
+	t.Helper()
 	key := newKey(t)
 	sn := big.NewInt(serial.Add(1))
-	tmpl := &x509.Certificate{
-		SerialNumber: sn,
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     dns,
-		IPAddresses:  ips,
-	}
+	name := tmpl.Subject.CommonName
+	tmpl.SerialNumber = sn
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)

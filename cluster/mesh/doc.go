@@ -98,35 +98,53 @@
 //     verifies the chain against the CA, that the common name is the name
 //     the member joined under, and that its key id is the one the live
 //     member announces.
+//   - A certificate grants one role: exactly one URI SAN, rolter:router or
+//     rolter:sidecar (RoleURI). A process refuses to start with a
+//     certificate for the other role or none, and a receiver takes a
+//     member's messages only while the role it announces is the one its
+//     certificate grants (else wrong_role): a sidecar's certificate
+//     cannot speak as a router.
 //   - When a certificate verifies, the two members derive the key they
-//     share: P-256 ECDH of their certificates' keys, through HKDF-SHA256
-//     bound to both key ids. Every other message a member sends ends with
-//     a MAC (protobuf field 100: the first 16 bytes of HMAC-SHA256 under
-//     the key it shares with the receiver) over the type byte and
-//     everything before it. Only the certificate's holder and the receiver
-//     can compute it: a receiver takes a message only when the MAC checks
-//     under the key it shares with the member field 2 names, and counts
-//     the rest in rolter_gossip_rejected_total{reason} (no_mac,
-//     unknown_key, bad_mac, bad_certificate). A message from a live member
-//     whose certificate has not arrived asks for it (rate-limited), and a
-//     member sends nothing but its certificate to one it shares no key
-//     with yet. A MAC costs 1-2 µs and 19 bytes a message; a signature
-//     would cost the receiver about 100 times that.
+//     share in their current sessions: P-256 ECDH of their certificates'
+//     keys, through HKDF-SHA256 bound to both key ids and both sessions (a
+//     random number each member draws at start and announces in its meta).
+//     Every other message a member sends ends with its number in that
+//     session (protobuf field 99, fixed64, counting from 1 per receiver)
+//     and a MAC (field 100: the first 16 bytes of HMAC-SHA256 under the
+//     pair key) over the type byte and everything before it. Only the
+//     certificate's holder and the receiver can compute it: a receiver
+//     takes a message only when the MAC checks under the key it shares
+//     with the member field 2 names, and counts the rest in
+//     rolter_gossip_rejected_total{reason} (no_mac, unknown_key, bad_mac,
+//     bad_certificate, wrong_role). A message from a live member whose
+//     certificate has not arrived asks for it (rate-limited), and a member
+//     sends nothing but its certificate to one it shares no key with yet.
+//     A MAC costs 1-2 µs and 29 bytes a message; a signature would cost
+//     the receiver about 100 times that.
+//   - Replays: a receiver keeps, per sender, the highest number it took and
+//     a 256-message window below it; a number taken before, older than the
+//     window or missing is refused (replay). A message recorded before
+//     either member restarted was sealed in another session and does not
+//     check (bad_mac). The window costs 40 bytes per member.
 //   - memberlist's alive delegate refuses a joiner without a key id
 //     (no_identity) and one that takes the name of a live member whose
 //     certificate verified, from another address with another key
 //     (name_taken, logged with both addresses). A restart at the same
 //     address with a renewed certificate is accepted.
+//   - Renewal: SetIdentity (the commands call it when the certificate
+//     files are reloaded, on SIGHUP or when they change) swaps in a
+//     certificate for the same name and role, announces its key id and
+//     sends it to every member; refused files leave the running one.
 //
-// What it does not cover: a replayed message of the real sender (sequence
-// numbers and epochs make most replays no-ops; encryption hides them from
-// outsiders), the role a member claims (a certified sidecar could announce
-// itself as a router and speak in its own name), and a member that takes
-// a name before its holder joins (memberlist keeps the first; the holder
-// then fails to start with ErrNameConflict, and nobody accepts the
-// squatter's messages, which it cannot sign). Without identity every
-// message is taken from any member holding the pool key, as before; a
-// member with identity refuses those.
+// What it does not cover: memberlist's own membership messages, which the
+// pool key alone protects (a holder of it can still disturb membership,
+// for example announce another session in a member's name, which makes
+// the others refuse that member's messages until it refutes), and a
+// member that takes a name before its holder joins (memberlist keeps the
+// first; the holder then fails to start with ErrNameConflict, and nobody
+// accepts the squatter's messages, which it cannot sign). Without
+// identity every message is taken from any member holding the pool key,
+// as before; a member with identity refuses those.
 //
 // Whoever speaks, every received value is bounded: strings, adapters,
 // engines and blocks per engine and in total are capped; floats are

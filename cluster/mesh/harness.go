@@ -95,7 +95,7 @@ func (h *Harness) seed() []string {
 func start[M interface {
 	Join([]string) error
 	Close() error
-}](ctx context.Context, h *Harness, name string, meta Meta, startRole func(context.Context, Config, []string) (M, error)) (M, error) {
+}](ctx context.Context, h *Harness, name string, role Role, meta Meta, startRole func(context.Context, Config, []string) (M, error)) (M, error) {
 	var zero M
 	h.seq++
 	tr, err := NewLoopbackTransport(h.cfg.Seed + h.seq)
@@ -106,7 +106,7 @@ func start[M interface {
 	cfg := Config{Name: name, Meta: meta, Key: h.cfg.Key, InsecureDev: h.cfg.Key == nil,
 		Transport: tr, Timing: *h.cfg.Timing, Logger: h.cfg.Logger}
 	if h.CA != nil {
-		if cfg.Identity, err = h.CA.Issue(name, time.Now()); err != nil {
+		if cfg.Identity, err = h.CA.Issue(name, role, time.Now()); err != nil {
 			tr.Shutdown()
 			return zero, err
 		}
@@ -143,7 +143,7 @@ func start[M interface {
 
 // AddRouter starts one more router and joins it to the pool.
 func (h *Harness) AddRouter(ctx context.Context, name string) (*Router, error) {
-	n, err := start(ctx, h, name, Meta{Build: "test"}, StartRouter)
+	n, err := start(ctx, h, name, RoleRouter, Meta{Build: "test"}, StartRouter)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (h *Harness) AddRouter(ctx context.Context, name string) (*Router, error) {
 
 // AddSidecar starts one more sidecar for the engine at url serving models.
 func (h *Harness) AddSidecar(ctx context.Context, name, url string, models ...string) (*Sidecar, error) {
-	n, err := start(ctx, h, name, Meta{EngineURL: url, Models: models, Build: "test"}, StartSidecar)
+	n, err := start(ctx, h, name, RoleSidecar, Meta{EngineURL: url, Models: models, Build: "test"}, StartSidecar)
 	if err != nil {
 		return nil, err
 	}

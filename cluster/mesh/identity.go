@@ -10,9 +10,13 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -38,6 +42,8 @@ type Identity struct {
 	Key *ecdsa.PrivateKey
 	// Roots verifies the other members' certificates.
 	Roots *x509.CertPool
+
+	keyID []byte // keyIDOf(Chain[0]), set by check
 }
 
 // LoadIdentity reads a PEM certificate (chain) and its ECDSA P-256 key
@@ -55,8 +61,18 @@ func LoadIdentity(certFile, keyFile, caFile string) (*Identity, error) {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("%w: ca %s: no certificates", ErrIdentity, caFile)
 	}
+	return NewIdentity(&pair, roots)
+}
+
+// NewIdentity is the identity of a loaded key pair (an ECDSA P-256 key)
+// under the CA pool roots.
+func NewIdentity(pair *tls.Certificate, roots *x509.CertPool) (*Identity, error) {
+	if pair == nil || len(pair.Certificate) == 0 || roots == nil {
+		return nil, fmt.Errorf("%w: certificate, key and CA are all required", ErrIdentity)
+	}
 	leaf := pair.Leaf
 	if leaf == nil {
+		var err error
 		if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrIdentity, err)
 		}
@@ -75,14 +91,52 @@ func LoadIdentity(certFile, keyFile, caFile string) (*Identity, error) {
 // Name returns the member name the certificate gives: its common name.
 func (id *Identity) Name() string { return id.Leaf.Subject.CommonName }
 
-// check verifies that the identity is usable: a P-256 key, a name, and a
-// certificate the CA signed that is valid at now.
+// Role returns the role the certificate grants (see RoleURI); 0 when it
+// names none or both.
+func (id *Identity) Role() Role { return certRole(id.Leaf) }
+
+// RoleURI is the URI SAN a member certificate carries to say what its
+// holder may be in the pool: "rolter:router" or "rolter:sidecar". A
+// certificate must carry exactly one, so a sidecar's certificate cannot
+// speak as a router.
+func RoleURI(r Role) string { return "rolter:" + r.String() }
+
+// certRole is the one role leaf's URI SANs grant, else 0.
+func certRole(leaf *x509.Certificate) Role {
+	var got Role
+	for _, u := range leaf.URIs {
+		var r Role
+		switch u.String() {
+		case RoleURI(RoleRouter):
+			r = RoleRouter
+		case RoleURI(RoleSidecar):
+			r = RoleSidecar
+		default:
+			continue
+		}
+		if got != 0 && got != r {
+			return 0
+		}
+		got = r
+	}
+	return got
+}
+
+// RoleURL is RoleURI as a *url.URL, for x509.Certificate.URIs.
+func RoleURL(r Role) *url.URL { return &url.URL{Scheme: "rolter", Opaque: r.String()} }
+
+// check verifies that the identity is usable: a P-256 key, a name, a role,
+// and a certificate the CA signed that is valid at now.
 func (id *Identity) check(now time.Time) error {
 	if id.Leaf == nil || id.Key == nil || id.Roots == nil || len(id.Chain) == 0 {
 		return fmt.Errorf("%w: certificate, key and CA are all required", ErrIdentity)
 	}
 	if id.Name() == "" {
 		return fmt.Errorf("%w: the certificate has no common name (the member name)", ErrIdentity)
+	}
+	if id.Role() == 0 {
+		return fmt.Errorf("%w: the certificate of %q names no role: issue it with exactly one URI SAN, %s or %s",
+			ErrIdentity, id.Name(), RoleURI(RoleRouter), RoleURI(RoleSidecar))
 	}
 	if _, err := exchangeKey(id.Leaf.PublicKey); err != nil {
 		return err
@@ -93,6 +147,7 @@ func (id *Identity) check(now time.Time) error {
 	if _, err := verifyChain(id.Chain, id.Roots, now); err != nil {
 		return fmt.Errorf("%w: own certificate: %w", ErrIdentity, err)
 	}
+	id.keyID = keyIDOf(id.Chain[0])
 	return nil
 }
 
@@ -108,19 +163,32 @@ func keyIDOf(leafDER []byte) []byte {
 // macLen is the bytes of HMAC-SHA256 a message carries.
 const macLen = 16
 
-// macField is the protobuf field carrying a message's MAC. It is the last
-// field, so the authenticated bytes are everything before it.
-const macField protowire.Number = 100
+// counterField carries a message's number in its session with the
+// receiver (fixed64), just before the MAC; macField carries the MAC. The
+// MAC is the last field, so the authenticated bytes are everything before
+// it, the number included.
+const (
+	counterField protowire.Number = 99
+	macField     protowire.Number = 100
+)
 
-// macTrailer is the encoded MAC field: a 2-byte tag, a length byte and
-// the MAC.
-const macTrailer = 2 + 1 + macLen
+// counterTrailer is the encoded counter field (a 2-byte tag and 8 bytes);
+// macTrailer the encoded MAC field (a 2-byte tag, a length byte and the
+// MAC); sealOverhead both.
+const (
+	counterTrailer = 2 + 8
+	macTrailer     = 2 + 1 + macLen
+	sealOverhead   = counterTrailer + macTrailer
+)
 
-var macPrefix = protowire.AppendVarint(protowire.AppendTag(nil, macField, protowire.BytesType), macLen)
+var (
+	counterPrefix = protowire.AppendTag(nil, counterField, protowire.Fixed64Type)
+	macPrefix     = protowire.AppendVarint(protowire.AppendTag(nil, macField, protowire.BytesType), macLen)
+)
 
 // pairInfo separates rolter's pair keys from any other use of the ECDH
-// secret.
-const pairInfo = "rolter gossip pair key v1"
+// secret. v2 binds the key to both members' sessions.
+const pairInfo = "rolter gossip pair key v2"
 
 // exchangeKey is a certificate's public key as an ECDH key.
 func exchangeKey(pub any) (*ecdh.PublicKey, error) {
@@ -131,9 +199,18 @@ func exchangeKey(pub any) (*ecdh.PublicKey, error) {
 	return k.ECDH()
 }
 
-// pairKey derives the key two members share: HKDF-SHA256 over their ECDH
-// secret, bound to both certificates (their key ids, in byte order).
-func pairKey(own *ecdsa.PrivateKey, ownID []byte, peer *ecdh.PublicKey, peerID []byte) ([]byte, error) {
+// end is one member's part of a pair key: its certificate's key id and
+// the session it announces (a random number drawn at each start).
+type end struct {
+	keyID   []byte
+	session uint64
+}
+
+// pairKey derives the key two members share in their current sessions:
+// HKDF-SHA256 over their ECDH secret, bound to both ends (in key id
+// order). A restart of either member draws a new session, so a message
+// recorded before it never checks again.
+func pairKey(own *ecdsa.PrivateKey, ownEnd end, peer *ecdh.PublicKey, peerEnd end) ([]byte, error) {
 	priv, err := own.ECDH()
 	if err != nil {
 		return nil, err
@@ -142,19 +219,26 @@ func pairKey(own *ecdsa.PrivateKey, ownID []byte, peer *ecdh.PublicKey, peerID [
 	if err != nil {
 		return nil, err
 	}
-	a, b := ownID, peerID
-	if bytes.Compare(a, b) > 0 {
+	a, b := ownEnd, peerEnd
+	if bytes.Compare(a.keyID, b.keyID) > 0 {
 		a, b = b, a
 	}
-	return hkdf.Key(sha256.New, secret, nil, pairInfo+string(a)+string(b), sha256.Size)
+	info := make([]byte, 0, len(pairInfo)+2*(keyIDLen+8))
+	info = append(info, pairInfo...)
+	info = binary.BigEndian.AppendUint64(append(info, a.keyID...), a.session)
+	info = binary.BigEndian.AppendUint64(append(info, b.keyID...), b.session)
+	return hkdf.Key(sha256.New, secret, nil, string(info), sha256.Size)
 }
 
-// seal appends the MAC field over msg (type byte included) under key.
-func seal(key, msg []byte) []byte {
-	out := make([]byte, 0, len(msg)+macTrailer)
+// seal appends message number n and the MAC over msg (type byte
+// included) and n under key.
+func seal(key []byte, n uint64, msg []byte) []byte {
+	out := make([]byte, 0, len(msg)+sealOverhead)
 	out = append(out, msg...)
+	out = binary.LittleEndian.AppendUint64(append(out, counterPrefix...), n)
+	mac := macOf(key, out)
 	out = append(out, macPrefix...)
-	return append(out, macOf(key, msg)...)
+	return append(out, mac...)
 }
 
 func macOf(key, msg []byte) []byte {
@@ -174,6 +258,75 @@ func unseal(buf []byte) (signed, mac []byte, ok bool) {
 		return nil, nil, false
 	}
 	return buf[:cut], buf[cut+len(macPrefix):], true
+}
+
+// numbered splits authenticated bytes into the message and its number;
+// ok is false when they do not end with a number.
+func numbered(signed []byte) (msg []byte, n uint64, ok bool) {
+	if len(signed) < 1+counterTrailer {
+		return nil, 0, false
+	}
+	cut := len(signed) - counterTrailer
+	if !bytes.Equal(signed[cut:cut+len(counterPrefix)], counterPrefix) {
+		return nil, 0, false
+	}
+	return signed[:cut], binary.LittleEndian.Uint64(signed[cut+len(counterPrefix):]), true
+}
+
+// replayWindow is the receiving end of a session's message numbers: the
+// highest taken and which of the replayWindowSize below it were. UDP
+// reorders, so a number below the highest is taken once while it is in
+// the window; one taken before, or older than the window, is a replay.
+type replayWindow struct {
+	top  uint64
+	seen [replayWindowSize / 64]uint64 // bit i: top-i was taken
+}
+
+// replayWindowSize is how far (in messages of one sender to one receiver)
+// a message may fall behind and still be taken: a sidecar sends a router
+// about 25 a second, so a TCP send may lag the UDP ones by 10 s.
+const replayWindowSize = 256
+
+// take reports whether n is new, and records it.
+func (w *replayWindow) take(n uint64) bool {
+	if n == 0 {
+		return false
+	}
+	if n > w.top {
+		w.shift(n - w.top)
+		w.top = n
+		w.seen[0] |= 1
+		return true
+	}
+	back := w.top - n
+	if back >= replayWindowSize {
+		return false
+	}
+	word, bit := back/64, uint64(1)<<(back%64)
+	if w.seen[word]&bit != 0 {
+		return false
+	}
+	w.seen[word] |= bit
+	return true
+}
+
+// shift moves the window up by d numbers.
+func (w *replayWindow) shift(d uint64) {
+	if d >= replayWindowSize {
+		w.seen = [replayWindowSize / 64]uint64{}
+		return
+	}
+	words, bitsN := int(d/64), d%64
+	for i := len(w.seen) - 1; i >= 0; i-- {
+		var v uint64
+		if j := i - words; j >= 0 {
+			v = w.seen[j] << bitsN
+			if bitsN > 0 && j > 0 {
+				v |= w.seen[j-1] >> (64 - bitsN)
+			}
+		}
+		w.seen[i] = v
+	}
 }
 
 // verifyChain checks a DER chain (leaf first) against roots at now and
@@ -252,8 +405,28 @@ func decodeIdentity(b []byte) (*identityMsg, error) {
 }
 
 // peerKey is what a member keeps of another's verified certificate: its
-// key id and the key the two share.
+// key id, the role it grants, its ECDH key, and the session keyed on it.
 type peerKey struct {
 	keyID []byte
-	pair  []byte
+	role  Role
+	pub   *ecdh.PublicKey
+	sess  atomic.Pointer[session]
+}
+
+// session is what two members share from their current sessions: the
+// pair key, the numbers this member gave the messages it sealed for the
+// peer, and the replay window of those it received.
+type session struct {
+	own, peer end // what the key was derived from
+	key       []byte
+	sent      atomic.Uint64
+	mu        sync.Mutex
+	window    replayWindow
+}
+
+// take reports whether message number n of this session is new.
+func (s *session) take(n uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.window.take(n)
 }

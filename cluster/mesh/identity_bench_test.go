@@ -37,14 +37,14 @@ func BenchmarkSeal(b *testing.B) {
 	key := make([]byte, 32)
 	for _, size := range []int{120, 1250} {
 		msg := make([]byte, size)
-		b.Run(strconv.Itoa(size), func(b *testing.B) { measureCPU(b, func() { seal(key, msg) }) })
+		b.Run(strconv.Itoa(size), func(b *testing.B) { measureCPU(b, func() { seal(key, 1, msg) }) })
 	}
 }
 
 func BenchmarkCheck(b *testing.B) {
 	key := make([]byte, 32)
 	for _, size := range []int{120, 1250} {
-		sealed := seal(key, make([]byte, size))
+		sealed := seal(key, 1, make([]byte, size))
 		b.Run(strconv.Itoa(size), func(b *testing.B) {
 			measureCPU(b, func() {
 				signed, mac, _ := unseal(sealed)
@@ -62,7 +62,7 @@ func BenchmarkPairKey(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ida, idp := keyIDOf(a.Chain[0]), keyIDOf(p.Chain[0])
+	ida, idp := end{keyIDOf(a.Chain[0]), 1}, end{keyIDOf(p.Chain[0]), 2}
 	measureCPU(b, func() {
 		if _, err := pairKey(a.Key, ida, pub, idp); err != nil {
 			b.Fatal(err)

@@ -104,11 +104,11 @@ func TestIdentityRefusesForeignCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, err := other.Issue(h.Sidecars[0].Name(), time.Now())
+	foreign, err := other.Issue(h.Sidecars[0].Name(), RoleSidecar, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrongName, err := h.CA.Issue("someone-else", time.Now())
+	wrongName, err := h.CA.Issue("someone-else", RoleSidecar, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestIdentityBindsANameToOneCertificate(t *testing.T) {
 		p, ok := rt.peers[honest.Name()]
 		return ok && bytes.Equal(p.keyID, rt.members[honest.Name()].meta.keyID)
 	})
-	twinID, err := h.CA.Issue(honest.Name(), time.Now())
+	twinID, err := h.CA.Issue(honest.Name(), RoleSidecar, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func benchIdentity(b *testing.B) *Identity {
 	if err != nil {
 		b.Fatal(err)
 	}
-	id, err := ca.Issue("bench", time.Now())
+	id, err := ca.Issue("bench", RoleRouter, time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}

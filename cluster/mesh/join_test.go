@@ -22,7 +22,7 @@ func TestAddrsConfig(t *testing.T) {
 	}
 	noenv := func(string) string { return "" }
 	ca, otherCA := certstest.NewCA(t, "gossip"), certstest.NewCA(t, "other")
-	n1, other := ca.Valid(t, "n1"), ca.Valid(t, "n2")
+	n1, other, noRole := ca.Member(t, "n1", "rolter:router"), ca.Member(t, "n2", "rolter:router"), ca.Member(t, "n3", "")
 	for _, tc := range []struct {
 		name      string
 		g         Addrs
@@ -67,6 +67,8 @@ func TestAddrsConfig(t *testing.T) {
 			}},
 		{name: "identity of another node id", g: Addrs{Bind: "127.0.0.1:7946", CertFile: other.Cert, CertKeyFile: other.Key,
 			CAFile: ca.CertPEM}, insecure: true, getenv: noenv, wantError: `issued to "n2"`},
+		{name: "identity without a role", g: Addrs{Bind: "127.0.0.1:7946", CertFile: noRole.Cert, CertKeyFile: noRole.Key,
+			CAFile: ca.CertPEM}, insecure: true, getenv: noenv, wantError: "names no role: issue it with exactly one URI SAN, rolter:router or rolter:sidecar"},
 		{name: "identity without its CA", g: Addrs{Bind: "127.0.0.1:7946", CertFile: n1.Cert, CertKeyFile: n1.Key},
 			insecure: true, getenv: noenv, wantError: "go together"},
 		{name: "identity from another CA", g: Addrs{Bind: "127.0.0.1:7946", CertFile: n1.Cert, CertKeyFile: n1.Key,

@@ -55,8 +55,10 @@ type Meta struct {
 	AdminAddr string
 
 	// keyID names the certificate this member signs under (see Identity);
-	// empty when it has none.
-	keyID []byte
+	// empty when it has none. session is drawn at each start of a member
+	// with identity; the pair keys are bound to it (see pairKey).
+	keyID   []byte
+	session uint64
 }
 
 // NormalizeURL is the form of an engine URL the view is keyed by: scheme
@@ -92,6 +94,10 @@ func encodeMeta(m *Meta) ([]byte, error) {
 	if len(m.keyID) > 0 {
 		b = protowire.AppendTag(b, 10, protowire.BytesType)
 		b = protowire.AppendBytes(b, m.keyID)
+	}
+	if m.session != 0 {
+		b = protowire.AppendTag(b, 11, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, m.session)
 	}
 	if len(b) >= MetaLimit {
 		return nil, ErrMetaTooLarge
@@ -146,6 +152,8 @@ func decodeMeta(b []byte) (Meta, error) {
 				return fmt.Errorf("%w: key id of %d bytes", errMalformed, len(fl.b))
 			}
 			m.keyID = bytes.Clone(fl.b)
+		case 11:
+			m.session = fl.u
 		}
 		return err
 	})

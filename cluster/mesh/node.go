@@ -2,7 +2,9 @@ package mesh
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -155,8 +157,10 @@ type core struct {
 	// memberlist delivers messages from inside Create, before that, so a
 	// reply asked for then is counted as a send error, never sent to nil.
 	tx   atomic.Pointer[sender]
-	meta []byte
-	id   *Identity // nil: messages are neither authenticated nor checked
+	meta atomic.Pointer[[]byte] // encoded; SetIdentity replaces it
+	// id is this member's certificate (SetIdentity replaces it); nil:
+	// messages are neither authenticated nor checked.
+	id atomic.Pointer[Identity]
 	// udpMax is the largest message sent by UDP (udpBudget plus the MAC
 	// when there is one).
 	udpMax int
@@ -175,7 +179,7 @@ type core struct {
 
 	// peers holds the verified certificate key of each member (under mu);
 	// idOut queues this member's certificate for a member to receive it.
-	peers   map[string]peerKey
+	peers   map[string]*peerKey
 	idOut   chan identityReq
 	idMu    sync.Mutex
 	idSent  map[string]time.Time // last certificate sent to each member
@@ -231,7 +235,16 @@ func newCore(cfg Config, role Role) (*core, error) {
 		case cfg.Name != cn:
 			return nil, fmt.Errorf("%w: node name %q is not the certificate's common name %q", ErrIdentity, cfg.Name, cn)
 		}
-		cfg.Meta.keyID = keyIDOf(cfg.Identity.Chain[0])
+		if got := cfg.Identity.Role(); got != role {
+			return nil, fmt.Errorf("%w: the certificate of %q grants the role %s (URI SAN %s), not %s", ErrIdentity,
+				cfg.Identity.Name(), got, RoleURI(got), role)
+		}
+		cfg.Meta.keyID = cfg.Identity.keyID
+		var b [8]byte
+		if _, err := crand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		cfg.Meta.session = binary.LittleEndian.Uint64(b[:])
 	}
 	if cfg.Name == "" {
 		return nil, errors.New("mesh: node name required")
@@ -254,11 +267,13 @@ func newCore(cfg Config, role Role) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &core{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), now: cfg.Now, meta: meta, members: map[string]member{},
-		udpMax: udpBudget, id: cfg.Identity}
-	if c.id != nil {
-		c.udpMax += macTrailer
-		c.peers = map[string]peerKey{}
+	c := &core{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), now: cfg.Now, members: map[string]member{},
+		udpMax: udpBudget}
+	c.meta.Store(&meta)
+	if cfg.Identity != nil {
+		c.id.Store(cfg.Identity)
+		c.udpMax += sealOverhead
+		c.peers = map[string]*peerKey{}
 		c.idOut = make(chan identityReq, 256)
 		c.idSent, c.idAsked = map[string]time.Time{}, map[string]time.Time{}
 	}
@@ -283,7 +298,7 @@ func (c *core) start(ctx context.Context, join []string) error {
 	mc.Delegate = (*delegate)(c)
 	mc.Events = (*events)(c)
 	mc.Conflict = (*conflictDelegate)(c)
-	if c.id != nil {
+	if c.identity() != nil {
 		mc.Alive = (*aliveDelegate)(c)
 	}
 	mc.EnableCompression = false // block keys are random: LZW only costs CPU
@@ -309,7 +324,7 @@ func (c *core) start(ctx context.Context, join []string) error {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	loops := c.hooks.loops
-	if c.id != nil {
+	if c.identity() != nil {
 		loops = append(loops, c.identityLoop)
 	}
 	for _, loop := range loops {
@@ -474,10 +489,11 @@ func (c *core) rebuildRoles() {
 type delegate core
 
 func (d *delegate) NodeMeta(limit int) []byte {
-	if len(d.meta) > limit {
+	meta := *d.meta.Load()
+	if len(meta) > limit {
 		return nil
 	}
-	return d.meta
+	return meta
 }
 
 // NotifyMsg dispatches on the leading type byte. buf is only valid during
@@ -497,7 +513,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		}
 		return
 	}
-	if c.id != nil {
+	if c.identity() != nil {
 		if body = c.verified(buf); body == nil {
 			return
 		}
@@ -549,7 +565,7 @@ func (c *core) memberUp(mn *memberlist.Node, joined bool) {
 	if mn.Name == c.cfg.Name {
 		return
 	}
-	if joined && c.id != nil {
+	if joined && c.identity() != nil {
 		c.sendIdentity(mn.Name, false)
 	}
 	if c.hooks.up != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
+	"net/url"
 	"sync/atomic"
 	"time"
 )
@@ -44,9 +45,9 @@ func NewTestCA(now time.Time) (*TestCA, error) {
 	return ca, nil
 }
 
-// Issue returns an identity named name with an ECDSA P-256 key, valid
-// for an hour around now.
-func (ca *TestCA) Issue(name string, now time.Time) (*Identity, error) {
+// Issue returns an identity named name for role with an ECDSA P-256
+// key, valid for an hour around now.
+func (ca *TestCA) Issue(name string, role Role, now time.Time) (*Identity, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -54,6 +55,9 @@ func (ca *TestCA) Issue(name string, now time.Time) (*Identity, error) {
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(ca.serial.Add(1)), Subject: pkix.Name{CommonName: name},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	if role != 0 {
+		tmpl.URIs = []*url.URL{RoleURL(role)}
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return nil, err

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -19,10 +22,13 @@ const (
 	rejectBadCert           // a certificate the CA did not sign, expired, or naming another member
 	rejectNoIdentity        // a member announcing no certificate asked to join
 	rejectNameTaken         // a member asked to join under a live member's name with another key
+	rejectReplay            // a MAC that checks, on a message number already taken (or none)
+	rejectWrongRole         // a certificate for one role, its holder announcing the other
 	numRejectReasons
 )
 
-var rejectReasons = [numRejectReasons]string{"no_mac", "unknown_key", "bad_mac", "bad_certificate", "no_identity", "name_taken"}
+var rejectReasons = [numRejectReasons]string{"no_mac", "unknown_key", "bad_mac", "bad_certificate", "no_identity",
+	"name_taken", "replay", "wrong_role"}
 
 // Errors returned to memberlist to refuse a member (it logs them).
 var (
@@ -38,38 +44,130 @@ const maxPeers = 4096
 
 func (c *core) reject(reason int) { c.stats.Rejected[reason].Add(1) }
 
-// pairFor returns the key this member shares with the live member name,
-// when its certificate has been verified and is the one it announces.
-func (c *core) pairFor(name string) []byte {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	m, live := c.members[name]
-	p, known := c.peers[name]
-	if !live || !known || !bytes.Equal(p.keyID, m.meta.keyID) {
+// identity is this member's current certificate; nil when it has none.
+func (c *core) identity() *Identity { return c.id.Load() }
+
+// Certificate is the certificate this member's messages are authenticated
+// under now (nil without identity).
+func (c *core) Certificate() *x509.Certificate {
+	if id := c.identity(); id != nil {
+		return id.Leaf
+	}
+	return nil
+}
+
+// SetIdentity replaces this member's certificate with a renewed one, for
+// the same name and role: from now on its messages are sealed under the
+// keys the new one derives, its meta announces the new key id, and every
+// live member is sent the new certificate. A member that started without
+// an identity cannot take one. For a moment the others may refuse what
+// it sends (unknown_key, bad_mac) until they hold the new certificate.
+func (c *core) SetIdentity(id *Identity) error {
+	if c.identity() == nil {
+		return fmt.Errorf("%w: this member started without one", ErrIdentity)
+	}
+	if err := id.check(c.now()); err != nil {
+		return err
+	}
+	if id.Name() != c.cfg.Name {
+		return fmt.Errorf("%w: the new certificate is issued to %q, not to this member %q", ErrIdentity, id.Name(), c.cfg.Name)
+	}
+	if id.Role() != c.cfg.Meta.Role {
+		return fmt.Errorf("%w: the new certificate grants the role %s, this member is a %s", ErrIdentity, id.Role(), c.cfg.Meta.Role)
+	}
+	if bytes.Equal(id.Chain[0], c.identity().Chain[0]) {
+		c.id.Store(id) // the same certificate (the CA bundle may have changed)
 		return nil
 	}
-	return p.pair
+	meta := c.cfg.Meta
+	meta.keyID = id.keyID
+	b, err := encodeMeta(&meta)
+	if err != nil {
+		return err
+	}
+	c.id.Store(id)
+	c.meta.Store(&b)
+	var err2 error
+	if c.ml != nil {
+		err2 = c.ml.UpdateNode(identityUpdateTimeout)
+	}
+	c.idMu.Lock()
+	clear(c.idSent)
+	c.idMu.Unlock()
+	c.eachMember(func(name string, _ member) {
+		if name != c.cfg.Name {
+			c.sendIdentity(name, false)
+		}
+	})
+	return err2
+}
+
+// ApplyIdentity is SetIdentity for a key pair and CA pool as loaded from
+// the --gossip-tls-* files (certs.Source.OnReload).
+func (c *core) ApplyIdentity(pair *tls.Certificate, roots *x509.CertPool) error {
+	id, err := NewIdentity(pair, roots)
+	if err != nil {
+		return err
+	}
+	return c.SetIdentity(id)
+}
+
+// identityUpdateTimeout bounds how long SetIdentity waits for memberlist
+// to broadcast the new meta.
+const identityUpdateTimeout = 2 * time.Second
+
+// pairFor returns the session this member shares with the live member
+// name, when its certificate has been verified, is the one it announces
+// and grants the role it announces; the session is derived again when
+// either end's key or session changed. Without one, reason says why.
+func (c *core) pairFor(name string) (s *session, reason int) {
+	id := c.identity()
+	c.mu.RLock()
+	m, live := c.members[name]
+	p, known := c.peers[name]
+	c.mu.RUnlock()
+	switch {
+	case !live || !known || !bytes.Equal(p.keyID, m.meta.keyID):
+		return nil, rejectUnknownKey
+	case p.role != m.meta.Role:
+		return nil, rejectWrongRole
+	}
+	own := end{keyID: id.keyID, session: c.cfg.Meta.session}
+	peer := end{keyID: p.keyID, session: m.meta.session}
+	if s := p.sess.Load(); s != nil && s.peer.session == peer.session && bytes.Equal(s.own.keyID, own.keyID) {
+		return s, 0
+	}
+	key, err := pairKey(id.Key, own, p.pub, peer)
+	if err != nil {
+		return nil, rejectBadCert
+	}
+	s = &session{own: own, peer: peer, key: key}
+	if old := p.sess.Load(); p.sess.CompareAndSwap(old, s) {
+		return s, 0
+	}
+	return p.sess.Load(), 0 // another goroutine derived it first
 }
 
 // sealFor authenticates msg for member to; ok is false (and to is asked
 // for its certificate) when the two share no key yet. Without identity
 // msg goes as it is.
 func (c *core) sealFor(to string, msg []byte) (sealed []byte, ok bool) {
-	if c.id == nil {
+	if c.identity() == nil {
 		return msg, true
 	}
-	key := c.pairFor(to)
-	if key == nil {
+	s, _ := c.pairFor(to)
+	if s == nil {
 		c.askIdentity(to)
 		return nil, false
 	}
-	return seal(key, msg), true
+	return seal(s.key, s.sent.Add(1), msg), true
 }
 
 // verified returns the body of buf (type byte first) when its MAC is
 // under the key this member shares with the member it names as its
-// sender, else nil (the refusal counted). A message from a live member
-// whose certificate has not arrived asks that member for it.
+// sender and its number was not taken before in their session, else nil
+// (the refusal counted). A message from a live member whose certificate
+// has not arrived asks that member for it.
 func (c *core) verified(buf []byte) []byte {
 	signed, mac, ok := unseal(buf)
 	if !ok {
@@ -81,35 +179,46 @@ func (c *core) verified(buf []byte) []byte {
 		c.stats.Malformed.Add(1)
 		return nil
 	}
-	key := c.pairFor(from)
-	if key == nil {
-		c.reject(rejectUnknownKey)
-		if _, live := c.memberByName(from); live && from != c.cfg.Name {
+	s, reason := c.pairFor(from)
+	if s == nil {
+		c.reject(reason)
+		if _, live := c.memberByName(from); live && from != c.cfg.Name && reason == rejectUnknownKey {
 			c.askIdentity(from)
 		}
 		return nil
 	}
-	if !hmac.Equal(mac, macOf(key, signed)) {
+	if !hmac.Equal(mac, macOf(s.key, signed)) {
 		c.reject(rejectBadMAC)
 		return nil
 	}
-	return signed[1:]
+	msg, n, ok := numbered(signed)
+	if !ok || !s.take(n) {
+		c.reject(rejectReplay)
+		return nil
+	}
+	return msg[1:]
 }
 
 // handleIdentity files a member's certificate once it verifies against the
-// CA. Without an identity of its own a member ignores certificates.
+// CA and grants a role. Without an identity of its own a member ignores
+// certificates.
 func (c *core) handleIdentity(body []byte) error {
-	if c.id == nil {
+	id := c.identity()
+	if id == nil {
 		return nil
 	}
 	m, err := decodeIdentity(body)
 	if err != nil {
 		return err
 	}
-	leaf, err := verifyChain(m.Chain, c.id.Roots, c.now())
-	if err != nil || leaf.Subject.CommonName != m.From {
+	leaf, err := verifyChain(m.Chain, id.Roots, c.now())
+	role := Role(0)
+	if err == nil {
+		role = certRole(leaf)
+	}
+	if err != nil || leaf.Subject.CommonName != m.From || role == 0 {
 		c.reject(rejectBadCert)
-		c.log.Debug("gossip certificate refused", "claimed", m.From, "err", err)
+		c.log.Debug("gossip certificate refused", "claimed", m.From, "err", err, "role", role)
 		return nil
 	}
 	pub, err := exchangeKey(leaf.PublicKey)
@@ -118,11 +227,6 @@ func (c *core) handleIdentity(body []byte) error {
 		return nil
 	}
 	kid := keyIDOf(m.Chain[0])
-	pair, err := pairKey(c.id.Key, c.cfg.Meta.keyID, pub, kid)
-	if err != nil {
-		c.reject(rejectBadCert)
-		return nil
-	}
 	c.mu.Lock()
 	old, had := c.peers[m.From]
 	mem, live := c.members[m.From]
@@ -130,9 +234,13 @@ func (c *core) handleIdentity(body []byte) error {
 	// longer announces (a renewal), and take any while it is not known.
 	if (had || len(c.peers) < maxPeers) &&
 		(!had || !live || bytes.Equal(kid, mem.meta.keyID) || !bytes.Equal(old.keyID, mem.meta.keyID)) {
-		c.peers[m.From] = peerKey{keyID: kid, pair: pair}
+		c.peers[m.From] = &peerKey{keyID: kid, role: role, pub: pub}
 	}
 	c.mu.Unlock()
+	if live && mem.meta.Role != role {
+		c.log.Warn("gossip member announces a role its certificate does not grant; its messages are refused",
+			"node_id", m.From, "announces", mem.meta.Role.String(), "certificate", role.String())
+	}
 	if m.Reply {
 		c.sendIdentity(m.From, false)
 	}
@@ -190,8 +298,6 @@ func (c *core) askIdentity(name string) {
 // identityLoop sends queued certificates by TCP, off memberlist's
 // goroutines.
 func (c *core) identityLoop(ctx context.Context) {
-	msg := encodeIdentity(&identityMsg{From: c.cfg.Name, Chain: c.id.Chain})
-	ask := encodeIdentity(&identityMsg{From: c.cfg.Name, Chain: c.id.Chain, Reply: true})
 	for {
 		select {
 		case <-ctx.Done():
@@ -201,11 +307,8 @@ func (c *core) identityLoop(ctx context.Context) {
 			if !ok {
 				continue
 			}
-			if req.reply {
-				c.sendPlain(mem.node, ask)
-			} else {
-				c.sendPlain(mem.node, msg)
-			}
+			// The current certificate: SetIdentity may have replaced it.
+			c.sendPlain(mem.node, encodeIdentity(&identityMsg{From: c.cfg.Name, Chain: c.identity().Chain, Reply: req.reply}))
 		}
 	}
 }

@@ -76,3 +76,28 @@ func TestUnusableSettingsExit2(t *testing.T) {
 		})
 	}
 }
+
+// TestBadFlagIsOneLine: a mistyped flag is reported in one line that says
+// how to list the flags, not buried under the whole list; -h prints the
+// list and exits 0, and `rolter --help` writes to stdout.
+func TestBadFlagIsOneLine(t *testing.T) {
+	for _, args := range [][]string{{"router", "--htpp", ":4000"}, {"sidecar", "--bogus"}, {"sim", "replay", "--x"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), args, &stdout, &stderr)
+		got := stderr.String()
+		if code != 2 || strings.Count(got, "\n") != 1 || !strings.Contains(got, "flag provided but not defined") ||
+			!strings.Contains(got, "-h' lists the flags") {
+			t.Errorf("%v: exit %d, stderr:\n%s", args, code, got)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"router", "-h"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stderr.String(), "-raft-timeout duration") {
+		t.Errorf("router -h: exit %d, stderr:\n%s", code, stderr.String())
+	}
+	stdout.Reset()
+	if code := run(context.Background(), []string{"--help"}, &stdout, io.Discard); code != 0 ||
+		!strings.Contains(stdout.String(), "bench fleet") {
+		t.Errorf("--help: exit %d, stdout:\n%s", code, stdout.String())
+	}
+}

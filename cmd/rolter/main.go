@@ -38,7 +38,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"version": {"print version, commit and Go version", runVersion},
-		"bench":   {"benchmarks: 'bench routing' (fleet simulation), 'bench overhead' (proxy cost), 'bench gossip'", runBench},
+		"bench":   {"benchmarks: 'bench routing' (fleet simulation), 'bench overhead' (proxy cost), 'bench gossip', 'bench fleet' (real processes on loopback)", runBench},
 		"router":  {"run the data plane: the OpenAI-compatible API with streaming and retries", runRouter},
 		"sim":     {"run a simulated vLLM engine; 'sim replay' replays a trace or synthetic load", runSim},
 		"sidecar": {"run beside one engine: follow its KV events and metrics, gossip summaries to the routers", runSidecar},
@@ -60,11 +60,12 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr, cmds)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout, cmds) // asked for: stdout, so it pipes into less or grep
 		return 0
 	}
 	c, ok := cmds[args[0]]
@@ -112,12 +113,19 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parseFlags parses args into fs and turns a parse failure into errUsage.
+// Only -h prints the flags; a bad flag is one line that says how to list
+// them, so the mistake is not buried under the whole list.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return cli.Usage(err)
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
+		return err
+	}
+	if err != nil {
+		return cli.Usagef("%w ('%s -h' lists the flags)", err, fs.Name())
 	}
 	if fs.NArg() > 0 {
 		return cli.Usagef("unexpected arguments %v", fs.Args())

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -40,14 +39,11 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	rc.Build = version
 	r, err := routerd.Open(ctx, rc)
-	if fe := (*routerd.FlagError)(nil); errors.As(err, &fe) {
-		return cli.Usage(fe.Err)
-	}
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	go certs.WatchSIGHUP(ctx, rc.Logger, api, admin, r.RaftCerts())
+	go certs.WatchSIGHUP(ctx, rc.Logger, api, admin, r.RaftCerts(), r.GossipCerts())
 	hup, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
 	go routerd.ReloadOnHUP(hup, rc.ConfigPath, rc.Logger, r.Reload)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,13 +33,10 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	pc.Build = version
 	pc.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	p, err := sidecar.Open(ctx, pc)
-	if fe := (*sidecar.FlagError)(nil); errors.As(err, &fe) {
-		return cli.Usage(fe.Err)
-	}
 	if err != nil {
 		return err
 	}
-	go certs.WatchSIGHUP(ctx, pc.Logger, pc.MetricsTLS)
+	go certs.WatchSIGHUP(ctx, pc.Logger, pc.MetricsTLS, p.GossipCerts())
 	fmt.Fprintln(stdout, p.Banner())
 	return p.Run(ctx)
 }

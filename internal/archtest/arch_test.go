@@ -58,7 +58,7 @@ var limits = []limit{
 	{pkg: "router", allow: []string{"strategies", "config", "kvblock", "adaptive", "routestats", "certs", "router/admission"}},
 	{pkg: "router/admission", strict: true},
 	{pkg: "router/meshstate", allow: []string{"strategies", "kvblock"}},
-	{pkg: "sidecar", allow: []string{"cluster", "cluster/mesh", "kvblock", "scrape", "sidecar/kvevents", "internal/zmqsock", "certs"}},
+	{pkg: "sidecar", allow: []string{"cluster", "cluster/mesh", "kvblock", "scrape", "sidecar/kvevents", "internal/zmqsock", "certs", "internal/cli"}},
 	{pkg: "sidecar/kvevents", allow: []string{"kvblock"}},
 	{pkg: "sim", allow: []string{"sim/engine", "sim/kvevents", "sim/tokenizer", "strategies"}},
 	{pkg: "sim/engine", allow: []string{"kvblock", "sim/kvevents"}},
