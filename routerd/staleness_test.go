@@ -34,9 +34,16 @@ func BenchmarkPeerLoadStaleness(b *testing.B) {
 	rb.Sources([]string{base})
 	var sum atomic.Uint64
 	sum.Store(1)
+	changes := make(chan struct{}, 1)
+	changed := func() {
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	}
 	go ra.publish(ctx, func() map[string]router.BaseLoad {
 		return map[string]router.BaseLoad{base: {Inflight: 1, Prefill: sum.Load()}}
-	})
+	}, changes)
 	deadline := time.Now().Add(20 * time.Second)
 	for rb.PeerPrefill(base) != 1 {
 		if time.Now().After(deadline) {
@@ -52,6 +59,7 @@ func BenchmarkPeerLoadStaleness(b *testing.B) {
 		want := uint64(i + 2)
 		t0 := time.Now()
 		sum.Store(want)
+		changed()
 		for rb.PeerPrefill(base) != want {
 			if time.Since(t0) > 10*time.Second {
 				b.Fatalf("change %d not seen in 10s", i)

@@ -668,9 +668,9 @@ func TestRoutersSharePrefill(t *testing.T) {
 	h.Sidecars[0].Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1})
 	a, b, c := h.Routers[0], h.Routers[1], h.Routers[2]
 	url := EngineURL(0)
-	a.PublishLoads(map[string]Load{url: {Inflight: 1, Prefill: 50}})
-	b.PublishLoads(map[string]Load{url: {Inflight: 2, Prefill: 800}})
-	c.PublishLoads(map[string]Load{url: {Prefill: 200}}) // all its requests past prefill but one still counted
+	a.PublishLoads(map[string]Load{url: {Inflight: 1, Prefill: 50}}, time.Now())
+	b.PublishLoads(map[string]Load{url: {Inflight: 2, Prefill: 800}}, time.Now())
+	c.PublishLoads(map[string]Load{url: {Prefill: 200}}, time.Now()) // all its requests past prefill but one still counted
 	testwait.For(t, 5*time.Second, "a sees b's and c's prefill sums", func() bool {
 		r, ok := a.View().Remote(url)
 		return ok && r.PeersOK && r.Prefill == 1000 && r.Inflight == 2
@@ -684,7 +684,7 @@ func TestRoutersSharePrefill(t *testing.T) {
 	if got != 1050 {
 		t.Errorf("snapshot queued_prefill_tokens %d, want 1050 (own 50 + peers' 1000)", got)
 	}
-	b.PublishLoads(map[string]Load{})
+	b.PublishLoads(map[string]Load{}, time.Now())
 	testwait.For(t, 5*time.Second, "b's sum leaves a's view when b publishes none", func() bool {
 		r, _ := a.View().Remote(url)
 		return r.Prefill == 200
@@ -697,5 +697,5 @@ func publishInflight(r *Router, counts map[string]uint64) {
 	for u, n := range counts {
 		loads[u] = Load{Inflight: n}
 	}
-	r.PublishLoads(loads)
+	r.PublishLoads(loads, time.Now())
 }

@@ -68,7 +68,7 @@ func TestPeerLoadsArriveAfterTheGossipDelay(t *testing.T) {
 	ms := time.Millisecond
 	pub := func(at time.Duration, k int, inflight, prefill uint64) {
 		r.now = at
-		gossip{r: r, k: k}.Publish([]meshstate.EngineLoad{{Engine: "engine-0", Inflight: inflight, Prefill: prefill}})
+		gossip{r: r, k: k}.Publish([]meshstate.EngineLoad{{Engine: "engine-0", Inflight: inflight, Prefill: prefill}}, time.Time{})
 	}
 	pub(0, 0, 5, 5000)
 	pub(100*ms, 1, 1, 700)
