@@ -33,12 +33,12 @@ const (
 	// without one.
 	Heartbeat = 250 * time.Millisecond
 	// PeerHop is the one-way delay of a publication from one router to
-	// another (cluster/mesh's direct UDP send, encryption and the
-	// receiver's decode), beyond PublishGap: p99 on loopback, measured
-	// with the rolter_mesh_peer_load_age_seconds histogram across three
-	// `rolter router` processes (BENCHMARKS.md §1). The fleet simulator
-	// delays peer publications by it.
-	PeerHop = time.Millisecond
+	// another beyond PublishGap (cluster/mesh's direct UDP send, its MAC,
+	// the receiver's decode): the median measured across three `rolter
+	// router` processes on loopback with rolter_mesh_peer_load_age_seconds
+	// (BENCHMARKS.md §1; its tail on a loaded machine is far longer). The
+	// fleet simulator delays peer publications by it.
+	PeerHop = 2 * time.Millisecond
 	// MaxHold is the longest Hold delays a pick: one publication of the
 	// other routers' picks of the same instant, PublishGap to go out and
 	// PeerHop to arrive.
