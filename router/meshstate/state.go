@@ -276,7 +276,7 @@ func (s *State) Hold(now time.Time) (time.Duration, time.Time) {
 
 // Released reports whether a pick held after this router's pick at last
 // (Hold's second result) may go at now: its MaxHold has passed or a
-// publication of another router made since last has arrived.
+// publication of another router made after last has arrived.
 func (s *State) Released(last, now time.Time) bool { return s.holdAfter(last.UnixNano(), now) <= 0 }
 
 // holdAfter is Hold's wait after a last pick at last (unix nanos).
@@ -289,7 +289,7 @@ func (s *State) holdAfter(last int64, now time.Time) time.Duration {
 		return 0
 	}
 	if pn, ok := s.tr.(PeerNews); ok {
-		if p := pn.PeerPublished(); !p.IsZero() && p.UnixNano() >= last {
+		if p := pn.PeerPublished(); !p.IsZero() && p.UnixNano() > last {
 			return 0
 		}
 	}

@@ -183,14 +183,23 @@ func (r *run) viewTime() time.Duration { return r.now - r.cfg.GossipDelay }
 // Run simulates w through the fleet cfg describes and returns its
 // measurements. It honours ctx between arrivals.
 func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
+	r, err := simulate(ctx, cfg, w)
+	if err != nil {
+		return Result{}, err
+	}
+	return r.result(), nil
+}
+
+// simulate is Run before the measurements are taken from the run.
+func simulate(ctx context.Context, cfg Config, w *Workload) (*run, error) {
 	if cfg.Engines <= 0 || cfg.Routers <= 0 || w == nil || w.Len() == 0 {
-		return Result{}, fmt.Errorf("%w: need engines, routers and requests", ErrConfig)
+		return nil, fmt.Errorf("%w: need engines, routers and requests", ErrConfig)
 	}
 	if cfg.Strategy != Oracle && !strategies.Known(cfg.Strategy) {
-		return Result{}, fmt.Errorf("%w: %w %q", ErrConfig, strategies.ErrUnknownStrategy, cfg.Strategy)
+		return nil, fmt.Errorf("%w: %w %q", ErrConfig, strategies.ErrUnknownStrategy, cfg.Strategy)
 	}
 	if cfg.GossipDelay < 0 || cfg.PeerDelay < 0 {
-		return Result{}, fmt.Errorf("%w: negative gossip delay", ErrConfig)
+		return nil, fmt.Errorf("%w: negative gossip delay", ErrConfig)
 	}
 	r := &run{cfg: cfg, w: w, oracleOn: cfg.Strategy == Oracle, flights: make([]flight, w.Len())}
 	if r.cfg.PeerDelay == 0 {
@@ -204,7 +213,7 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 	}
 	r.cfg.Engine = r.engines[0].eng.Config()
 	if err := r.buildRouters(); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	r.initAdmission()
 	scale := 1.0
@@ -216,7 +225,7 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 	for i := range w.reqs {
 		if i%256 == 0 {
 			if err := ctx.Err(); err != nil {
-				return Result{}, err
+				return nil, err
 			}
 		}
 		at := time.Duration(float64(w.reqs[i].At-t0) * scale)
@@ -236,7 +245,7 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 		r.finishQueues()
 	}
 	r.drain()
-	return r.result(), nil
+	return r, nil
 }
 
 func (r *run) buildRouters() error {

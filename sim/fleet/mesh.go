@@ -202,8 +202,8 @@ func (r *run) nextEvent(t time.Duration) (time.Duration, bool) {
 			if j == h.k {
 				continue
 			}
-			// The first publication made at or after last, once it arrives.
-			if i := arrived(rep.pubs, last-1); i < len(rep.pubs) {
+			// The first publication made after last, once it arrives.
+			if i := arrived(rep.pubs, last); i < len(rep.pubs) {
 				next = min(next, rep.pubs[i].at+r.cfg.PeerDelay)
 			}
 		}
