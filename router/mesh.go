@@ -1,6 +1,10 @@
 package router
 
-import "github.com/rolter/rolter/strategies"
+import (
+	"context"
+
+	"github.com/rolter/rolter/strategies"
+)
 
 // EngineView is the router's window on mesh-wide engine load. The cluster
 // package implements it over gossiped sidecar summaries.
@@ -74,6 +78,17 @@ type Learner interface {
 	Observed(pool string, apiBase string, rc *strategies.RouteContext)
 }
 
+// PickHold is an optional capability of a Learner, checked by type
+// assertion: Wait holds a request before its first pick while the other
+// routers' picks of the same instant are still on their way
+// (router/meshstate's Hold: at most a few milliseconds, and only when
+// this router picked just before and has heard nothing since); the
+// Learner's Observed marks each pick. Wait returns ctx's error when the
+// client leaves first, and the request ends at once.
+type PickHold interface {
+	Wait(ctx context.Context) error
+}
+
 // BaseLoad is this router's own load on one provider api_base.
 type BaseLoad struct {
 	Inflight uint64 // attempts in flight
@@ -83,8 +98,9 @@ type BaseLoad struct {
 // LoadsByBase returns this router's in-flight attempts and queued prefill
 // per provider api_base, summed over the running snapshot's targets (a
 // target shared by several pools counts once). The mesh gossips them to
-// the other routers.
+// the other routers. It rearms LoadChanges.
 func (s *Server) LoadsByBase() map[string]BaseLoad {
+	s.tracker.Rearm()
 	out := map[string]BaseLoad{}
 	s.eachTarget(func(t *target) {
 		l := out[t.provider.apiBase]
@@ -94,6 +110,13 @@ func (s *Server) LoadsByBase() map[string]BaseLoad {
 	})
 	return out
 }
+
+// LoadChanges returns a channel that receives after this router's
+// in-flight attempts or queued prefill changed on some target (a pick, a
+// first token, an end) since LoadsByBase last read them: the mesh
+// publishes on it (strategies.Tracker.Changes). One goroutine should
+// receive, and call LoadsByBase after each receive.
+func (s *Server) LoadChanges() <-chan struct{} { return s.tracker.Changes() }
 
 // InflightByBase returns LoadsByBase's in-flight counts alone (what the
 // router's own engine polls subtract from an engine's queue).

@@ -226,6 +226,9 @@ func (a *attempt) run() int {
 	}()
 	if a.s.learn != nil {
 		a.s.learn.Recall(p.key, p.lb, p.bases, a.rc)
+		if h, ok := a.s.learn.(PickHold); ok && h.Wait(a.r.Context()) != nil {
+			return statusClientClosed
+		}
 	}
 	maxAttempts := 1 + cfg.Retry.Attempts
 	for n := 1; ; n++ {

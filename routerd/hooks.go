@@ -25,6 +25,7 @@ var (
 	_ router.EngineReporter = (*meshHooks)(nil)
 	_ router.SourceFactory  = (*meshHooks)(nil)
 	_ router.Learner        = (*meshHooks)(nil)
+	_ router.PickHold       = (*meshHooks)(nil)
 )
 
 // meshHooks connects one router's data plane to the gossip view: it is
@@ -34,6 +35,7 @@ var (
 // maps api_bases to engine keys and carries meshstate over the view
 // (viewTransport).
 type meshHooks struct {
+	now   func() time.Time
 	node  *mesh.Router
 	view  *mesh.View
 	keys  sync.Map // api_base → engine key (engineKey allocates; Load must not)
@@ -41,7 +43,7 @@ type meshHooks struct {
 }
 
 func newMeshHooks(node *mesh.Router, now func() time.Time) *meshHooks {
-	m := &meshHooks{node: node, view: node.View()}
+	m := &meshHooks{now: now, node: node, view: node.View()}
 	m.state = meshstate.New(viewTransport{node: node, now: now}, now, meshstate.Options{EngineKey: m.key})
 	return m
 }
@@ -92,14 +94,19 @@ func (m *meshHooks) Recall(pool string, lb strategies.LoadBalancer, apiBases []s
 	m.state.Recall(pool, lb, apiBases, rc)
 }
 
-// Observed implements router.Learner.
+// Observed implements router.Learner: it also marks the pick for
+// meshstate's hold (Wait).
 func (m *meshHooks) Observed(pool, apiBase string, rc *strategies.RouteContext) {
+	m.state.Picked(m.now())
 	m.state.Observed(pool, apiBase, rc)
 }
 
+// Wait implements router.PickHold.
+func (m *meshHooks) Wait(ctx context.Context) error { return m.state.Wait(ctx) }
+
 // publish runs meshstate's publish loop over the router's per-api_base
-// loads until ctx ends.
-func (m *meshHooks) publish(ctx context.Context, loads func() map[string]router.BaseLoad) {
+// loads until ctx ends, woken by changes.
+func (m *meshHooks) publish(ctx context.Context, loads func() map[string]router.BaseLoad, changes <-chan struct{}) {
 	var out []meshstate.EngineLoad
 	m.state.Run(ctx, func() []meshstate.EngineLoad {
 		out = out[:0]
@@ -115,7 +122,7 @@ func (m *meshHooks) publish(ctx context.Context, loads func() map[string]router.
 		}
 		slices.SortFunc(out, func(a, b meshstate.EngineLoad) int { return strings.Compare(a.Engine, b.Engine) })
 		return out
-	})
+	}, changes)
 }
 
 // follow files every record other routers share until ctx ends.
@@ -146,13 +153,19 @@ func (t viewTransport) Share(r meshstate.Record) {
 }
 
 // Publish implements meshstate.Transport.
-func (t viewTransport) Publish(loads []meshstate.EngineLoad) {
+func (t viewTransport) Publish(loads []meshstate.EngineLoad, changed time.Time) {
 	m := make(map[string]mesh.Load, len(loads))
 	for _, l := range loads {
 		m[l.Engine] = mesh.Load{Inflight: l.Inflight, Prefill: l.Prefill}
 	}
-	t.node.PublishLoads(m)
+	t.node.PublishLoads(m, changed)
 }
+
+// PeerPublished implements meshstate.PeerNews.
+func (t viewTransport) PeerPublished() time.Time { return t.node.PeerPublished() }
+
+// PeerNews implements meshstate.PeerNews.
+func (t viewTransport) PeerNews() <-chan struct{} { return t.node.PeerNews() }
 
 // Routers implements meshstate.Inventory: the router members gossip
 // knows, this one included, ranked by node id (the node's name is its

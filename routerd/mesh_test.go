@@ -236,7 +236,7 @@ func TestLoadsReachOtherRoutersAndExpire(t *testing.T) {
 		defer close(done)
 		a.publish(ctx, func() map[string]router.BaseLoad {
 			return map[string]router.BaseLoad{"http://engine-1:8000/v1": {Inflight: 2, Prefill: 9000}, "http://ENGINE-1:8000": {Inflight: 1, Prefill: 500}}
-		})
+		}, nil)
 	}()
 	testwait.For(t, 5*time.Second, "loads gossiped", func() error {
 		if q, ok := b.Load("http://engine-1:8000"); !ok || q != 3 {

@@ -295,7 +295,7 @@ func (r *Router) runCluster(ctx context.Context) error {
 	go func() { defer wg.Done(); r.poller.Run(bg) }()
 	if r.hooks != nil {
 		wg.Add(3)
-		go func() { defer wg.Done(); r.hooks.publish(bg, r.srv.LoadsByBase) }()
+		go func() { defer wg.Done(); r.hooks.publish(bg, r.srv.LoadsByBase, r.srv.LoadChanges()) }()
 		go func() { defer wg.Done(); r.hooks.follow(bg) }()
 		go func() { defer wg.Done(); r.follow.rediscover(bg) }()
 	}

@@ -14,10 +14,42 @@ import (
 type Tracker struct {
 	mu sync.Mutex
 	m  map[string]*TargetStats
+	ch *changes
+}
+
+// changes signals that some target's in-flight count or queued prefill
+// changed: a flag set on the first change, and a one-slot channel woken
+// when it was clear.
+type changes struct {
+	dirty atomic.Bool
+	c     chan struct{}
+}
+
+func (c *changes) note() {
+	if c != nil && !c.dirty.Load() && c.dirty.CompareAndSwap(false, true) {
+		select {
+		case c.c <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // NewTracker returns an empty Tracker.
-func NewTracker() *Tracker { return &Tracker{m: make(map[string]*TargetStats)} }
+func NewTracker() *Tracker {
+	return &Tracker{m: make(map[string]*TargetStats), ch: &changes{c: make(chan struct{}, 1)}}
+}
+
+// Changes returns a channel that receives after a target's in-flight
+// count or queued prefill changed (Begin, End, QueuePrefill, PrefillDone)
+// since the last receive: a router's mesh publishes on it. Changes between
+// two receives are coalesced into one; a change costs the writer one
+// atomic load when a signal is already pending. One goroutine should
+// receive.
+func (t *Tracker) Changes() <-chan struct{} { return t.ch.c }
+
+// Rearm must be called by Changes' receiver after each receive, before
+// reading the counts: the next change signals again.
+func (t *Tracker) Rearm() { t.ch.dirty.Store(false) }
 
 // Target returns the stats for id, creating them on first use. Call it when
 // building a snapshot, not per request.
@@ -26,7 +58,7 @@ func (t *Tracker) Target(id string) *TargetStats {
 	defer t.mu.Unlock()
 	s, ok := t.m[id]
 	if !ok {
-		s = &TargetStats{id: id}
+		s = &TargetStats{id: id, ch: t.ch}
 		t.m[id] = s
 	}
 	return s
@@ -73,6 +105,7 @@ type TargetStats struct {
 	lastNano atomic.Int64  // unix nanos of the last successful sample
 	prefill  atomic.Int64  // prompt tokens of attempts awaiting a first token
 	model    nlms
+	ch       *changes // the tracker's change signal; nil outside one
 }
 
 // ID returns the target identity.
@@ -82,13 +115,16 @@ func (s *TargetStats) ID() string { return s.id }
 // in-flight count before the increment.
 func (s *TargetStats) Begin() uint64 {
 	s.picks.Add(1)
-	return uint64(s.inFlight.Add(1) - 1)
+	n := s.inFlight.Add(1) - 1
+	s.ch.note()
+	return uint64(n)
 }
 
 // End records the end of an attempt started with Begin. Only successful
 // attempts teach the latency EWMA and the predicted-latency model.
 func (s *TargetStats) End(o Outcome) {
 	s.inFlight.Add(-1)
+	s.ch.note()
 	if !o.Success {
 		return
 	}
@@ -129,10 +165,16 @@ func (s *TargetStats) InFlight() uint64 {
 // for prefill on the target (its prompt minus the prefix resident when it
 // was picked). The attempt calls PrefillDone with the same n exactly once:
 // at its first token, or when it ends (fails, is cancelled) without one.
-func (s *TargetStats) QueuePrefill(n uint64) { s.prefill.Add(int64(n)) }
+func (s *TargetStats) QueuePrefill(n uint64) {
+	s.prefill.Add(int64(n))
+	s.ch.note()
+}
 
 // PrefillDone takes n tokens queued by QueuePrefill off the target.
-func (s *TargetStats) PrefillDone(n uint64) { s.prefill.Add(-int64(n)) }
+func (s *TargetStats) PrefillDone(n uint64) {
+	s.prefill.Add(-int64(n))
+	s.ch.note()
+}
 
 // QueuedPrefill returns the prompt tokens this router's attempts on the
 // target still wait to prefill (Σ QueuePrefill − Σ PrefillDone).

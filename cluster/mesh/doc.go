@@ -51,10 +51,13 @@
 //     size, LoRA slots and resident adapters, LMCache) goes to each router
 //     by UDP every 250 ms; its loss is repaired by the next one.
 //   - Routers send each other their per-engine loads (in-flight count and
-//     queued-prefill tokens; sent when the router publishes them, which
-//     router/meshstate does on change at most every 50 ms, and repeated
-//     every 250 ms) and learned records (prefix observations, session pins;
-//     every 50 ms) by UDP. View.Remote hands router/meshstate the raw
+//     queued-prefill tokens) by UDP when the router publishes them, which
+//     router/meshstate does 2 ms after a change: only the engines whose
+//     load changed since the last send, stamped with the oldest change's
+//     time (the receiver keeps rolter_mesh_peer_load_age_seconds) and the
+//     send time (PeerPublished, PeerNews: what meshstate's hold waits
+//     for); every 250 ms a repeat carries every non-zero one. Learned
+//     records (prefix observations, session pins) go every 50 ms. View.Remote hands router/meshstate the raw
 //     inputs of its load fold; what the records and loads mean is
 //     meshstate's, not this package's.
 //

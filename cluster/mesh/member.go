@@ -95,4 +95,6 @@ func (r *Router) View() *View { return r.view }
 
 // Collector exports the member's counters and its view's engine states as
 // Prometheus metrics; register it on the process's own registry.
-func (r *Router) Collector() prometheus.Collector { return &collector{c: r.core, view: r.view} }
+func (r *Router) Collector() prometheus.Collector {
+	return &collector{c: r.core, view: r.view, age: r.share.age}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/rolter/rolter/internal/testwait"
@@ -668,9 +669,9 @@ func TestRoutersSharePrefill(t *testing.T) {
 	h.Sidecars[0].Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: 1})
 	a, b, c := h.Routers[0], h.Routers[1], h.Routers[2]
 	url := EngineURL(0)
-	a.PublishLoads(map[string]Load{url: {Inflight: 1, Prefill: 50}})
-	b.PublishLoads(map[string]Load{url: {Inflight: 2, Prefill: 800}})
-	c.PublishLoads(map[string]Load{url: {Prefill: 200}}) // all its requests past prefill but one still counted
+	a.PublishLoads(map[string]Load{url: {Inflight: 1, Prefill: 50}}, time.Now())
+	b.PublishLoads(map[string]Load{url: {Inflight: 2, Prefill: 800}}, time.Now())
+	c.PublishLoads(map[string]Load{url: {Prefill: 200}}, time.Now()) // all its requests past prefill but one still counted
 	testwait.For(t, 5*time.Second, "a sees b's and c's prefill sums", func() bool {
 		r, ok := a.View().Remote(url)
 		return ok && r.PeersOK && r.Prefill == 1000 && r.Inflight == 2
@@ -684,7 +685,7 @@ func TestRoutersSharePrefill(t *testing.T) {
 	if got != 1050 {
 		t.Errorf("snapshot queued_prefill_tokens %d, want 1050 (own 50 + peers' 1000)", got)
 	}
-	b.PublishLoads(map[string]Load{})
+	b.PublishLoads(map[string]Load{}, time.Now())
 	testwait.For(t, 5*time.Second, "b's sum leaves a's view when b publishes none", func() bool {
 		r, _ := a.View().Remote(url)
 		return r.Prefill == 200
@@ -697,5 +698,51 @@ func publishInflight(r *Router, counts map[string]uint64) {
 	for u, n := range counts {
 		loads[u] = Load{Inflight: n}
 	}
-	r.PublishLoads(loads)
+	r.PublishLoads(loads, time.Now())
+}
+
+// A load change goes to the other routers as the engines that changed
+// alone, stamped with when it was made and when it was sent: the receiver
+// keeps the other engines' loads, times the change's age on arrival
+// (rolter_mesh_peer_load_age_seconds), and its PeerPublished and PeerNews
+// move.
+func TestRoutersSendLoadChangesAlone(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 2, Sidecars: 2, Seed: 14})
+	a, b := h.Routers[0], h.Routers[1]
+	e0, e1 := EngineURL(0), EngineURL(1)
+	a.PublishLoads(map[string]Load{e0: {Inflight: 3, Prefill: 300}, e1: {Inflight: 1, Prefill: 100}}, time.Now())
+	testwait.For(t, 5*time.Second, "b sees a's loads", func() bool {
+		r0, _ := b.View().Remote(e0)
+		r1, _ := b.View().Remote(e1)
+		return r0.Prefill == 300 && r1.Prefill == 100
+	})
+	before := b.PeerPublished()
+	news := b.PeerNews()
+	a.share.mu.Lock()
+	a.share.sent[e0] = Load{Inflight: 99, Prefill: 9900} // what b would hold if e0 were resent
+	a.share.mu.Unlock()
+	changed := time.Now()
+	a.PublishLoads(map[string]Load{e0: {Inflight: 99, Prefill: 9900}, e1: {Inflight: 2, Prefill: 700}}, changed)
+	testwait.For(t, 5*time.Second, "b sees e1's change", func() bool {
+		r1, _ := b.View().Remote(e1)
+		return r1.Prefill == 700
+	})
+	if r0, _ := b.View().Remote(e0); r0.Prefill != 300 {
+		t.Errorf("b's e0 prefill %d after a change of e1 alone: want the 300 it had (e0 was not resent)", r0.Prefill)
+	}
+	select {
+	case <-news:
+	default:
+		t.Error("PeerNews not closed by a's message")
+	}
+	if after := b.PeerPublished(); !after.After(before) || after.Before(changed) {
+		t.Errorf("PeerPublished %v → %v; want it to move past the change at %v", before, after, changed)
+	}
+	var m dto.Metric
+	if err := b.share.age.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetHistogram().GetSampleCount(); n < 2 {
+		t.Errorf("age histogram has %d samples, want one per change message (2)", n)
+	}
 }

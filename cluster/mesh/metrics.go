@@ -11,6 +11,9 @@ import (
 type collector struct {
 	c    *core
 	view *View // nil on a sidecar
+	// age is the router's histogram of peer load age on arrival (nil on
+	// a sidecar).
+	age prometheus.Histogram
 }
 
 var (
@@ -61,6 +64,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range counters {
 		ch <- d.desc
 	}
+	if c.age != nil {
+		c.age.Describe(ch)
+	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -74,6 +80,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.view == nil {
 		return
 	}
+	c.age.Collect(ch)
 	var byState [4]int
 	for _, e := range *c.view.engines.Load() {
 		byState[min(e.state.Load(), 3)]++

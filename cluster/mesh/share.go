@@ -4,7 +4,10 @@ import (
 	"context"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // maxRouterVersions bounds the per-router config_version table.
@@ -22,20 +25,35 @@ type routerShare struct {
 
 	mu       sync.Mutex
 	inflight map[string]Load // latest published own loads
-	sentNZ   map[string]bool // URLs sent non-zero last round
-	sentAt   time.Time       // last in-flight send
+	changed  time.Time       // oldest change not yet sent (zero: a repeat is due)
+	sent     map[string]Load // what the other routers were last told, non-zero only
+	fullAt   time.Time       // last send of every non-zero load
 	kick     chan struct{}   // a publication waits to be sent
 	outbox   []Learned
 	version  uint64            // config_version this router has applied
 	versions map[string]uint64 // config_version each other router reported
 
 	inbox chan Learned
+
+	// What arrives from the other routers' load messages: the newest
+	// send time among them (unix nanos, sender's clock), a channel closed
+	// and replaced at each arrival, and the age of each change on arrival.
+	peerSent atomic.Int64
+	news     atomic.Pointer[chan struct{}]
+	age      prometheus.Histogram
 }
 
 func newRouterShare(c *core, view *View, cfg RouterConfig) *routerShare {
 	cfg.defaults()
-	return &routerShare{c: c, view: view, cfg: cfg, inflight: map[string]Load{}, sentNZ: map[string]bool{}, versions: map[string]uint64{},
-		kick: make(chan struct{}, 1), inbox: make(chan Learned, cfg.LearnedBuffer)}
+	s := &routerShare{c: c, view: view, cfg: cfg, inflight: map[string]Load{}, sent: map[string]Load{}, versions: map[string]uint64{},
+		kick: make(chan struct{}, 1), inbox: make(chan Learned, cfg.LearnedBuffer),
+		age: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rolter_mesh_peer_load_age_seconds",
+			Help: "Age of another router's load change when its message reached this router: from the change " +
+				"(a pick, first token or end there) to its arrival here, on the sender's clock against this one's.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0015, .002, .003, .004, .005, .0075, .01, .025, .05, .1, .25}})}
+	ch := make(chan struct{})
+	s.news.Store(&ch)
+	return s
 }
 
 // Load is one router's load on one engine, as routers gossip it.
@@ -47,13 +65,18 @@ type Load struct {
 }
 
 // PublishLoads sets this router's load per engine URL and sends it to the
-// other routers at once (a send is also repeated every InflightInterval).
-// The caller decides the cadence (router/meshstate publishes on change).
-// The map is copied; it never blocks.
-func (r *Router) PublishLoads(loads map[string]Load) {
+// other routers at once: the engines whose load changed since the last
+// send when changed (the oldest change's time) is set, every non-zero one
+// when it is zero (a heartbeat; a full send is also repeated every
+// InflightInterval). The caller decides the cadence (router/meshstate
+// publishes on change). The map is copied; it never blocks.
+func (r *Router) PublishLoads(loads map[string]Load, changed time.Time) {
 	s := r.share
 	s.mu.Lock()
 	s.inflight = maps.Clone(loads)
+	if !changed.IsZero() && (s.changed.IsZero() || changed.Before(s.changed)) {
+		s.changed = changed
+	}
 	s.mu.Unlock()
 	for url, e := range *r.view.engines.Load() {
 		e.own.Store(int64(min(loads[url].Inflight, maxCount)))
@@ -115,13 +138,13 @@ func (s *routerShare) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.kick:
-			s.sendInflight()
+			s.sendInflight(false)
 		case <-inflight.C:
 			s.mu.Lock()
-			recent := s.c.now().Sub(s.sentAt) < s.cfg.InflightInterval/2
+			recent := s.c.now().Sub(s.fullAt) < s.cfg.InflightInterval/2
 			s.mu.Unlock()
 			if !recent {
-				s.sendInflight()
+				s.sendInflight(true)
 			}
 		case <-learned.C:
 			s.sendLearned()
@@ -129,42 +152,76 @@ func (s *routerShare) run(ctx context.Context) {
 	}
 }
 
-// sendInflight sends every non-zero count, plus a zero for each URL that
-// was non-zero last round, split into UDP-sized messages.
-func (s *routerShare) sendInflight() {
+// PeerPublished returns when the newest load message of another router
+// that reached this one was built, on that router's clock (zero before
+// any).
+func (r *Router) PeerPublished() time.Time {
+	if n := r.share.peerSent.Load(); n > 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// PeerNews returns a channel closed when the next load message of another
+// router arrives.
+func (r *Router) PeerNews() <-chan struct{} { return *r.share.news.Load() }
+
+// sendInflight sends this router's loads to every other router, split
+// into UDP-sized messages: the engines whose load differs from the last
+// send (a zero for one no longer loaded) after a change, or every
+// non-zero one (and a zero for each that was non-zero) for a repeat:
+// when full is set or no change is pending.
+func (s *routerShare) sendInflight(full bool) {
 	s.mu.Lock()
 	var entries []inflightEntry
-	nz := map[string]bool{}
+	now := s.c.now()
+	changed := s.changed
+	full = full || changed.IsZero()
+	var zero Load
 	for u, c := range s.inflight {
-		if c.Inflight > 0 || c.Prefill > 0 {
+		// s.sent holds non-zero loads only: a missing one was sent as 0.
+		if c != s.sent[u] || full && c != zero {
 			entries = append(entries, inflightEntry{URL: u, N: c.Inflight, Prefill: c.Prefill})
-			nz[u] = true
-		} else if s.sentNZ[u] {
-			entries = append(entries, inflightEntry{URL: u})
 		}
 	}
-	for u := range s.sentNZ {
-		if _, still := s.inflight[u]; !still {
+	for u := range s.sent {
+		c, listed := s.inflight[u]
+		if !listed {
 			entries = append(entries, inflightEntry{URL: u})
 		}
+		if c == zero {
+			delete(s.sent, u)
+		}
 	}
-	s.sentNZ = nz
-	s.sentAt = s.c.now()
+	for u, c := range s.inflight {
+		if c != zero {
+			s.sent[u] = c
+		}
+	}
+	s.changed = time.Time{}
+	if full {
+		s.fullAt = now
+	}
 	version := s.version
 	s.mu.Unlock()
 	routers := *s.c.routers.Load()
 	if (len(entries) == 0 && version == 0) || len(routers) == 0 {
 		return
 	}
+	var changedAt uint64
+	if !changed.IsZero() {
+		changedAt = uint64(changed.UnixNano())
+	}
 	for first := true; first || len(entries) > 0; first = false {
-		size, i := 64, 0
+		size, i := 80, 0
 		for ; i < len(entries) && i < maxEntriesPerMsg; i++ {
 			size += len(entries[i].URL) + 24
 			if size > udpBudget && i > 0 {
 				break
 			}
 		}
-		msg := encodeInflight(&inflightMsg{From: s.c.cfg.Name, Entries: entries[:i], ConfigVersion: version})
+		msg := encodeInflight(&inflightMsg{From: s.c.cfg.Name, Entries: entries[:i], ConfigVersion: version,
+			Changed: changedAt, Sent: uint64(now.UnixNano())})
 		entries = entries[i:]
 		for _, r := range routers {
 			s.c.send(r, msg)
@@ -249,6 +306,19 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 		e.sumRemoteLocked()
 		e.mu.Unlock()
 	}
+	if m.Changed > 0 {
+		s.age.Observe(max(now.Sub(time.Unix(0, int64(min(m.Changed, 1<<62)))), 0).Seconds())
+	}
+	if sent := int64(min(m.Sent, 1<<62)); sent > 0 {
+		for {
+			old := s.peerSent.Load()
+			if sent <= old || s.peerSent.CompareAndSwap(old, sent) {
+				break
+			}
+		}
+	}
+	next := make(chan struct{})
+	close(*s.news.Swap(&next))
 	return nil
 }
 

@@ -114,6 +114,10 @@ type inflightMsg struct {
 	// ConfigVersion is the config_version the sending router has applied
 	// (0: unknown); the admin API shows which routers have converged.
 	ConfigVersion uint64
+	// Changed is when the oldest change this message carries was made,
+	// Sent when the message was built, both unix nanos on the sender's
+	// clock (0: a repeat that carries no change / unknown).
+	Changed, Sent uint64
 }
 
 type inflightEntry struct {

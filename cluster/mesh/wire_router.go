@@ -58,6 +58,12 @@ func encodeInflight(m *inflightMsg) []byte {
 	if m.ConfigVersion > 0 {
 		b = appendUint(b, 4, m.ConfigVersion)
 	}
+	if m.Changed > 0 {
+		b = appendFixed(b, 5, m.Changed)
+	}
+	if m.Sent > 0 {
+		b = appendFixed(b, 6, m.Sent)
+	}
 	return b
 }
 
@@ -121,6 +127,14 @@ func decodeInflight(b []byte) (*inflightMsg, error) {
 	m.From, err = eachField(b, func(fl field) error {
 		if fl.num == 4 && fl.typ == protowire.VarintType {
 			m.ConfigVersion = fl.u
+			return nil
+		}
+		if fl.typ == protowire.Fixed64Type && (fl.num == 5 || fl.num == 6) {
+			if fl.num == 5 {
+				m.Changed = fl.u
+			} else {
+				m.Sent = fl.u
+			}
 			return nil
 		}
 		if fl.num != 3 || fl.typ != protowire.BytesType {

@@ -17,8 +17,14 @@
 //     in-flight, Σ other routers' in-flight);
 //   - the other routers' per-engine queued-prefill sums, added to this
 //     router's own in RouteContext.QueuedPrefill;
-//   - the publish cadence of this router's per-engine counts and sums: on
-//     change, at most every PublishGap, and at least every Heartbeat;
+//   - the publish cadence of this router's per-engine counts and sums:
+//     PublishGap (2 ms) after a change, with every change made meanwhile
+//     (Changed, Tick, Run woken by strategies.Tracker.Changes), and at
+//     least every Heartbeat;
+//   - the hold against same-instant herding: a pick that follows this
+//     router's own pick within MaxHold waits until a publication another
+//     router made after that pick arrives, or MaxHold has passed (Hold,
+//     Released, Wait; the router waits once per request, cancellably);
 //   - the router inventory a pick needs against herding: how many routers
 //     the mesh has and this one's rank (RouteContext.Routers and Rank;
 //     strategies.HomeShare says what they decide).

@@ -13,7 +13,8 @@ import (
 )
 
 // Rules of the mesh: how long a learned record lives, how many a router
-// keeps, and how often it publishes its per-engine counts.
+// keeps, how soon it publishes its per-engine counts, and how long a pick
+// may wait for the other routers' picks of the same instant.
 const (
 	// Learned is the lifetime of a shared prefix observation or session
 	// pin, and the longest a peer may ask for.
@@ -22,14 +23,26 @@ const (
 	// already shared: a full table is cleared of expired entries, then of
 	// everything (records are hints; losing them only costs affinity).
 	MaxLearned = 1 << 16
-	// PublishGap is the shortest time between two publications of this
-	// router's per-engine counts: a change (a pick, a first token, an end)
-	// goes out at the next PublishGap boundary.
-	PublishGap = 50 * time.Millisecond
+	// PublishGap is the coalescing window of this router's per-engine
+	// counts: a change (a pick, a first token, an end) goes out PublishGap
+	// after it happened, together with every change made in the meantime.
+	// It bounds a router's load messages to one per PublishGap per peer.
+	PublishGap = 2 * time.Millisecond
 	// Heartbeat is the longest time between two publications, changed or
 	// not; the transport expires a peer's counts after a few heartbeats
 	// without one.
 	Heartbeat = 250 * time.Millisecond
+	// PeerHop is the one-way delay of a publication from one router to
+	// another beyond PublishGap (cluster/mesh's direct UDP send, its MAC,
+	// the receiver's decode): the median measured across three `rolter
+	// router` processes on loopback with rolter_mesh_peer_load_age_seconds
+	// (BENCHMARKS.md §1; its tail on a loaded machine is far longer). The
+	// fleet simulator delays peer publications by it.
+	PeerHop = 2 * time.Millisecond
+	// MaxHold is the longest Hold delays a pick: one publication of the
+	// other routers' picks of the same instant, PublishGap to go out and
+	// PeerHop to arrive.
+	MaxHold = PublishGap + PeerHop
 )
 
 // Kind says what a learned record means.
@@ -84,14 +97,26 @@ type Remote struct {
 // implements it for real routers, the fleet simulator over virtual time.
 // Share and Publish are called from request goroutines and the publish
 // loop; they must not block (drop and count instead), and Publish must not
-// keep loads past the call. Engine is called
-// on the request hot path, once per target per pick: it must read
-// in-process state only and not allocate. Records other routers share are
-// handed to State.File by whoever receives them.
+// keep loads past the call. changed is when the oldest change the
+// publication carries was made (zero for a heartbeat that carries none):
+// the receiver's measure of how stale it is. Engine is called on the
+// request hot path, once per target per pick: it must read in-process
+// state only and not allocate. Records other routers share are handed to
+// State.File by whoever receives them.
 type Transport interface {
 	Share(r Record)
-	Publish(loads []EngineLoad)
+	Publish(loads []EngineLoad, changed time.Time)
 	Engine(key string) (Remote, bool)
+}
+
+// PeerNews is an optional Transport capability, type-asserted, that lets
+// Hold end early: PeerPublished is when the newest publication of another
+// router received here was made (on the sender's clock; zero before any),
+// and PeerNews returns a channel closed when the next one arrives. Neither
+// may block; the request path calls PeerPublished once per pick.
+type PeerNews interface {
+	PeerPublished() time.Time
+	PeerNews() <-chan struct{}
 }
 
 // Inventory is an optional Transport capability, type-asserted: the
@@ -139,8 +164,12 @@ type State struct {
 	own       atomic.Pointer[map[string]uint64] // engine → in-flight last published
 	last      map[string]EngineLoad             // last publication, by engine
 	lastAt    time.Time
+	pending   time.Time // the oldest change not yet published; zero: none
 	scratch   []EngineLoad
 	published atomic.Uint64
+
+	lastPick atomic.Int64 // unix nanos of this router's last pick (Picked), 0 before one
+	held     prometheus.Histogram
 
 	// The router inventory as last read (Inventory): live routers and
 	// this one's rank, packed live<<32 | rank; invAt is when.
@@ -172,7 +201,11 @@ func New(tr Transport, now func() time.Time, o Options) *State {
 		learned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rolter_mesh_learned_records_total",
 			Help: "Prefix observations and session pins shared between routers, by kind and what happened to them " +
 				"(shared: sent to the other routers; received: from them; imported: into a balancer for a request)."},
-			[]string{"kind", "event"})}
+			[]string{"kind", "event"}),
+		held: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rolter_mesh_pick_hold_seconds",
+			Help: "How long picks waited for the other routers' picks of the same instant (meshstate Hold; " +
+				"picks that did not wait are not counted).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .003, .005}})}
 	empty := map[string]uint64{}
 	s.own.Store(&empty)
 	s.inv.Store(1 << 32)
@@ -204,7 +237,105 @@ func (s *State) Routers() (live, rank int) {
 }
 
 // Collector returns the state's metrics for a registry.
-func (s *State) Collector() prometheus.Collector { return s.learned }
+func (s *State) Collector() prometheus.Collector { return collectors{s.learned, s.held} }
+
+type collectors []prometheus.Collector
+
+func (c collectors) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range c {
+		x.Describe(ch)
+	}
+}
+
+func (c collectors) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range c {
+		x.Collect(ch)
+	}
+}
+
+// Picked records that this router picked an engine at now (see Hold).
+// It does not allocate.
+func (s *State) Picked(now time.Time) { s.lastPick.Store(now.UnixNano()) }
+
+// Hold is how long a pick arriving now should wait so that the other
+// routers' picks of the same instant reach this router first (routers
+// that pick at one instant on one picture all see the same emptiest
+// engine), and the pick of this router it waits after (for Released). It
+// is nonzero when the mesh has other routers, this one picked within
+// MaxHold, and no publication of another router made since that pick has
+// arrived (PeerNews; without it the hold runs its course): then until
+// that pick's MaxHold has passed. A router alone, or one whose last pick
+// is older than MaxHold, never waits. A request is held once, with every
+// request that arrives during the same hold, and all of them go when it
+// ends: a steady stream is delayed by at most MaxHold, never throttled.
+// It does not allocate.
+func (s *State) Hold(now time.Time) (time.Duration, time.Time) {
+	last := s.lastPick.Load()
+	return s.holdAfter(last, now), time.Unix(0, last)
+}
+
+// Released reports whether a pick held after this router's pick at last
+// (Hold's second result) may go at now: its MaxHold has passed or a
+// publication of another router made after last has arrived.
+func (s *State) Released(last, now time.Time) bool { return s.holdAfter(last.UnixNano(), now) <= 0 }
+
+// holdAfter is Hold's wait after a last pick at last (unix nanos).
+func (s *State) holdAfter(last int64, now time.Time) time.Duration {
+	if live, _ := s.Routers(); live <= 1 || last == 0 {
+		return 0
+	}
+	d := time.Unix(0, last).Add(MaxHold).Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	if pn, ok := s.tr.(PeerNews); ok {
+		if p := pn.PeerPublished(); !p.IsZero() && p.UnixNano() > last {
+			return 0
+		}
+	}
+	return d
+}
+
+// Wait holds the caller as Hold says, in real time: it returns nil when
+// the hold has passed or Released says so on another router's publication
+// (PeerNews), and ctx's error when ctx ends first. The router calls it
+// once per request before the first pick; the simulator calls Hold and
+// Released itself.
+func (s *State) Wait(ctx context.Context) error {
+	start := s.now()
+	last := s.lastPick.Load()
+	d := s.holdAfter(last, start)
+	if d <= 0 {
+		return nil
+	}
+	pn, _ := s.tr.(PeerNews)
+	var news <-chan struct{}
+	if pn != nil {
+		news = pn.PeerNews()
+		// A publication may have arrived between holdAfter and PeerNews.
+		if d = s.holdAfter(last, start); d <= 0 {
+			return nil
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		case <-news:
+			// The hold is measured from the pick it began after, so picks
+			// released with this one do not hold it again.
+			if s.holdAfter(last, s.now()) > 0 {
+				news = pn.PeerNews()
+				continue
+			}
+		}
+		s.held.Observe(s.now().Sub(start).Seconds())
+		return nil
+	}
+}
 
 func kindLabel(k Kind) string {
 	if k == Pin {
@@ -394,11 +525,37 @@ func (s *State) PeerPrefill(engine string) uint64 {
 	return r.Prefill
 }
 
+// Changed records that this router's per-engine counts changed at now
+// (a pick, a first token, an end): Tick publishes them once PublishGap
+// has passed since the oldest change not yet published. It does not
+// allocate.
+func (s *State) Changed(now time.Time) {
+	s.pubMu.Lock()
+	if s.pending.IsZero() || now.Before(s.pending) {
+		s.pending = now
+	}
+	s.pubMu.Unlock()
+}
+
+// Due reports when the changes recorded so far are to be published
+// (the oldest's time + PublishGap); ok is false when none waits.
+func (s *State) Due() (at time.Time, ok bool) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	if s.pending.IsZero() {
+		return time.Time{}, false
+	}
+	return s.pending.Add(PublishGap), true
+}
+
 // Tick publishes loads (this router's per-engine counts and sums at now)
-// when they changed since the last publication and PublishGap has passed
-// since it, or when Heartbeat has passed. loads is read, not kept. It
-// reports whether it published. It also rereads the router inventory
-// (Inventory) once Heartbeat has passed since the last read.
+// when they differ from the last publication and PublishGap has passed
+// since the oldest change not yet published (Changed, or this Tick when
+// nobody said), or when Heartbeat has passed since the last publication.
+// A change undone before it was due (a pick whose attempt failed at once)
+// is dropped. loads is read, not kept. It reports whether it published.
+// It also rereads the router inventory (Inventory) once Heartbeat has
+// passed since the last read.
 func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
@@ -412,8 +569,15 @@ func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 			break
 		}
 	}
-	since := now.Sub(s.lastAt)
-	if since < Heartbeat && (!changed || since < PublishGap) {
+	switch {
+	case !changed:
+		s.pending = time.Time{}
+	case s.pending.IsZero():
+		s.pending = now
+	}
+	beat := now.Sub(s.lastAt) >= Heartbeat
+	due := changed && now.Sub(s.pending) >= PublishGap
+	if !beat && !due {
 		return false
 	}
 	clear(s.last)
@@ -424,8 +588,10 @@ func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 	}
 	s.own.Store(&own)
 	s.lastAt = now
+	since := s.pending
+	s.pending = time.Time{}
 	s.scratch = append(s.scratch[:0], loads...)
-	s.tr.Publish(s.scratch)
+	s.tr.Publish(s.scratch, since)
 	s.published.Add(1)
 	return true
 }
@@ -433,18 +599,39 @@ func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 // Publications returns how many times Tick published.
 func (s *State) Publications() uint64 { return s.published.Load() }
 
-// Run calls Tick with collect's loads every fifth of PublishGap (so a
-// change waits at most about PublishGap, whatever the phase) until ctx
-// ends: the router's publish loop. The simulator calls Tick itself.
-func (s *State) Run(ctx context.Context, collect func() []EngineLoad) {
-	t := time.NewTicker(PublishGap / 5)
-	defer t.Stop()
+// Run is the router's publish loop, until ctx ends: each signal on
+// changes (the router's counts changed; see strategies.Tracker.Changes)
+// is a Changed, and Tick runs with collect's loads when that change is
+// due (PublishGap later), and every Heartbeat/5 besides (the heartbeat,
+// and any change nobody signalled). The simulator calls Changed and Tick
+// itself.
+func (s *State) Run(ctx context.Context, collect func() []EngineLoad, changes <-chan struct{}) {
+	beat := time.NewTicker(Heartbeat / 5)
+	defer beat.Stop()
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	armed := false
+	arm := func() {
+		if at, ok := s.Due(); ok && !armed {
+			due.Reset(max(at.Sub(s.now()), 0))
+			armed = true
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			due.Stop()
 			return
-		case <-t.C:
+		case <-changes:
+			s.Changed(s.now())
+			arm()
+		case <-due.C:
+			armed = false
+			s.Tick(s.now(), collect())
+			arm()
+		case <-beat.C:
+			s.Tick(s.now(), collect())
+			arm()
 		}
-		s.Tick(s.now(), collect())
 	}
 }

@@ -80,7 +80,9 @@ func (r *run) headroom(k int) int {
 func (r *run) arrive(i, k int) {
 	r.arrived[i] = r.now
 	if !r.admissionOn() {
-		r.route(i, k)
+		if !r.hold(i, k) {
+			r.route(i, k)
+		}
 		return
 	}
 	q := r.adm.queues[k]
@@ -185,13 +187,21 @@ func (r *run) finishQueues() {
 	}
 }
 
-// stepTo brings the fleet to t: the mesh's publications due by then, and
-// the engines.
+// stepTo brings the fleet to t: the mesh's events due by then (changes
+// published, held picks released, heartbeats), and the engines.
 func (r *run) stepTo(t time.Duration) {
 	if r.meshOn() {
-		for ; r.nextPub <= t; r.nextPub += meshstate.PublishGap {
-			r.advance(r.nextPub)
-			r.publish(r.nextPub)
+		for {
+			next, ok := r.nextEvent(t)
+			if !ok {
+				break
+			}
+			if next >= r.nextPub {
+				r.nextPub = next + meshstate.Heartbeat/5
+			}
+			r.advance(next)
+			r.publish(next)
+			r.releaseHeld()
 		}
 	}
 	r.advance(t)

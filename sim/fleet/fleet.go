@@ -41,8 +41,9 @@ type Config struct {
 	GossipDelay time.Duration
 	// PeerDelay is how late what one replica shares or publishes over the
 	// mesh (learned records, in-flight counts, prefill sums) reaches the
-	// others, on top of meshstate's publish cadence, which the replicas
-	// run themselves; 0 takes DefaultPeerDelay.
+	// others, on top of meshstate's publish cadence (PublishGap after a
+	// change), which the replicas run themselves; 0 takes
+	// DefaultPeerDelay.
 	PeerDelay time.Duration
 	// Rate rescales arrivals to this mean rate (requests/s); 0 keeps the
 	// recorded times.
@@ -63,13 +64,9 @@ type Config struct {
 	ShareQueues bool
 }
 
-// DefaultPeerDelay is Config.PeerDelay's default: router-to-router gossip
-// on a LAN. BenchmarkPeerLoadStaleness (cmd/rolter) measures 35 ms p50 /
-// 64 ms p99 from a change in one real router's counts to its visibility at
-// another on loopback, cadence included; the cadence alone averages about
-// 25 ms, and learned records wait for cluster/mesh's 50 ms batch (25 ms
-// on average). 25 ms covers both.
-const DefaultPeerDelay = 25 * time.Millisecond
+// DefaultPeerDelay is Config.PeerDelay's default: meshstate.PeerHop, the
+// one-way router-to-router delay measured between real routers.
+const DefaultPeerDelay = meshstate.PeerHop
 
 // ErrConfig marks an unusable Config.
 var ErrConfig = errors.New("fleet: bad config")
@@ -173,6 +170,7 @@ type run struct {
 	arrived []time.Duration
 	fates   []fate
 	adm     *admitState
+	held    []heldPick // picks meshstate's Hold delays, in arrival order
 }
 
 type engineDone struct {
@@ -185,14 +183,23 @@ func (r *run) viewTime() time.Duration { return r.now - r.cfg.GossipDelay }
 // Run simulates w through the fleet cfg describes and returns its
 // measurements. It honours ctx between arrivals.
 func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
+	r, err := simulate(ctx, cfg, w)
+	if err != nil {
+		return Result{}, err
+	}
+	return r.result(), nil
+}
+
+// simulate is Run before the measurements are taken from the run.
+func simulate(ctx context.Context, cfg Config, w *Workload) (*run, error) {
 	if cfg.Engines <= 0 || cfg.Routers <= 0 || w == nil || w.Len() == 0 {
-		return Result{}, fmt.Errorf("%w: need engines, routers and requests", ErrConfig)
+		return nil, fmt.Errorf("%w: need engines, routers and requests", ErrConfig)
 	}
 	if cfg.Strategy != Oracle && !strategies.Known(cfg.Strategy) {
-		return Result{}, fmt.Errorf("%w: %w %q", ErrConfig, strategies.ErrUnknownStrategy, cfg.Strategy)
+		return nil, fmt.Errorf("%w: %w %q", ErrConfig, strategies.ErrUnknownStrategy, cfg.Strategy)
 	}
 	if cfg.GossipDelay < 0 || cfg.PeerDelay < 0 {
-		return Result{}, fmt.Errorf("%w: negative gossip delay", ErrConfig)
+		return nil, fmt.Errorf("%w: negative gossip delay", ErrConfig)
 	}
 	r := &run{cfg: cfg, w: w, oracleOn: cfg.Strategy == Oracle, flights: make([]flight, w.Len())}
 	if r.cfg.PeerDelay == 0 {
@@ -206,7 +213,7 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 	}
 	r.cfg.Engine = r.engines[0].eng.Config()
 	if err := r.buildRouters(); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	r.initAdmission()
 	scale := 1.0
@@ -218,7 +225,7 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 	for i := range w.reqs {
 		if i%256 == 0 {
 			if err := ctx.Err(); err != nil {
-				return Result{}, err
+				return nil, err
 			}
 		}
 		at := time.Duration(float64(w.reqs[i].At-t0) * scale)
@@ -230,11 +237,15 @@ func Run(ctx context.Context, cfg Config, w *Workload) (Result, error) {
 		}
 		r.arrive(i, router)
 	}
+	for len(r.held) > 0 {
+		next, _ := r.nextEvent(1 << 62)
+		r.stepTo(next)
+	}
 	if r.adm != nil {
 		r.finishQueues()
 	}
 	r.drain()
-	return r.result(), nil
+	return r, nil
 }
 
 func (r *run) buildRouters() error {
@@ -348,6 +359,7 @@ func (r *run) reportFirsts(t time.Duration) {
 			return false
 		}
 		r.routers[f.router].stats[f.engine].PrefillDone(uint64(f.estUncached))
+		r.changed(f.router, f.first)
 		return true
 	})
 }
@@ -371,6 +383,7 @@ func (r *run) reportDone(t time.Duration) {
 			if c, ok := rep.lb.(strategies.Completer); ok {
 				c.Served(f.engine)
 			}
+			r.changed(f.router, fin)
 		}
 		n := r.engines[f.engine]
 		n.outstanding = slices.DeleteFunc(n.outstanding, func(x *flight) bool { return x == f })
@@ -410,6 +423,7 @@ func (r *run) route(i, k int) {
 			t = 0
 		}
 		target = t
+		rep.state.Picked(epoch.Add(r.now))
 		rep.lb.Observe(target, &rc)
 		if rep.share {
 			rep.state.Observed(meshPool, r.keyOf[target], &rc)
@@ -418,6 +432,7 @@ func (r *run) route(i, k int) {
 		rep.stats[target].Begin()
 		f.estUncached = r.estimateUncached(target, p)
 		rep.stats[target].QueuePrefill(uint64(f.estUncached))
+		r.changed(k, r.now)
 	}
 	n := r.engines[target]
 	f.engine = target
@@ -428,6 +443,7 @@ func (r *run) route(i, k int) {
 		if rep.lb != nil {
 			rep.stats[target].End(strategies.Outcome{Success: false, At: epoch.Add(r.now)})
 			rep.stats[target].PrefillDone(uint64(f.estUncached))
+			r.changed(k, r.now)
 		}
 		return
 	}

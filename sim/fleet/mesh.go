@@ -34,6 +34,14 @@ type publication struct {
 	inflight, prefill []uint64 // by engine
 }
 
+// heldPick is request i at replica k, held by meshstate's Hold after the
+// replica's pick at last, to be picked at the latest at until.
+type heldPick struct {
+	i, k  int
+	last  time.Time
+	until time.Duration
+}
+
 // gossip is replica k's meshstate.Transport.
 type gossip struct {
 	r *run
@@ -49,7 +57,7 @@ func (g gossip) Share(rec meshstate.Record) {
 
 // Publish implements meshstate.Transport: the publication goes on the
 // replica's log, read by the others once it is PeerDelay old.
-func (g gossip) Publish(loads []meshstate.EngineLoad) {
+func (g gossip) Publish(loads []meshstate.EngineLoad, _ time.Time) {
 	p := publication{at: g.r.now, inflight: make([]uint64, len(g.r.engines)), prefill: make([]uint64, len(g.r.engines))}
 	for _, l := range loads {
 		if e, ok := g.r.keys[l.Engine]; ok {
@@ -75,12 +83,7 @@ func (g gossip) Engine(key string) (meshstate.Remote, bool) {
 		if j == g.k {
 			continue
 		}
-		i, _ := slices.BinarySearchFunc(rep.pubs, seen, func(p publication, t time.Duration) int {
-			if p.at <= t {
-				return -1
-			}
-			return 1
-		})
+		i := arrived(rep.pubs, seen)
 		if i == 0 {
 			continue
 		}
@@ -94,6 +97,41 @@ func (g gossip) Engine(key string) (meshstate.Remote, bool) {
 		rem.Age = g.r.now - newest
 	}
 	return rem, true
+}
+
+// PeerPublished implements meshstate.PeerNews: when the newest
+// publication of another replica that has arrived (is PeerDelay old) was
+// made.
+func (g gossip) PeerPublished() time.Time {
+	seen := g.r.now - g.r.cfg.PeerDelay
+	newest := time.Duration(-1)
+	for j, rep := range g.r.routers {
+		if j == g.k {
+			continue
+		}
+		if i := arrived(rep.pubs, seen); i > 0 {
+			newest = max(newest, rep.pubs[i-1].at)
+		}
+	}
+	if newest < 0 {
+		return time.Time{}
+	}
+	return epoch.Add(newest)
+}
+
+// PeerNews implements meshstate.PeerNews. The simulator asks
+// State.Released at its own event times and never waits on the channel.
+func (g gossip) PeerNews() <-chan struct{} { return nil }
+
+// arrived is how many of pubs were made by seen.
+func arrived(pubs []publication, seen time.Duration) int {
+	i, _ := slices.BinarySearchFunc(pubs, seen, func(p publication, t time.Duration) int {
+		if p.at <= t {
+			return -1
+		}
+		return 1
+	})
+	return i
 }
 
 // Routers implements meshstate.Inventory: the run's replicas, ranked by
@@ -123,8 +161,9 @@ func (r *run) deliver(k int) {
 	}
 }
 
-// publish has every replica's mesh state publish its counts at t, as the
-// router's publish loop does every meshstate.PublishGap.
+// publish has every replica's mesh state Tick at t, as the router's
+// publish loop does when a change is due (meshstate.State.Due) and every
+// Heartbeat/5: meshstate decides whether it publishes.
 func (r *run) publish(t time.Duration) {
 	for _, rep := range r.routers {
 		rep.pub = rep.pub[:0]
@@ -133,6 +172,74 @@ func (r *run) publish(t time.Duration) {
 				Inflight: rep.stats[e].InFlight(), Prefill: rep.stats[e].QueuedPrefill()})
 		}
 		rep.state.Tick(epoch.Add(t), rep.pub)
+	}
+}
+
+// changed tells replica k's mesh state its counts changed at t, as the
+// router's tracker does (strategies.Tracker.Changes).
+func (r *run) changed(k int, t time.Duration) {
+	if r.meshOn() {
+		r.routers[k].state.Changed(epoch.Add(t))
+	}
+}
+
+// nextEvent is the earliest time after the last step, up to t, at which
+// the mesh has something to do: a replica's change falls due, a held pick
+// may go (its hold ends, or a publication of another replica made since
+// its replica's last pick arrives), or the heartbeat tick; ok is false
+// when nothing is due by t.
+func (r *run) nextEvent(t time.Duration) (time.Duration, bool) {
+	next := r.nextPub
+	for _, rep := range r.routers {
+		if at, ok := rep.state.Due(); ok {
+			next = min(next, at.Sub(epoch))
+		}
+	}
+	for _, h := range r.held {
+		next = min(next, h.until)
+		last := h.last.Sub(epoch)
+		for j, rep := range r.routers {
+			if j == h.k {
+				continue
+			}
+			// The first publication made after last, once it arrives.
+			if i := arrived(rep.pubs, last); i < len(rep.pubs) {
+				next = min(next, rep.pubs[i].at+r.cfg.PeerDelay)
+			}
+		}
+	}
+	return max(next, r.now), next <= t
+}
+
+// hold holds request i at replica k when meshstate's Hold says so; it
+// reports whether it did.
+func (r *run) hold(i, k int) bool {
+	rep := r.routers[k]
+	if !r.meshOn() || rep.lb == nil {
+		return false
+	}
+	d, last := rep.state.Hold(epoch.Add(r.now))
+	if d <= 0 {
+		return false
+	}
+	r.held = append(r.held, heldPick{i: i, k: k, last: last, until: r.now + d})
+	return true
+}
+
+// releaseHeld picks, in arrival order, every held request meshstate
+// releases now.
+func (r *run) releaseHeld() {
+	now := epoch.Add(r.now)
+	var due []heldPick
+	r.held = slices.DeleteFunc(r.held, func(h heldPick) bool {
+		if r.now >= h.until || r.routers[h.k].state.Released(h.last, now) {
+			due = append(due, h)
+			return true
+		}
+		return false
+	})
+	for _, h := range due {
+		r.route(h.i, h.k)
 	}
 }
 

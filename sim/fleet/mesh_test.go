@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func TestPeerLoadsArriveAfterTheGossipDelay(t *testing.T) {
 	ms := time.Millisecond
 	pub := func(at time.Duration, k int, inflight, prefill uint64) {
 		r.now = at
-		gossip{r: r, k: k}.Publish([]meshstate.EngineLoad{{Engine: "engine-0", Inflight: inflight, Prefill: prefill}})
+		gossip{r: r, k: k}.Publish([]meshstate.EngineLoad{{Engine: "engine-0", Inflight: inflight, Prefill: prefill}}, time.Time{})
 	}
 	pub(0, 0, 5, 5000)
 	pub(100*ms, 1, 1, 700)
@@ -144,4 +145,72 @@ func (importRecorder) Observe(int, *strategies.RouteContext)               {}
 func (i importRecorder) ObservePrefixRemote(target int, _ string)          { *i.got = append(*i.got, target) }
 func (importRecorder) PickEligible(*strategies.RouteContext, []uint64, strategies.Eligible) (int, bool) {
 	return 0, true
+}
+
+// Requests of one instant spread over the replicas: a replica's second
+// request waits (meshstate's Hold) until the other replica's pick of that
+// instant has reached it (its publication PublishGap later, PeerDelay on
+// the way), then goes at once; never longer than MaxHold. A replica alone
+// never holds, and neither does one whose last pick is older than MaxHold.
+func TestReplicasHoldASecondPickForThePeersPicks(t *testing.T) {
+	ms := time.Millisecond
+	w := mustPrepare(t, []Request{
+		{At: 0, Tokens: seqTokens(0, 64), MaxTokens: 1},
+		{At: 0, Tokens: seqTokens(100, 164), MaxTokens: 1},
+		{At: 0, Tokens: seqTokens(200, 264), MaxTokens: 1},
+		{At: 0, Tokens: seqTokens(300, 364), MaxTokens: 1},
+		{At: time.Second, Tokens: seqTokens(400, 464), MaxTokens: 1},
+	})
+	picked := func(routers int, peer time.Duration) []time.Duration {
+		r, err := simulate(t.Context(), Config{Strategy: "precise_cache_aware", Engines: 4, Routers: routers,
+			Arrival: RoundRobinArrival, PeerDelay: peer, Seed: 1}, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var at []time.Duration
+		for i := range r.flights {
+			at = append(at, r.flights[i].at-r.arrived[i])
+		}
+		return at
+	}
+	// Replica 0 gets requests 0, 2 and 4; replica 1 gets 1 and 3.
+	news := meshstate.PublishGap + ms
+	tests := []struct {
+		routers int
+		peer    time.Duration
+		want    []time.Duration
+		why     string
+	}{
+		{1, ms, []time.Duration{0, 0, 0, 0, 0}, "alone"},
+		{2, ms, []time.Duration{0, 0, news, news, 0}, "released by the peer's publication"},
+		{2, time.Second, []time.Duration{0, 0, meshstate.MaxHold, meshstate.MaxHold, 0}, "the peer's news is late: MaxHold"},
+	}
+	for _, tc := range tests {
+		if got := picked(tc.routers, tc.peer); !slices.Equal(got, tc.want) {
+			t.Errorf("%s (R=%d, peer delay %v): waited %v, want %v", tc.why, tc.routers, tc.peer, got, tc.want)
+		}
+	}
+}
+
+// The replicas run meshstate's publish rule, not a copy: a pick goes out
+// PublishGap after it happened, so a peer sees it PublishGap + PeerDelay
+// later.
+func TestReplicasPublishAPickPublishGapLater(t *testing.T) {
+	w := mustPrepare(t, []Request{{At: 0, Tokens: seqTokens(0, 64), MaxTokens: 4000},
+		{At: time.Second, Tokens: seqTokens(0, 64), MaxTokens: 1}})
+	r, err := simulate(t.Context(), Config{Strategy: "precise_cache_aware", Engines: 2, Routers: 2,
+		Arrival: RoundRobinArrival, PeerDelay: time.Millisecond, Seed: 1}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first time.Duration = -1
+	for _, p := range r.routers[0].pubs {
+		if slices.ContainsFunc(p.inflight, func(n uint64) bool { return n > 0 }) {
+			first = p.at
+			break
+		}
+	}
+	if first != meshstate.PublishGap {
+		t.Errorf("replica 0's pick at 0 first published at %v, want PublishGap (%v)", first, meshstate.PublishGap)
+	}
 }
