@@ -28,14 +28,22 @@ type StatusView interface {
 	EngineStatus(apiBase string) (waiting uint64, kvUsage float64, ok bool)
 }
 
+// WaitingView is an optional capability of an EngineView, checked by type
+// assertion: the other routers' admission waiters by band for a pool whose
+// targets have these api_bases (meshstate.State.PoolWaiting). Same
+// contract as Load.
+type WaitingView interface {
+	PoolWaiting(apiBases []string) [admission.NumBands]uint64
+}
+
 // poolGate is one pool's gate and the pool it last saw: the probe reads
 // the targets of the pool the latest request resolved to.
 type poolGate struct {
 	key  string
 	gate *admission.Gate
 	pool atomic.Pointer[pool]
-	cfg  atomic.Pointer[config.Config] // the config the gate was last set from
-	th   atomic.Pointer[admission.Thresholds]
+	cfg  atomic.Pointer[config.Config]    // the config the gate was last set from
+	ac   atomic.Pointer[admission.Config] // the gate's config: thresholds and bands' fills
 }
 
 // admissionConfig turns the [admission] section into the package's Config.
@@ -58,7 +66,7 @@ func (s *Server) gateFor(p *pool, sn *snapshot) *poolGate {
 		pg := &poolGate{key: p.key}
 		pg.pool.Store(p)
 		cfg := admissionConfig(sn.cfg.Admission)
-		pg.th.Store(&cfg.Thresholds)
+		pg.ac.Store(&cfg)
 		pg.cfg.Store(sn.cfg)
 		pg.gate = admission.NewGate(cfg, func() admission.Probe { return s.admissionProbe(pg) },
 			admission.GateOptions{Now: s.clock.Now, Observer: s.admissionMetrics.observer(p.key)})
@@ -70,7 +78,7 @@ func (s *Server) gateFor(p *pool, sn *snapshot) *poolGate {
 	}
 	if pg.cfg.Load() != sn.cfg {
 		cfg := admissionConfig(sn.cfg.Admission)
-		pg.th.Store(&cfg.Thresholds)
+		pg.ac.Store(&cfg)
 		pg.cfg.Store(sn.cfg)
 		pg.gate.SetConfig(cfg)
 	}
@@ -100,27 +108,60 @@ func (s *Server) engineState(t *target) admission.Engine {
 	return e
 }
 
-// admissionProbe sums the headroom of pg's eligible targets (healthy, breaker not
-// open, not parked): 0 when every one is saturated or none is live.
+// admissionProbe sums, per band, the headroom of pg's eligible targets
+// (healthy, breaker not open, not parked) under the band's thresholds: 0
+// when every one is saturated for the band or none is live. Peers are the
+// other routers' waiters for the pool, when the mesh carries them.
 func (s *Server) admissionProbe(pg *poolGate) admission.Probe {
-	p, th := pg.pool.Load(), *pg.th.Load()
+	p, ac := pg.pool.Load(), pg.ac.Load()
 	now := s.clock.Now()
-	room := 0
+	var pr admission.Probe
 	for i := range p.targets {
 		t := &p.targets[i]
 		if t.unavailable(now, "") != "" {
 			continue
 		}
-		room += th.Headroom(s.engineState(t))
+		e := s.engineState(t)
+		for b := range pr.Headroom {
+			pr.Headroom[b] += ac.For(admission.Band(b)).Headroom(e)
+		}
 	}
-	return admission.Probe{Headroom: room}
+	if wv, ok := s.engine.(WaitingView); ok {
+		for b, n := range wv.PoolWaiting(p.bases) {
+			pr.Peers[b] = int(min(n, 1<<30))
+		}
+	}
+	return pr
+}
+
+// roomy narrows a pick's eligibility to the targets with room for the
+// band the gate admitted the request under (admission.Config.Room), so a
+// released request goes to an engine that freed rather than to one the
+// strategy favours that is still full. When no eligible target has room
+// (the room went between release and pick) it leaves eligible as it is.
+func (a *attempt) roomy(eligible func(int) bool) func(int) bool {
+	if a.gate == nil {
+		return eligible
+	}
+	p, ac := a.res.pool, a.gate.ac.Load()
+	room := a.roomBuf[:0:len(a.roomBuf)]
+	some := false
+	for i := range p.targets {
+		ok := eligible(i) && ac.Room(a.admitAs, a.s.engineState(&p.targets[i]))
+		room = append(room, ok)
+		some = some || ok
+	}
+	if !some {
+		return eligible
+	}
+	return func(i int) bool { return room[i] }
 }
 
 // poolSaturation is the pool's mean engine utilization over its live
 // targets (1 = at a threshold; see Thresholds.Utilization) and whether
 // the pool is saturated (no live target has headroom).
 func (s *Server) poolSaturation(pg *poolGate) (util float64, saturated bool) {
-	p, th := pg.pool.Load(), *pg.th.Load()
+	p, th := pg.pool.Load(), pg.ac.Load().Thresholds
 	now := s.clock.Now()
 	live, room := 0, 0
 	for i := range p.targets {
@@ -150,7 +191,8 @@ func (a *attempt) admit() int {
 	pg := a.s.gateFor(a.res.pool, a.sn)
 	a.gate = pg
 	band, flow := a.band()
-	o, waited := pg.gate.Admit(a.r.Context(), band, flow, a.rc.PromptTokens)
+	o, waited, as := pg.gate.Admit(a.r.Context(), band, flow, a.rc.PromptTokens)
+	a.admitAs = as
 	switch o {
 	case admission.Admitted:
 		return 0
@@ -183,8 +225,9 @@ func (a *attempt) unanswered() (code int, again bool) {
 	}
 	ctx, cancel := context.WithTimeout(a.r.Context(), left)
 	defer cancel()
-	switch o, waited := a.gate.gate.Admit(ctx, band, flow, a.rc.PromptTokens); {
+	switch o, waited, as := a.gate.gate.Admit(ctx, band, flow, a.rc.PromptTokens); {
 	case o == admission.Admitted:
+		a.admitAs = as
 		clear(a.tried)
 		a.lastErr = nil
 		return 0, true
@@ -283,7 +326,7 @@ func (m *admissionMetrics) Collect(ch chan<- prometheus.Metric) {
 		util, sat := m.s.poolSaturation(pg)
 		ch <- prometheus.MustNewConstMetric(poolSaturationDesc, prometheus.GaugeValue, util, pg.key)
 		ch <- prometheus.MustNewConstMetric(poolSaturatedDesc, prometheus.GaugeValue, b2f(sat), pg.key)
-		th := *pg.th.Load()
+		th := pg.ac.Load().Thresholds
 		p := pg.pool.Load()
 		for i := range p.targets {
 			t := &p.targets[i]
@@ -350,7 +393,7 @@ func (s *Server) AdmissionState() (queues map[string][admission.NumBands]int, sa
 			d[b] = pg.gate.Depth(b)
 		}
 		queues[k.(string)] = d
-		th := *pg.th.Load()
+		th := pg.ac.Load().Thresholds
 		p := pg.pool.Load()
 		for i := range p.targets {
 			t := &p.targets[i]

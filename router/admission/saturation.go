@@ -43,6 +43,27 @@ func (t Thresholds) Enabled() bool {
 	return t.MaxLoad > 0 || t.MaxWaiting > 0 || t.MaxKVUsage > 0 || t.MaxQueuedPrefill > 0
 }
 
+// Scaled returns t with its count and prefill thresholds times f (f ≤ 0
+// or ≥ 1: t unchanged). A scaled threshold stays at least 1, so a band
+// with a small fill is still admitted to an idle engine. MaxKVUsage is
+// kept: KV cache is a hard limit every band shares (past it the engine
+// preempts, whoever is waiting).
+func (t Thresholds) Scaled(f float64) Thresholds {
+	if f <= 0 || f >= 1 {
+		return t
+	}
+	scale := func(v uint64) uint64 {
+		if v == 0 {
+			return 0
+		}
+		return max(uint64(math.Round(float64(v)*f)), 1)
+	}
+	t.MaxLoad = scale(t.MaxLoad)
+	t.MaxWaiting = scale(t.MaxWaiting)
+	t.MaxQueuedPrefill = scale(t.MaxQueuedPrefill)
+	return t
+}
+
 // Saturated reports whether e has reached a threshold.
 func (t Thresholds) Saturated(e Engine) bool { return t.Headroom(e) == 0 }
 
