@@ -53,8 +53,12 @@ func admissionConfig(a config.Admission) admission.Config {
 			MaxQueuedPrefill: a.MaxQueuedPrefillTokens},
 		PromoteAfter: a.PromoteAfter.Duration, PromoteEvery: a.PromoteEvery, Quantum: a.QuantumTokens,
 	}
+	def := admission.DefaultConfig()
 	for i, b := range a.Bands() {
-		c.Bands[i] = admission.BandLimits{MaxQueue: b.MaxQueue, TTL: b.TTL.Duration}
+		c.Bands[i] = admission.BandLimits{MaxQueue: b.MaxQueue, TTL: b.TTL.Duration, Fill: b.Fill}
+		if b.Fill <= 0 {
+			c.Bands[i].Fill = def.Bands[i].Fill
+		}
 	}
 	return c
 }
@@ -375,6 +379,33 @@ func (o *poolObserver) Left(b admission.Band, out admission.Outcome, waited time
 
 // Depth implements admission.Observer.
 func (o *poolObserver) Depth(b admission.Band, n int) { o.depth[b].Set(float64(n)) }
+
+// admissionWaiting adds to loads, for every api_base of a pool with a
+// gate, the pool's waiters by band: what the other routers' releases
+// yield to (WaitingView). A base that serves several pools carries their
+// sum.
+func (s *Server) admissionWaiting(loads map[string]BaseLoad) {
+	s.gates.Range(func(_, v any) bool {
+		pg := v.(*poolGate)
+		var d [admission.NumBands]uint64
+		some := false
+		for b := range admission.Band(admission.NumBands) {
+			d[b] = uint64(pg.gate.Depth(b))
+			some = some || d[b] > 0
+		}
+		if !some {
+			return true
+		}
+		for _, base := range pg.pool.Load().bases {
+			l := loads[base]
+			for b, n := range d {
+				l.Waiting[b] += n
+			}
+			loads[base] = l
+		}
+		return true
+	})
+}
 
 // AdmissionState returns this router's admission queue depth per pool
 // and band and each engine's saturation (by target label) for the pools
