@@ -44,6 +44,9 @@ type poolGate struct {
 	pool atomic.Pointer[pool]
 	cfg  atomic.Pointer[config.Config]    // the config the gate was last set from
 	ac   atomic.Pointer[admission.Config] // the gate's config: thresholds and bands' fills
+	// waiting is the gate's waiters over every band (Spread's own), kept
+	// by gateObserver.
+	waiting atomic.Int64
 }
 
 // admissionConfig turns the [admission] section into the package's Config.
@@ -73,7 +76,7 @@ func (s *Server) gateFor(p *pool, sn *snapshot) *poolGate {
 		pg.ac.Store(&cfg)
 		pg.cfg.Store(sn.cfg)
 		pg.gate = admission.NewGate(cfg, func() admission.Probe { return s.admissionProbe(pg) },
-			admission.GateOptions{Now: s.clock.Now, Observer: s.admissionMetrics.observer(p.key)})
+			admission.GateOptions{Now: s.clock.Now, Observer: &gateObserver{pg: pg, next: s.admissionMetrics.observer(p.key)}})
 		v, _ = s.gates.LoadOrStore(p.key, pg)
 	}
 	pg := v.(*poolGate)
@@ -89,19 +92,23 @@ func (s *Server) gateFor(p *pool, sn *snapshot) *poolGate {
 	return pg
 }
 
-// engineState is what the router knows of target t's engine.
-func (s *Server) engineState(t *target) admission.Engine {
-	e := admission.Engine{Load: t.stats.InFlight(), QueuedPrefill: t.stats.QueuedPrefill()}
+// engineState is what the router knows of target t's engine, its own
+// counts scaled by spread (admission.Spread; 1: as they are) where that
+// estimates more than the other routers reported.
+func (s *Server) engineState(t *target, spread float64) admission.Engine {
+	own, prefill := t.stats.InFlight(), t.stats.QueuedPrefill()
+	var peers, peerPrefill uint64
+	e := admission.Engine{}
 	if s.engine != nil {
 		// The routers' in-flight counts when the mesh has them (fresh);
 		// else the view's fold (the router's own engine polls).
 		if iv, ok := s.engine.(InflightView); ok {
-			e.Load += iv.PeerInflight(t.provider.apiBase)
+			peers = iv.PeerInflight(t.provider.apiBase)
 		} else if q, ok := s.engine.Load(t.provider.apiBase); ok {
-			e.Load += q
+			peers = q
 		}
 		if pv, ok := s.engine.(PrefillView); ok {
-			e.QueuedPrefill += pv.PeerPrefill(t.provider.apiBase)
+			peerPrefill = pv.PeerPrefill(t.provider.apiBase)
 		}
 		if sv, ok := s.engine.(StatusView); ok {
 			if w, kv, ok := sv.EngineStatus(t.provider.apiBase); ok {
@@ -109,7 +116,28 @@ func (s *Server) engineState(t *target) admission.Engine {
 			}
 		}
 	}
+	e.Load = admission.Estimate(own, peers, spread)
+	e.QueuedPrefill = admission.Estimate(prefill, peerPrefill, spread)
 	return e
+}
+
+// peers returns the other routers' waiters for pg's pool by band, when
+// the mesh carries them, and the Spread factor they give this router.
+func (s *Server) peers(pg *poolGate) (w [admission.NumBands]int, spread float64) {
+	wv, ok := s.engine.(WaitingView)
+	if !ok {
+		return w, 1
+	}
+	total := 0
+	for b, n := range wv.PoolWaiting(pg.pool.Load().bases) {
+		w[b] = int(min(n, 1<<30))
+		total += w[b]
+	}
+	routers := 1
+	if mr, ok := s.engine.(MeshRank); ok {
+		routers, _ = mr.Routers()
+	}
+	return w, admission.Spread(int(pg.waiting.Load()), total, routers)
 }
 
 // admissionProbe sums, per band, the headroom of pg's eligible targets
@@ -120,19 +148,16 @@ func (s *Server) admissionProbe(pg *poolGate) admission.Probe {
 	p, ac := pg.pool.Load(), pg.ac.Load()
 	now := s.clock.Now()
 	var pr admission.Probe
+	var spread float64
+	pr.Peers, spread = s.peers(pg)
 	for i := range p.targets {
 		t := &p.targets[i]
 		if t.unavailable(now, "") != "" {
 			continue
 		}
-		e := s.engineState(t)
+		e := s.engineState(t, spread)
 		for b := range pr.Headroom {
 			pr.Headroom[b] += ac.For(admission.Band(b)).Headroom(e)
-		}
-	}
-	if wv, ok := s.engine.(WaitingView); ok {
-		for b, n := range wv.PoolWaiting(p.bases) {
-			pr.Peers[b] = int(min(n, 1<<30))
 		}
 	}
 	return pr
@@ -148,10 +173,11 @@ func (a *attempt) roomy(eligible func(int) bool) func(int) bool {
 		return eligible
 	}
 	p, ac := a.res.pool, a.gate.ac.Load()
+	_, spread := a.s.peers(a.gate)
 	room := a.roomBuf[:0:len(a.roomBuf)]
 	some := false
 	for i := range p.targets {
-		ok := eligible(i) && ac.Room(a.admitAs, a.s.engineState(&p.targets[i]))
+		ok := eligible(i) && ac.Room(a.admitAs, a.s.engineState(&p.targets[i], spread))
 		room = append(room, ok)
 		some = some || ok
 	}
@@ -173,7 +199,7 @@ func (s *Server) poolSaturation(pg *poolGate) (util float64, saturated bool) {
 		if t.unavailable(now, "") != "" {
 			continue
 		}
-		e := s.engineState(t)
+		e := s.engineState(t, 1)
 		util += th.Utilization(e)
 		room += th.Headroom(e)
 		live++
@@ -338,7 +364,7 @@ func (m *admissionMetrics) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			seen[t.label] = true
-			ch <- prometheus.MustNewConstMetric(engineSaturationDesc, prometheus.GaugeValue, th.Utilization(m.s.engineState(t)), t.label)
+			ch <- prometheus.MustNewConstMetric(engineSaturationDesc, prometheus.GaugeValue, th.Utilization(m.s.engineState(t, 1)), t.label)
 		}
 		return true
 	})
@@ -362,6 +388,30 @@ func (m *admissionMetrics) observer(key string) admission.Observer {
 		}
 	}
 	return o
+}
+
+// gateObserver keeps a pool gate's waiter count and forwards to its
+// metrics.
+type gateObserver struct {
+	pg    *poolGate
+	depth [admission.NumBands]int // under the gate's lock
+	next  admission.Observer
+}
+
+// Left implements admission.Observer.
+func (o *gateObserver) Left(b admission.Band, out admission.Outcome, waited time.Duration) {
+	o.next.Left(b, out, waited)
+}
+
+// Depth implements admission.Observer.
+func (o *gateObserver) Depth(b admission.Band, n int) {
+	o.depth[b] = n
+	total := 0
+	for _, d := range o.depth {
+		total += d
+	}
+	o.pg.waiting.Store(int64(total))
+	o.next.Depth(b, n)
 }
 
 // poolObserver holds one pool's series children, resolved once.
@@ -428,7 +478,7 @@ func (s *Server) AdmissionState() (queues map[string][admission.NumBands]int, sa
 		p := pg.pool.Load()
 		for i := range p.targets {
 			t := &p.targets[i]
-			saturation[t.label] = th.Utilization(s.engineState(t))
+			saturation[t.label] = th.Utilization(s.engineState(t, 1))
 		}
 		return true
 	})

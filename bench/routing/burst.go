@@ -36,6 +36,11 @@ type BurstRow struct {
 	// WaitP50/WaitP90 are the served requests' time in a router's queue.
 	WaitP50 float64 `json:"queue_wait_p50_ms"`
 	WaitP90 float64 `json:"queue_wait_p90_ms"`
+	// Admitted is how many requests admission let through, Overfull how
+	// many of them went to an engine that all routers' counts together
+	// showed saturated for their band already (a stampede's mark).
+	Admitted int `json:"admitted,omitempty"`
+	Overfull int `json:"overfull,omitempty"`
 }
 
 // BurstOptions configure RunBurst.
@@ -181,7 +186,7 @@ func RunBurst(ctx context.Context, o BurstOptions, out io.Writer) ([]BurstRow, e
 				Band:        admission.Band(b).String(), Requests: br.Requests, Served: br.Served, Rejected: br.Rejected,
 				Expired: br.Expired, Lost: br.Requests - br.Served - br.Rejected - br.Expired,
 				TTFTP50: msOf(br.TTFT.P50), TTFTP90: msOf(br.TTFT.P90), TTFTP99: msOf(br.TTFT.P99),
-				WaitP50: msOf(br.Wait.P50), WaitP90: msOf(br.Wait.P90)})
+				WaitP50: msOf(br.Wait.P50), WaitP90: msOf(br.Wait.P90), Admitted: br.Admitted, Overfull: br.Overfull})
 		}
 	}
 	printBurst(out, rows)
@@ -204,7 +209,7 @@ func printBurst(w io.Writer, rows []BurstRow) {
 		rows = rows[n:]
 		fmt.Fprintf(w, "%s, routers=%d\n", group[0].Strategy, group[0].Routers)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "load\tadmission\tband\trequests\tserved\trejected\texpired\tlost\tttft p50\tp90\tp99 ms\tqueued p50\tp90 ms\t")
+		fmt.Fprintln(tw, "load\tadmission\tband\trequests\tserved\trejected\texpired\tlost\tttft p50\tp90\tp99 ms\tqueued p50\tp90 ms\toverfull\t")
 		for _, r := range group {
 			on := "off"
 			if r.Admission {
@@ -213,8 +218,12 @@ func printBurst(w io.Writer, rows []BurstRow) {
 			if r.QueuesAlone {
 				on = "on, queues alone"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", r.Pattern, on, r.Band, r.Requests,
-				r.Served, r.Rejected, r.Expired, r.Lost, r.TTFTP50, r.TTFTP90, r.TTFTP99, r.WaitP50, r.WaitP90)
+			over := "-"
+			if r.Admitted > 0 {
+				over = fmt.Sprintf("%.1f%%", 100*float64(r.Overfull)/float64(r.Admitted))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", r.Pattern, on, r.Band, r.Requests,
+				r.Served, r.Rejected, r.Expired, r.Lost, r.TTFTP50, r.TTFTP90, r.TTFTP99, r.WaitP50, r.WaitP90, over)
 		}
 		tw.Flush()
 		find := func(pattern string, on bool, band string) BurstRow {

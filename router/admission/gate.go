@@ -137,10 +137,11 @@ func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outc
 	}
 	g.mu.Lock()
 	now := g.now()
+	p := g.probe()
 	// Requests admitted within the last tick count against the headroom:
 	// a burst arriving together must not all pass before any of them
 	// reached an engine and the router's counts.
-	if g.q.AdmitsNow(b, g.probe(), g.recentCount()) {
+	if g.q.AdmitsNow(b, p, g.recentCount()) {
 		g.recent++
 		g.left(b, Admitted, 0)
 		g.mu.Unlock()
@@ -148,7 +149,7 @@ func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outc
 	}
 	t := &ticket{done: make(chan struct{})}
 	w := &Waiter{Band: b, Flow: flow, Cost: cost, Value: t}
-	if err := g.q.Push(w, now); err != nil {
+	if err := g.q.PushAmong(w, now, p); err != nil {
 		g.left(b, RejectedFull, 0)
 		g.mu.Unlock()
 		return RejectedFull, 0, b

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// ErrFull is Push's answer when the waiter's band holds MaxQueue waiters.
+// ErrFull is Push's answer when the waiter's band holds MaxQueue waiters
+// (with the other routers' waiters of the band, when given).
 var ErrFull = errors.New("admission queue full")
 
 // Waiter is one queued request.
@@ -83,12 +84,18 @@ func (q *Queue) Total() int {
 }
 
 // Push queues w at now. It returns ErrFull when w's band is full.
-func (q *Queue) Push(w *Waiter, now time.Time) error {
+func (q *Queue) Push(w *Waiter, now time.Time) error { return q.PushAmong(w, now, Probe{}) }
+
+// PushAmong queues w at now, counting the other routers' waiters of w's
+// band (p.Peers) against the band's MaxQueue: the bound holds for the
+// pool across the routers, so more routers do not make a longer wait. It
+// returns ErrFull when the band is full.
+func (q *Queue) PushAmong(w *Waiter, now time.Time, p Probe) error {
 	if w.Band >= NumBands {
 		w.Band = Standard
 	}
 	bd := &q.bands[w.Band]
-	if bd.all.Len() >= q.cfg.Bands[w.Band].MaxQueue {
+	if bd.all.Len()+max(p.Peers[w.Band], 0) >= q.cfg.Bands[w.Band].MaxQueue {
 		return ErrFull
 	}
 	w.Arrived = now

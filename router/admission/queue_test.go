@@ -365,3 +365,52 @@ func TestReleaseYieldsToHigherBandsOnOtherRouters(t *testing.T) {
 		t.Fatalf("critical released %d with 12 sheddable waiting elsewhere, want all 4", n)
 	}
 }
+
+// The band's bound holds for the pool across routers: the other routers'
+// waiters of the band count against MaxQueue.
+func TestPushAmongCountsOtherRoutersWaiters(t *testing.T) {
+	c := testConfig()
+	c.Bands[Standard].MaxQueue = 3
+	q := NewQueue(c)
+	var p Probe
+	p.Peers[Standard], p.Peers[Critical] = 2, 50
+	if err := q.PushAmong(&Waiter{Band: Standard}, t0, p); err != nil {
+		t.Fatalf("first standard with 2 waiting elsewhere: %v", err)
+	}
+	if err := q.PushAmong(&Waiter{Band: Standard}, t0, p); !errors.Is(err, ErrFull) {
+		t.Fatalf("second standard with 2 waiting elsewhere and 1 here: %v, want ErrFull", err)
+	}
+	if err := q.PushAmong(&Waiter{Band: Sheddable}, t0, p); err != nil {
+		t.Fatalf("other bands' waiters elsewhere do not count: %v", err)
+	}
+}
+
+// A router scales its own counts on an engine by its peers' share of the
+// queued work, since their counts reach it late: alone, or with no peer
+// waiting, nothing changes.
+func TestSpreadAndEstimate(t *testing.T) {
+	cases := []struct {
+		own, peers, routers int
+		want                float64
+	}{
+		{5, 0, 8, 1},
+		{5, 10, 1, 1},
+		{5, 10, 8, 3},
+		{0, 10, 3, 3},  // capped at the router count
+		{1, 100, 8, 8}, // likewise
+	}
+	for _, c := range cases {
+		if got := Spread(c.own, c.peers, c.routers); got != c.want {
+			t.Errorf("Spread(%d, %d, %d) = %v, want %v", c.own, c.peers, c.routers, got, c.want)
+		}
+	}
+	if got := Estimate(300, 200, 1); got != 500 {
+		t.Errorf("Estimate without spread: %d, want own + peers", got)
+	}
+	if got := Estimate(300, 200, 3); got != 900 {
+		t.Errorf("Estimate with spread 3: %d, want 900", got)
+	}
+	if got := Estimate(100, 800, 3); got != 900 {
+		t.Errorf("Estimate when peers report more: %d, want own + peers", got)
+	}
+}

@@ -112,6 +112,28 @@ func (t Thresholds) Utilization(e Engine) float64 {
 	return u
 }
 
+// Spread is the factor by which a router scales its own count on an
+// engine (in-flight, queued prefill) to estimate what every router has
+// put there lately: (own + peers) / own over the waiters queued for the
+// pool, own counted at least 1, and at most routers. The other routers'
+// counts reach a router a gossip delay late; routers that all have
+// waiters release in proportion to them, so while this router added its
+// count the others have likely added theirs. 1 when no other router has
+// waiters (or the router is alone).
+func Spread(own, peers, routers int) float64 {
+	if peers <= 0 || routers <= 1 {
+		return 1
+	}
+	return min(float64(own+peers)/float64(max(own, 1)), float64(routers))
+}
+
+// Estimate is an engine count as a router estimates it from its own
+// count, the other routers' last reported and the Spread factor: the
+// larger of own + peers and own × spread.
+func Estimate(own, peers uint64, spread float64) uint64 {
+	return max(own+peers, uint64(float64(own)*spread))
+}
+
 func gap(limit, v uint64) uint64 {
 	if v >= limit {
 		return 0

@@ -39,7 +39,8 @@ type admitState struct {
 	queues []*admission.Queue // by replica
 	recent []int              // admissions this tick, by replica
 	as     []admission.Band   // by request: the band it was admitted under
-	next   time.Duration      // next tick
+	bands  [admission.NumBands]struct{ Admitted, Overfull int }
+	next   time.Duration // next tick
 }
 
 func (r *run) admissionOn() bool { return r.cfg.Admission != nil && !r.oracleOn }
@@ -60,26 +61,38 @@ func (r *run) initAdmission() {
 // engineView is engine e as replica k's admission sees it (as
 // router/admission.go builds it): its own in-flight and queued prefill
 // plus the other replicas' as gossiped.
-func (r *run) engineView(k, e int) admission.Engine {
+func (r *run) engineView(k, e int, spread float64) admission.Engine {
 	rep := r.routers[k]
 	key := r.keyOf[e]
-	return admission.Engine{Load: rep.stats[e].InFlight() + rep.state.PeerInflight(key),
-		QueuedPrefill: rep.stats[e].QueuedPrefill() + rep.state.PeerPrefill(key)}
+	return admission.Engine{Load: admission.Estimate(rep.stats[e].InFlight(), rep.state.PeerInflight(key), spread),
+		QueuedPrefill: admission.Estimate(rep.stats[e].QueuedPrefill(), rep.state.PeerPrefill(key), spread)}
+}
+
+// peers is the other replicas' waiters by band as replica k's mesh state
+// has them (none without the mesh), and the Spread factor they give.
+func (r *run) peers(k int) (w [admission.NumBands]int, spread float64) {
+	if !r.meshOn() {
+		return w, 1
+	}
+	total := 0
+	for b, n := range r.routers[k].state.PoolWaiting(r.keyOf) {
+		w[b] = int(n)
+		total += w[b]
+	}
+	live, _ := r.routers[k].state.Routers()
+	return w, admission.Spread(r.adm.queues[k].Total(), total, live)
 }
 
 // probe is replica k's admission probe now.
 func (r *run) probe(k int) admission.Probe {
 	var p admission.Probe
+	var spread float64
+	p.Peers, spread = r.peers(k)
 	cfg := r.cfg.Admission
 	for e := range r.engines {
-		en := r.engineView(k, e)
+		en := r.engineView(k, e, spread)
 		for b := range p.Headroom {
 			p.Headroom[b] += cfg.For(admission.Band(b)).Headroom(en)
-		}
-	}
-	if r.meshOn() {
-		for b, n := range r.routers[k].state.PoolWaiting(r.keyOf) {
-			p.Peers[b] = int(n)
 		}
 	}
 	return p
@@ -96,8 +109,9 @@ func (r *run) roomy(i, k int) strategies.Eligible {
 	rep := r.routers[k]
 	rep.room = rep.room[:0]
 	some := false
+	_, spread := r.peers(k)
 	for e := range r.engines {
-		ok := r.cfg.Admission.Room(as, r.engineView(k, e))
+		ok := r.cfg.Admission.Room(as, r.engineView(k, e, spread))
 		rep.room = append(rep.room, ok)
 		some = some || ok
 	}
@@ -118,15 +132,39 @@ func (r *run) arrive(i, k int) {
 	}
 	q := r.adm.queues[k]
 	p := &r.w.reqs[i]
-	if q.AdmitsNow(p.Band, r.probe(k), r.adm.recent[k]) {
+	pr := r.probe(k)
+	if q.AdmitsNow(p.Band, pr, r.adm.recent[k]) {
 		r.adm.recent[k]++
 		r.adm.as[i] = p.Band
-		r.route(i, k)
+		r.send(i, k)
 		return
 	}
-	if err := q.Push(&admission.Waiter{Band: p.Band, Cost: len(p.Tokens), Value: i}, epoch.Add(r.now)); err != nil {
+	if err := q.PushAmong(&admission.Waiter{Band: p.Band, Cost: len(p.Tokens), Value: i}, epoch.Add(r.now), pr); err != nil {
 		r.fates[i] = rejected
 		r.flights[i] = flight{router: k, at: r.now, first: -1, done: true}
+	}
+}
+
+// send routes admitted request i from replica k and counts it, overfull
+// when the engine it went to was saturated for its band by the counts of
+// every replica together (the truth no single replica sees), before it.
+func (r *run) send(i, k int) {
+	r.route(i, k)
+	f := &r.flights[i]
+	if f.done {
+		return
+	}
+	b := &r.adm.bands[r.w.reqs[i].Band]
+	b.Admitted++
+	var truth admission.Engine
+	for _, rep := range r.routers {
+		truth.Load += rep.stats[f.engine].InFlight()
+		truth.QueuedPrefill += rep.stats[f.engine].QueuedPrefill()
+	}
+	truth.Load--
+	truth.QueuedPrefill -= min(truth.QueuedPrefill, uint64(f.estUncached))
+	if !r.cfg.Admission.Room(r.adm.as[i], truth) {
+		b.Overfull++
 	}
 }
 
@@ -162,7 +200,7 @@ func (r *run) tick() {
 		a.recent[k] = q.Release(now, r.probe(k), 0, func(w *admission.Waiter, as admission.Band) {
 			i := w.Value.(int)
 			r.adm.as[i] = as
-			r.route(i, k)
+			r.send(i, k)
 		})
 	}
 }

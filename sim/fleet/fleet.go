@@ -103,6 +103,11 @@ type BandResult struct {
 	TTFT                                Percentiles
 	// Wait is the time the served requests spent in a router's queue.
 	Wait Percentiles
+	// Admitted counts the requests admission let through; Overfull those
+	// of them sent to an engine that every router's counts together
+	// showed already saturated for the band they were admitted under
+	// (what several routers sending into the same freed room causes).
+	Admitted, Overfull int
 }
 
 // Percentiles of a latency distribution.
