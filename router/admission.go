@@ -15,10 +15,13 @@ import (
 // Admission control (package admission; docs/admission.md). With
 // [admission] enabled, a request asks its pool's gate before the first
 // pick (attempt.admit) and kicks the gate when it ends: while the pool has
-// headroom and nobody waits it passes at once; otherwise it waits in this
-// router's queue for its band, and the route's strategy picks its target
-// when it is released. The gates live in the Server (they survive Apply),
-// one per pool key.
+// headroom for its band and nobody of its band or above waits it passes at
+// once; otherwise it waits in this router's queue for its band. Either way
+// the route's strategy picks its target among the engines with room for
+// the band it was admitted under (attempt.roomy). The gate's probe reads
+// the other routers' waiters through the mesh (WaitingView), and the
+// router publishes its own with its per-api_base loads (admissionWaiting).
+// The gates live in the Server (they survive Apply), one per pool key.
 
 // StatusView is an optional capability of an EngineView, checked by type
 // assertion: the engine's waiting queue and KV-cache usage as its sidecar
