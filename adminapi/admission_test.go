@@ -14,12 +14,15 @@ func TestAdmissionEndpoint(t *testing.T) {
 	m := newMesh(t)
 	api := m.apis[m.follower()]
 	admin := createToken(t, api, "ops-admin", "admin")
-	body := `{"enabled":true,"max_engine_load":24,"standard":{"max_queue":64,"ttl":"12s"}}`
+	body := `{"enabled":true,"max_engine_load":24,"standard":{"max_queue":64,"ttl":"12s"},"sheddable":{"fill":0.4}}`
 	if r := call(t, api, http.MethodPut, "/api/v1/admission", admin, body); r.code != http.StatusForbidden {
 		t.Fatalf("admin PUT: %d %s, want 403", r.code, r.raw)
 	}
 	if r := call(t, api, http.MethodPut, "/api/v1/admission", superToken, `{"max_kv_usage":1.5}`); r.code != http.StatusBadRequest {
 		t.Fatalf("max_kv_usage 1.5: %d %s, want 400", r.code, r.raw)
+	}
+	if r := call(t, api, http.MethodPut, "/api/v1/admission", superToken, `{"critical":{"fill":1.5}}`); r.code != http.StatusBadRequest {
+		t.Fatalf("critical fill 1.5: %d %s, want 400", r.code, r.raw)
 	}
 	r := call(t, api, http.MethodPut, "/api/v1/admission", superToken, body)
 	if r.code != http.StatusOK || r.body["enabled"] != true || r.body["managed_by"] != "api" {
@@ -29,7 +32,8 @@ func TestAdmissionEndpoint(t *testing.T) {
 		testwait.For(t, 5*time.Second, "the section on every router", func() bool {
 			a := m.c.Node(i).State().Admission
 			return a.Enabled && a.MaxEngineLoad == 24 && a.Standard.MaxQueue == 64 && a.Standard.TTL.Duration == 12*time.Second &&
-				a.Critical.MaxQueue == 256 // left out: the default
+				a.Sheddable.Fill == 0.4 && a.Standard.Fill == 0.75 && // left out: the default
+				a.Critical.MaxQueue == 256
 		})
 	}
 	audit := call(t, api, http.MethodGet, "/api/v1/audit?limit=1", superToken, "")

@@ -18,7 +18,7 @@ import (
 // admissionToPB converts the section to its wire form.
 func admissionToPB(a config.Admission) *raftstore.Admission {
 	band := func(b config.AdmissionBand) *raftstore.AdmissionBand {
-		return &raftstore.AdmissionBand{MaxQueue: int64(b.MaxQueue), TtlNanos: int64(b.TTL.Duration)}
+		return &raftstore.AdmissionBand{MaxQueue: int64(b.MaxQueue), TtlNanos: int64(b.TTL.Duration), Fill: b.Fill}
 	}
 	return &raftstore.Admission{Enabled: a.Enabled, MaxEngineLoad: a.MaxEngineLoad, MaxWaiting: a.MaxWaiting,
 		MaxKvUsage: a.MaxKVUsage, MaxQueuedPrefillTokens: a.MaxQueuedPrefillTokens,
@@ -30,7 +30,7 @@ func admissionToPB(a config.Admission) *raftstore.Admission {
 func admissionFromPB(p *raftstore.Admission) config.Admission {
 	d := func(n int64) config.Duration { return config.Duration{Duration: time.Duration(n)} }
 	band := func(b *raftstore.AdmissionBand) config.AdmissionBand {
-		return config.AdmissionBand{MaxQueue: int(b.GetMaxQueue()), TTL: d(b.GetTtlNanos())}
+		return config.AdmissionBand{MaxQueue: int(b.GetMaxQueue()), TTL: d(b.GetTtlNanos()), Fill: b.GetFill()}
 	}
 	return config.Admission{Enabled: p.GetEnabled(), MaxEngineLoad: p.GetMaxEngineLoad(), MaxWaiting: p.GetMaxWaiting(),
 		MaxKVUsage: p.GetMaxKvUsage(), MaxQueuedPrefillTokens: p.GetMaxQueuedPrefillTokens(),

@@ -24,7 +24,9 @@ type Admission struct {
 	// usage, in (0,1] (default 0.95; 0 disables).
 	MaxKVUsage float64 `toml:"max_kv_usage" json:"max_kv_usage"`
 	// MaxQueuedPrefillTokens saturates an engine with this many prompt
-	// tokens queued for prefill (default 0: disabled).
+	// tokens queued for prefill: this router's and the others' estimate
+	// of what is still waiting for a first token (default 1024; 0
+	// disables).
 	MaxQueuedPrefillTokens uint64 `toml:"max_queued_prefill_tokens" json:"max_queued_prefill_tokens"`
 	// PromoteAfter is the starvation guard: a waiter that has waited this
 	// long per band step leaves before the band above (default 5s; 0s
@@ -57,14 +59,21 @@ type AdmissionBand struct {
 	// TTL is the longest a request waits (default 15s; sheddable 10s);
 	// then it gets 503.
 	TTL Duration `toml:"ttl" json:"ttl"`
+	// Fill is the share of the engine thresholds (load, waiting, queued
+	// prefill) the band may fill, in (0, 1]: lower bands leave engines
+	// room for the bands above (default critical 1, standard 0.75,
+	// sheddable 0.5; 0 takes the band's default).
+	Fill float64 `toml:"fill" json:"fill"`
 }
 
 // DefaultAdmission returns the [admission] defaults.
 func DefaultAdmission() Admission {
-	band := func(ttl time.Duration) AdmissionBand { return AdmissionBand{MaxQueue: 256, TTL: d(ttl)} }
-	return Admission{MaxWaiting: 8, MaxKVUsage: 0.95, PromoteAfter: d(5 * time.Second), PromoteEvery: 4, QuantumTokens: 2048,
-		RetryAfter: d(time.Second), Critical: band(15 * time.Second), Standard: band(15 * time.Second),
-		Sheddable: band(10 * time.Second)}
+	band := func(ttl time.Duration, fill float64) AdmissionBand {
+		return AdmissionBand{MaxQueue: 256, TTL: d(ttl), Fill: fill}
+	}
+	return Admission{MaxWaiting: 8, MaxKVUsage: 0.95, MaxQueuedPrefillTokens: 1024, PromoteAfter: d(5 * time.Second), PromoteEvery: 4, QuantumTokens: 2048,
+		RetryAfter: d(time.Second), Critical: band(15*time.Second, 1), Standard: band(15*time.Second, 0.75),
+		Sheddable: band(10*time.Second, 0.5)}
 }
 
 // Bands returns the band tables lowest first (sheddable, standard,
@@ -96,6 +105,9 @@ func (a Admission) Check(add func(field, msg string)) {
 		}
 		if b.TTL.Duration <= 0 {
 			add(name+".ttl", "must be a positive duration")
+		}
+		if math.IsNaN(b.Fill) || b.Fill < 0 || b.Fill > 1 {
+			add(name+".fill", "must be in (0, 1] (0: the band's default)")
 		}
 	}
 }

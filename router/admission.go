@@ -15,10 +15,13 @@ import (
 // Admission control (package admission; docs/admission.md). With
 // [admission] enabled, a request asks its pool's gate before the first
 // pick (attempt.admit) and kicks the gate when it ends: while the pool has
-// headroom and nobody waits it passes at once; otherwise it waits in this
-// router's queue for its band, and the route's strategy picks its target
-// when it is released. The gates live in the Server (they survive Apply),
-// one per pool key.
+// headroom for its band and nobody of its band or above waits it passes at
+// once; otherwise it waits in this router's queue for its band. Either way
+// the route's strategy picks its target among the engines with room for
+// the band it was admitted under (attempt.roomy). The gate's probe reads
+// the other routers' waiters through the mesh (WaitingView), and the
+// router publishes its own with its per-api_base loads (admissionWaiting).
+// The gates live in the Server (they survive Apply), one per pool key.
 
 // StatusView is an optional capability of an EngineView, checked by type
 // assertion: the engine's waiting queue and KV-cache usage as its sidecar
@@ -28,14 +31,25 @@ type StatusView interface {
 	EngineStatus(apiBase string) (waiting uint64, kvUsage float64, ok bool)
 }
 
+// WaitingView is an optional capability of an EngineView, checked by type
+// assertion: the other routers' admission waiters by band for a pool whose
+// targets have these api_bases (meshstate.State.PoolWaiting). Same
+// contract as Load.
+type WaitingView interface {
+	PoolWaiting(apiBases []string) [admission.NumBands]uint64
+}
+
 // poolGate is one pool's gate and the pool it last saw: the probe reads
 // the targets of the pool the latest request resolved to.
 type poolGate struct {
 	key  string
 	gate *admission.Gate
 	pool atomic.Pointer[pool]
-	cfg  atomic.Pointer[config.Config] // the config the gate was last set from
-	th   atomic.Pointer[admission.Thresholds]
+	cfg  atomic.Pointer[config.Config]    // the config the gate was last set from
+	ac   atomic.Pointer[admission.Config] // the gate's config: thresholds and bands' fills
+	// waiting is the gate's waiters over every band (Spread's own), kept
+	// by gateObserver.
+	waiting atomic.Int64
 }
 
 // admissionConfig turns the [admission] section into the package's Config.
@@ -45,8 +59,12 @@ func admissionConfig(a config.Admission) admission.Config {
 			MaxQueuedPrefill: a.MaxQueuedPrefillTokens},
 		PromoteAfter: a.PromoteAfter.Duration, PromoteEvery: a.PromoteEvery, Quantum: a.QuantumTokens,
 	}
+	def := admission.DefaultConfig()
 	for i, b := range a.Bands() {
-		c.Bands[i] = admission.BandLimits{MaxQueue: b.MaxQueue, TTL: b.TTL.Duration}
+		c.Bands[i] = admission.BandLimits{MaxQueue: b.MaxQueue, TTL: b.TTL.Duration, Fill: b.Fill}
+		if b.Fill <= 0 {
+			c.Bands[i].Fill = def.Bands[i].Fill
+		}
 	}
 	return c
 }
@@ -58,10 +76,10 @@ func (s *Server) gateFor(p *pool, sn *snapshot) *poolGate {
 		pg := &poolGate{key: p.key}
 		pg.pool.Store(p)
 		cfg := admissionConfig(sn.cfg.Admission)
-		pg.th.Store(&cfg.Thresholds)
+		pg.ac.Store(&cfg)
 		pg.cfg.Store(sn.cfg)
 		pg.gate = admission.NewGate(cfg, func() admission.Probe { return s.admissionProbe(pg) },
-			admission.GateOptions{Now: s.clock.Now, Observer: s.admissionMetrics.observer(p.key)})
+			admission.GateOptions{Now: s.clock.Now, Observer: &gateObserver{pg: pg, next: s.admissionMetrics.observer(p.key)}})
 		v, _ = s.gates.LoadOrStore(p.key, pg)
 	}
 	pg := v.(*poolGate)
@@ -70,26 +88,30 @@ func (s *Server) gateFor(p *pool, sn *snapshot) *poolGate {
 	}
 	if pg.cfg.Load() != sn.cfg {
 		cfg := admissionConfig(sn.cfg.Admission)
-		pg.th.Store(&cfg.Thresholds)
+		pg.ac.Store(&cfg)
 		pg.cfg.Store(sn.cfg)
 		pg.gate.SetConfig(cfg)
 	}
 	return pg
 }
 
-// engineState is what the router knows of target t's engine.
-func (s *Server) engineState(t *target) admission.Engine {
-	e := admission.Engine{Load: t.stats.InFlight(), QueuedPrefill: t.stats.QueuedPrefill()}
+// engineState is what the router knows of target t's engine, its own
+// counts scaled by spread (admission.Spread; 1: as they are) where that
+// estimates more than the other routers reported.
+func (s *Server) engineState(t *target, spread float64) admission.Engine {
+	own, prefill := t.stats.InFlight(), t.stats.QueuedPrefill()
+	var peers, peerPrefill uint64
+	e := admission.Engine{}
 	if s.engine != nil {
 		// The routers' in-flight counts when the mesh has them (fresh);
 		// else the view's fold (the router's own engine polls).
 		if iv, ok := s.engine.(InflightView); ok {
-			e.Load += iv.PeerInflight(t.provider.apiBase)
+			peers = iv.PeerInflight(t.provider.apiBase)
 		} else if q, ok := s.engine.Load(t.provider.apiBase); ok {
-			e.Load += q
+			peers = q
 		}
 		if pv, ok := s.engine.(PrefillView); ok {
-			e.QueuedPrefill += pv.PeerPrefill(t.provider.apiBase)
+			peerPrefill = pv.PeerPrefill(t.provider.apiBase)
 		}
 		if sv, ok := s.engine.(StatusView); ok {
 			if w, kv, ok := sv.EngineStatus(t.provider.apiBase); ok {
@@ -97,30 +119,82 @@ func (s *Server) engineState(t *target) admission.Engine {
 			}
 		}
 	}
+	e.Load = admission.Estimate(own, peers, spread)
+	e.QueuedPrefill = admission.Estimate(prefill, peerPrefill, spread)
 	return e
 }
 
-// admissionProbe sums the headroom of pg's eligible targets (healthy, breaker not
-// open, not parked): 0 when every one is saturated or none is live.
+// peers returns the other routers' waiters for pg's pool by band, when
+// the mesh carries them, and the Spread factor they give this router.
+func (s *Server) peers(pg *poolGate) (w [admission.NumBands]int, spread float64) {
+	wv, ok := s.engine.(WaitingView)
+	if !ok {
+		return w, 1
+	}
+	total := 0
+	for b, n := range wv.PoolWaiting(pg.pool.Load().bases) {
+		w[b] = int(min(n, 1<<30))
+		total += w[b]
+	}
+	routers := 1
+	if mr, ok := s.engine.(MeshRank); ok {
+		routers, _ = mr.Routers()
+	}
+	return w, admission.Spread(int(pg.waiting.Load()), total, routers)
+}
+
+// admissionProbe sums, per band, the headroom of pg's eligible targets
+// (healthy, breaker not open, not parked) under the band's thresholds: 0
+// when every one is saturated for the band or none is live. Peers are the
+// other routers' waiters for the pool, when the mesh carries them.
 func (s *Server) admissionProbe(pg *poolGate) admission.Probe {
-	p, th := pg.pool.Load(), *pg.th.Load()
+	p, ac := pg.pool.Load(), pg.ac.Load()
 	now := s.clock.Now()
-	room := 0
+	var pr admission.Probe
+	var spread float64
+	pr.Peers, spread = s.peers(pg)
 	for i := range p.targets {
 		t := &p.targets[i]
 		if t.unavailable(now, "") != "" {
 			continue
 		}
-		room += th.Headroom(s.engineState(t))
+		e := s.engineState(t, spread)
+		for b := range pr.Headroom {
+			pr.Headroom[b] += ac.For(admission.Band(b)).Headroom(e)
+		}
 	}
-	return admission.Probe{Headroom: room}
+	return pr
+}
+
+// roomy narrows a pick's eligibility to the targets with room for the
+// band the gate admitted the request under (admission.Config.Room), so a
+// released request goes to an engine that freed rather than to one the
+// strategy favours that is still full. When no eligible target has room
+// (the room went between release and pick) it leaves eligible as it is.
+func (a *attempt) roomy(eligible func(int) bool) func(int) bool {
+	if a.gate == nil {
+		return eligible
+	}
+	p, ac := a.res.pool, a.gate.ac.Load()
+	_, spread := a.s.peers(a.gate)
+	room := a.roomBuf[:0:len(a.roomBuf)]
+	some := false
+	for i := range p.targets {
+		ok := eligible(i) && ac.Room(a.admitAs, a.s.engineState(&p.targets[i], spread))
+		room = append(room, ok)
+		some = some || ok
+	}
+	if !some {
+		return eligible
+	}
+	return func(i int) bool { return room[i] }
 }
 
 // poolSaturation is the pool's mean engine utilization over its live
 // targets (1 = at a threshold; see Thresholds.Utilization) and whether
 // the pool is saturated (no live target has headroom).
 func (s *Server) poolSaturation(pg *poolGate) (util float64, saturated bool) {
-	p, th := pg.pool.Load(), *pg.th.Load()
+	p, th := pg.pool.Load(), pg.ac.Load().Thresholds
 	now := s.clock.Now()
 	live, room := 0, 0
 	for i := range p.targets {
@@ -128,7 +202,7 @@ func (s *Server) poolSaturation(pg *poolGate) (util float64, saturated bool) {
 		if t.unavailable(now, "") != "" {
 			continue
 		}
-		e := s.engineState(t)
+		e := s.engineState(t, 1)
 		util += th.Utilization(e)
 		room += th.Headroom(e)
 		live++
@@ -150,7 +224,8 @@ func (a *attempt) admit() int {
 	pg := a.s.gateFor(a.res.pool, a.sn)
 	a.gate = pg
 	band, flow := a.band()
-	o, waited := pg.gate.Admit(a.r.Context(), band, flow, a.rc.PromptTokens)
+	o, waited, as := pg.gate.Admit(a.r.Context(), band, flow, a.rc.PromptTokens)
+	a.admitAs = as
 	switch o {
 	case admission.Admitted:
 		return 0
@@ -183,8 +258,9 @@ func (a *attempt) unanswered() (code int, again bool) {
 	}
 	ctx, cancel := context.WithTimeout(a.r.Context(), left)
 	defer cancel()
-	switch o, waited := a.gate.gate.Admit(ctx, band, flow, a.rc.PromptTokens); {
+	switch o, waited, as := a.gate.gate.Admit(ctx, band, flow, a.rc.PromptTokens); {
 	case o == admission.Admitted:
+		a.admitAs = as
 		clear(a.tried)
 		a.lastErr = nil
 		return 0, true
@@ -283,7 +359,7 @@ func (m *admissionMetrics) Collect(ch chan<- prometheus.Metric) {
 		util, sat := m.s.poolSaturation(pg)
 		ch <- prometheus.MustNewConstMetric(poolSaturationDesc, prometheus.GaugeValue, util, pg.key)
 		ch <- prometheus.MustNewConstMetric(poolSaturatedDesc, prometheus.GaugeValue, b2f(sat), pg.key)
-		th := *pg.th.Load()
+		th := pg.ac.Load().Thresholds
 		p := pg.pool.Load()
 		for i := range p.targets {
 			t := &p.targets[i]
@@ -291,7 +367,7 @@ func (m *admissionMetrics) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			seen[t.label] = true
-			ch <- prometheus.MustNewConstMetric(engineSaturationDesc, prometheus.GaugeValue, th.Utilization(m.s.engineState(t)), t.label)
+			ch <- prometheus.MustNewConstMetric(engineSaturationDesc, prometheus.GaugeValue, th.Utilization(m.s.engineState(t, 1)), t.label)
 		}
 		return true
 	})
@@ -317,6 +393,30 @@ func (m *admissionMetrics) observer(key string) admission.Observer {
 	return o
 }
 
+// gateObserver keeps a pool gate's waiter count and forwards to its
+// metrics.
+type gateObserver struct {
+	pg    *poolGate
+	depth [admission.NumBands]int // under the gate's lock
+	next  admission.Observer
+}
+
+// Left implements admission.Observer.
+func (o *gateObserver) Left(b admission.Band, out admission.Outcome, waited time.Duration) {
+	o.next.Left(b, out, waited)
+}
+
+// Depth implements admission.Observer.
+func (o *gateObserver) Depth(b admission.Band, n int) {
+	o.depth[b] = n
+	total := 0
+	for _, d := range o.depth {
+		total += d
+	}
+	o.pg.waiting.Store(int64(total))
+	o.next.Depth(b, n)
+}
+
 // poolObserver holds one pool's series children, resolved once.
 type poolObserver struct {
 	depth   [admission.NumBands]prometheus.Gauge
@@ -332,6 +432,33 @@ func (o *poolObserver) Left(b admission.Band, out admission.Outcome, waited time
 
 // Depth implements admission.Observer.
 func (o *poolObserver) Depth(b admission.Band, n int) { o.depth[b].Set(float64(n)) }
+
+// admissionWaiting adds to loads, for every api_base of a pool with a
+// gate, the pool's waiters by band: what the other routers' releases
+// yield to (WaitingView). A base that serves several pools carries their
+// sum.
+func (s *Server) admissionWaiting(loads map[string]BaseLoad) {
+	s.gates.Range(func(_, v any) bool {
+		pg := v.(*poolGate)
+		var d [admission.NumBands]uint64
+		some := false
+		for b := range admission.Band(admission.NumBands) {
+			d[b] = uint64(pg.gate.Depth(b))
+			some = some || d[b] > 0
+		}
+		if !some {
+			return true
+		}
+		for _, base := range pg.pool.Load().bases {
+			l := loads[base]
+			for b, n := range d {
+				l.Waiting[b] += n
+			}
+			loads[base] = l
+		}
+		return true
+	})
+}
 
 // AdmissionState returns this router's admission queue depth per pool
 // and band and each engine's saturation (by target label) for the pools
@@ -350,11 +477,11 @@ func (s *Server) AdmissionState() (queues map[string][admission.NumBands]int, sa
 			d[b] = pg.gate.Depth(b)
 		}
 		queues[k.(string)] = d
-		th := *pg.th.Load()
+		th := pg.ac.Load().Thresholds
 		p := pg.pool.Load()
 		for i := range p.targets {
 			t := &p.targets[i]
-			saturation[t.label] = th.Utilization(s.engineState(t))
+			saturation[t.label] = th.Utilization(s.engineState(t, 1))
 		}
 		return true
 	})

@@ -312,3 +312,91 @@ func TestAdmissionStateReportsQueueAndSaturation(t *testing.T) {
 		<-out
 	}
 }
+
+// A lower band fills the engines only up to its share of the thresholds,
+// so a critical request arriving while sheddable ones wait goes to the
+// engine at once, ahead of them.
+func TestAdmissionCriticalPassesWaitingLowerBands(t *testing.T) {
+	eng := newGatedEngine(t)
+	h := newHarness(t, providers("e1", eng.URL)+`
+[[routes]]
+model = "m"
+strategy = "power_of_two"
+targets = [{ provider = "e1", model = "m" }]
+
+[admission]
+enabled = true
+max_engine_load = 4
+[admission.sheddable]
+fill = 0.5
+`, nil)
+	out := make(chan reply, 8)
+	ctx := t.Context()
+	h.send(ctx, "shed-1", "sheddable", out)
+	h.send(ctx, "shed-2", "sheddable", out)
+	testwait.For(t, 5*time.Second, "two sheddable on the engine", func() bool { return len(eng.order()) == 2 })
+	// The engine holds 2 of 4: full for sheddable (fill 0.5), not for
+	// critical.
+	h.send(ctx, "shed-3", "sheddable", out)
+	testwait.For(t, 5*time.Second, "shed-3 queued", func() bool { return h.queueDepth("sheddable") == 1 })
+	h.send(ctx, "crit-1", "critical", out)
+	testwait.For(t, 5*time.Second, "crit-1 on the engine", func() bool { return len(eng.order()) == 3 })
+	if got := strings.Join(eng.order(), " "); got != "shed-1 shed-2 crit-1" {
+		t.Fatalf("engine saw %q, want the critical request ahead of the waiting sheddable one", got)
+	}
+	if d := h.queueDepth("sheddable"); d != 1 {
+		t.Fatalf("sheddable queue %v, want shed-3 still waiting", d)
+	}
+	if n := h.admissions("critical", "admitted"); n != 1 {
+		t.Fatalf("critical admitted %v, want 1", n)
+	}
+	for range 4 {
+		eng.release <- struct{}{}
+		if r := <-out; r.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", r.label, r.status, r.body)
+		}
+	}
+}
+
+// A request the gate admits goes to an engine with room, even when the
+// route's strategy would pick a full one.
+func TestAdmissionPickKeepsToEnginesWithRoom(t *testing.T) {
+	a, b := newGatedEngine(t), newGatedEngine(t)
+	h := newHarness(t, providers("a", a.URL, "b", b.URL)+`
+[[routes]]
+model = "m"
+strategy = "round_robin"
+targets = [{ provider = "a", model = "m" }, { provider = "b", model = "m" }]
+
+[admission]
+enabled = true
+max_engine_load = 1
+max_queued_prefill_tokens = 0
+`, nil)
+	out := make(chan reply, 8)
+	ctx := t.Context()
+	h.send(ctx, "r1", "critical", out)
+	testwait.For(t, 5*time.Second, "r1 on an engine", func() bool { return len(a.order())+len(b.order()) == 1 })
+	full, free := a, b
+	if len(b.order()) == 1 {
+		full, free = b, a
+	}
+	// Round-robin's next turn is the free engine; take it, then free it.
+	h.send(ctx, "r2", "critical", out)
+	testwait.For(t, 5*time.Second, "r2 on the other engine", func() bool { return len(free.order()) == 1 })
+	free.release <- struct{}{}
+	if r := <-out; r.label != "r2" || r.status != http.StatusOK {
+		t.Fatalf("%s: %d", r.label, r.status)
+	}
+	// Round-robin's turn is the full engine now; admission sends r3 to
+	// the one with room.
+	h.send(ctx, "r3", "critical", out)
+	testwait.For(t, 5*time.Second, "r3 on an engine", func() bool { return len(a.order())+len(b.order()) == 3 })
+	if got := full.order(); len(got) != 1 {
+		t.Fatalf("the full engine saw %v, want r1 alone", got)
+	}
+	full.release <- struct{}{}
+	free.release <- struct{}{}
+	<-out
+	<-out
+}

@@ -93,6 +93,9 @@ type PickHold interface {
 type BaseLoad struct {
 	Inflight uint64 // attempts in flight
 	Prefill  uint64 // their prompt tokens still waiting for a first token
+	// Waiting is the admission waiters by band for the pools the api_base
+	// serves (admission.go, admissionWaiting).
+	Waiting [3]uint64
 }
 
 // LoadsByBase returns this router's in-flight attempts and queued prefill
@@ -108,6 +111,7 @@ func (s *Server) LoadsByBase() map[string]BaseLoad {
 		l.Prefill += t.stats.QueuedPrefill()
 		out[t.provider.apiBase] = l
 	})
+	s.admissionWaiting(out)
 	return out
 }
 

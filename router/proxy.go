@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -182,6 +183,7 @@ type attempt struct {
 	ctl       *http.ResponseController // nil: relay makes one
 	sp        *splice                  // nil unless a broken stream may be resumed (resume.go)
 	gate      *poolGate                // nil unless [admission] is on (admission.go)
+	admitAs   admission.Band           // the band the gate admitted the request under (roomy)
 	obs       reqObs                   // request id, spans, log line (trace.go)
 	// attempts, firstByte and tail feed the route stats (routestats.go).
 	attempts  int
@@ -192,6 +194,7 @@ type attempt struct {
 	reqv      request
 	rcv       strategies.RouteContext
 	triedBuf  [16]bool
+	roomBuf   [16]bool // behind roomy's mask (admission.go)
 	loadBuf   [16]uint64
 	queuedBuf [16]uint64
 }
@@ -360,6 +363,7 @@ func (a *attempt) pick(retry bool) (int, bool) {
 	eligible := func(i int) bool {
 		return !a.tried[i] && a.key.allowsProvider(p.targets[i].provider.name) && p.targets[i].unavailable(now, a.res.requested) == ""
 	}
+	eligible = a.roomy(eligible)
 	a.rc.Retry = retry
 	for range p.targets {
 		idx, ok := a.pickTarget(eligible)

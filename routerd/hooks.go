@@ -26,6 +26,7 @@ var (
 	_ router.SourceFactory  = (*meshHooks)(nil)
 	_ router.Learner        = (*meshHooks)(nil)
 	_ router.PickHold       = (*meshHooks)(nil)
+	_ router.WaitingView    = (*meshHooks)(nil)
 )
 
 // meshHooks connects one router's data plane to the gossip view: it is
@@ -65,6 +66,9 @@ func (m *meshHooks) PeerInflight(apiBase string) uint64 { return m.state.PeerInf
 
 // PeerPrefill implements router.PrefillView.
 func (m *meshHooks) PeerPrefill(apiBase string) uint64 { return m.state.PeerPrefill(apiBase) }
+
+// PoolWaiting implements router.WaitingView.
+func (m *meshHooks) PoolWaiting(apiBases []string) [3]uint64 { return m.state.PoolWaiting(apiBases) }
 
 // Routers implements router.MeshRank.
 func (m *meshHooks) Routers() (live, rank int) { return m.state.Routers() }
@@ -119,6 +123,9 @@ func (m *meshHooks) publish(ctx context.Context, loads func() map[string]router.
 			}
 			out[i].Inflight += l.Inflight
 			out[i].Prefill += l.Prefill
+			for b, n := range l.Waiting {
+				out[i].Waiting[b] += n
+			}
 		}
 		slices.SortFunc(out, func(a, b meshstate.EngineLoad) int { return strings.Compare(a.Engine, b.Engine) })
 		return out
@@ -156,7 +163,7 @@ func (t viewTransport) Share(r meshstate.Record) {
 func (t viewTransport) Publish(loads []meshstate.EngineLoad, changed time.Time) {
 	m := make(map[string]mesh.Load, len(loads))
 	for _, l := range loads {
-		m[l.Engine] = mesh.Load{Inflight: l.Inflight, Prefill: l.Prefill}
+		m[l.Engine] = mesh.Load{Inflight: l.Inflight, Prefill: l.Prefill, Waiting: l.Waiting}
 	}
 	t.node.PublishLoads(m, changed)
 }
@@ -185,7 +192,8 @@ func (t viewTransport) Engine(key string) (meshstate.Remote, bool) {
 	if !ok {
 		return meshstate.Remote{}, false
 	}
-	out := meshstate.Remote{Queue: r.Queue, QueueOK: r.QueueOK, Inflight: r.Inflight, Prefill: r.Prefill, PeersOK: r.PeersOK}
+	out := meshstate.Remote{Queue: r.Queue, QueueOK: r.QueueOK, Inflight: r.Inflight, Prefill: r.Prefill, Waiting: r.Waiting,
+		PeersOK: r.PeersOK}
 	if r.PeersOK && !r.Updated.IsZero() {
 		out.Age = t.now().Sub(r.Updated)
 	}

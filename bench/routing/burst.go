@@ -21,21 +21,26 @@ type BurstRow struct {
 	Strategy  string `json:"strategy"`
 	Routers   int    `json:"routers"`
 	Admission bool   `json:"admission"`
-	// QueuesShared: the replicas saw each other's queue lengths (a
-	// simulated gossip rolter router does not have yet).
-	QueuesShared bool    `json:"queues_shared,omitempty"`
-	Band         string  `json:"band"`
-	Requests     int     `json:"requests"`
-	Served       int     `json:"served"`
-	Rejected     int     `json:"rejected"`
-	Expired      int     `json:"expired"`
-	Lost         int     `json:"lost"` // neither served, rejected nor expired
-	TTFTP50      float64 `json:"ttft_p50_ms"`
-	TTFTP90      float64 `json:"ttft_p90_ms"`
-	TTFTP99      float64 `json:"ttft_p99_ms"`
+	// QueuesAlone: the replicas did not see each other's waiters (the
+	// ablation of the peer rule; rolter router publishes them).
+	QueuesAlone bool    `json:"queues_alone,omitempty"`
+	Band        string  `json:"band"`
+	Requests    int     `json:"requests"`
+	Served      int     `json:"served"`
+	Rejected    int     `json:"rejected"`
+	Expired     int     `json:"expired"`
+	Lost        int     `json:"lost"` // neither served, rejected nor expired
+	TTFTP50     float64 `json:"ttft_p50_ms"`
+	TTFTP90     float64 `json:"ttft_p90_ms"`
+	TTFTP99     float64 `json:"ttft_p99_ms"`
 	// WaitP50/WaitP90 are the served requests' time in a router's queue.
 	WaitP50 float64 `json:"queue_wait_p50_ms"`
 	WaitP90 float64 `json:"queue_wait_p90_ms"`
+	// Admitted is how many requests admission let through, Overfull how
+	// many of them went to an engine that all routers' counts together
+	// showed saturated for their band already (a stampede's mark).
+	Admitted int `json:"admitted,omitempty"`
+	Overfull int `json:"overfull,omitempty"`
 }
 
 // BurstOptions configure RunBurst.
@@ -50,17 +55,21 @@ type BurstOptions struct {
 	Seed        uint64
 	Isolated    bool
 	Parallel    int
-	// Thresholds are the replicas' [admission] saturation thresholds; the
+	// Thresholds are the replicas' [admission] saturation thresholds and
+	// Fills the bands' fills (by admission.Band; 0 keeps the default); the
 	// rest of the section keeps its defaults.
 	Thresholds admission.Thresholds
+	Fills      [admission.NumBands]float64
 }
 
 // ErrBurstWorkload marks a workload the burst cannot run.
 var ErrBurstWorkload = errors.New("--burst runs on a synthetic workload: chat, rag or lora")
 
 // RunBurst is `rolter bench routing --burst`: per strategy and router
-// count, three runs of the same requests: the flat pattern with admission
-// on (the reference), the burst with admission off and on. It prints the
+// count, runs of the same requests: the flat pattern with admission off
+// and on (on is the reference of the critical target), the burst with
+// admission off and on, and with more than one router the burst with each
+// replica's queue alone (not published to the others). It prints the
 // table to out and returns its rows.
 func RunBurst(ctx context.Context, o BurstOptions, out io.Writer) ([]BurstRow, error) {
 	switch o.Workload {
@@ -121,32 +130,39 @@ func RunBurst(ctx context.Context, o BurstOptions, out io.Writer) ([]BurstRow, e
 	}
 	acfg := admission.DefaultConfig()
 	acfg.Thresholds = o.Thresholds
+	for b, f := range o.Fills {
+		if f > 0 {
+			acfg.Bands[b].Fill = f
+		}
+	}
 	fmt.Fprintf(out, "burst: synthetic %s, %d requests; %.1f → %.1f → %.1f of capacity for %v / %v / %v; "+
 		"fleet: %d engines, capacity %.2f req/s (service demand at the %.0f%% prefix hit rate %s measured at 0.5 of the no-cache %.2f req/s); "+
 		"gossip delay %v; peer delay %v\n",
 		o.Workload, wb.Len(), shape.Base, shape.Peak, shape.Base, shape.Warm, shape.Hold, shape.Cool,
 		o.Engines, capacity, 100*cal.HitRate, names[0], nocache, o.GossipDelay, o.PeerDelay)
-	fmt.Fprintf(out, "admission: max_engine_load %d, max_queued_prefill_tokens %d, queue %d per band, ttl %v (sheddable %v), "+
-		"promote after %v (1 release in %d); bands: request i is critical, standard, sheddable for i mod 3\n\n",
-		acfg.MaxLoad, acfg.MaxQueuedPrefill, acfg.Bands[admission.Standard].MaxQueue, acfg.Bands[admission.Standard].TTL,
+	fmt.Fprintf(out, "admission: max_engine_load %d, max_queued_prefill_tokens %d, fill %g / %g / %g (critical / standard / sheddable), "+
+		"queue %d per band, ttl %v (sheddable %v), promote after %v (1 release in %d); "+
+		"bands: request i is critical, standard, sheddable for i mod 3\n\n",
+		acfg.MaxLoad, acfg.MaxQueuedPrefill, acfg.Bands[admission.Critical].Fill, acfg.Bands[admission.Standard].Fill,
+		acfg.Bands[admission.Sheddable].Fill, acfg.Bands[admission.Standard].MaxQueue, acfg.Bands[admission.Standard].TTL,
 		acfg.Bands[admission.Sheddable].TTL, acfg.PromoteAfter, acfg.PromoteEvery)
 
 	type variant struct {
-		pattern    string
-		w          *fleet.Workload
-		on, shared bool
+		pattern   string
+		w         *fleet.Workload
+		on, alone bool
 	}
 	var jobs []simJob
 	var ran []variant
 	for _, name := range names {
 		for _, r := range routers {
-			variants := []variant{{"flat", wf, true, false}, {"burst", wb, false, false}, {"burst", wb, true, false}}
+			variants := []variant{{"flat", wf, false, false}, {"flat", wf, true, false}, {"burst", wb, false, false}, {"burst", wb, true, false}}
 			if r > 1 {
 				variants = append(variants, variant{"burst", wb, true, true})
 			}
 			for _, v := range variants {
 				cfg := fleet.Config{Strategy: name, Engines: o.Engines, Routers: r, Engine: ecfg, GossipDelay: o.GossipDelay,
-					PeerDelay: o.PeerDelay, Arrival: fleet.RandomArrival, Seed: o.Seed, Isolated: o.Isolated, ShareQueues: v.shared}
+					PeerDelay: o.PeerDelay, Arrival: fleet.RandomArrival, Seed: o.Seed, Isolated: o.Isolated, AloneQueues: v.alone}
 				if v.on {
 					cfg.Admission = &acfg
 				}
@@ -166,11 +182,11 @@ func RunBurst(ctx context.Context, o BurstOptions, out io.Writer) ([]BurstRow, e
 		for b := admission.NumBands - 1; b >= 0; b-- {
 			br := res.Bands[b]
 			rows = append(rows, BurstRow{Pattern: v.pattern, Strategy: res.Strategy, Routers: res.Routers, Admission: v.on,
-				QueuesShared: v.shared,
-				Band:         admission.Band(b).String(), Requests: br.Requests, Served: br.Served, Rejected: br.Rejected,
+				QueuesAlone: v.alone,
+				Band:        admission.Band(b).String(), Requests: br.Requests, Served: br.Served, Rejected: br.Rejected,
 				Expired: br.Expired, Lost: br.Requests - br.Served - br.Rejected - br.Expired,
 				TTFTP50: msOf(br.TTFT.P50), TTFTP90: msOf(br.TTFT.P90), TTFTP99: msOf(br.TTFT.P99),
-				WaitP50: msOf(br.Wait.P50), WaitP90: msOf(br.Wait.P90)})
+				WaitP50: msOf(br.Wait.P50), WaitP90: msOf(br.Wait.P90), Admitted: br.Admitted, Overfull: br.Overfull})
 		}
 	}
 	printBurst(out, rows)
@@ -181,8 +197,8 @@ func RunBurst(ctx context.Context, o BurstOptions, out io.Writer) ([]BurstRow, e
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // printBurst prints the rows grouped by strategy and router count, then
-// the acceptance targets of each group (admission as shipped: queues not
-// shared).
+// the acceptance targets of each group (admission as shipped: the
+// replicas see each other's waiters).
 func printBurst(w io.Writer, rows []BurstRow) {
 	for len(rows) > 0 {
 		n := 1
@@ -193,22 +209,26 @@ func printBurst(w io.Writer, rows []BurstRow) {
 		rows = rows[n:]
 		fmt.Fprintf(w, "%s, routers=%d\n", group[0].Strategy, group[0].Routers)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "load\tadmission\tband\trequests\tserved\trejected\texpired\tlost\tttft p50\tp90\tp99 ms\tqueued p50\tp90 ms\t")
+		fmt.Fprintln(tw, "load\tadmission\tband\trequests\tserved\trejected\texpired\tlost\tttft p50\tp90\tp99 ms\tqueued p50\tp90 ms\toverfull\t")
 		for _, r := range group {
 			on := "off"
 			if r.Admission {
 				on = "on"
 			}
-			if r.QueuesShared {
-				on = "on, queues shared"
+			if r.QueuesAlone {
+				on = "on, queues alone"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", r.Pattern, on, r.Band, r.Requests,
-				r.Served, r.Rejected, r.Expired, r.Lost, r.TTFTP50, r.TTFTP90, r.TTFTP99, r.WaitP50, r.WaitP90)
+			over := "-"
+			if r.Admitted > 0 {
+				over = fmt.Sprintf("%.1f%%", 100*float64(r.Overfull)/float64(r.Admitted))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", r.Pattern, on, r.Band, r.Requests,
+				r.Served, r.Rejected, r.Expired, r.Lost, r.TTFTP50, r.TTFTP90, r.TTFTP99, r.WaitP50, r.WaitP90, over)
 		}
 		tw.Flush()
 		find := func(pattern string, on bool, band string) BurstRow {
 			for _, r := range group {
-				if r.Pattern == pattern && r.Admission == on && !r.QueuesShared && r.Band == band {
+				if r.Pattern == pattern && r.Admission == on && !r.QueuesAlone && r.Band == band {
 					return r
 				}
 			}

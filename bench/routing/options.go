@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,9 +28,11 @@ type Options struct {
 	Mesh, SpreadBatches                                                   bool
 	// Burst (--burst, --workload burst) runs the admission benchmark
 	// (RunBurst) with the replicas' [admission] thresholds
-	// AdmitMaxLoad and AdmitMaxPrefill.
+	// AdmitMaxLoad and AdmitMaxPrefill and the bands' fills AdmitFills
+	// (critical,standard,sheddable).
 	Burst                         bool
 	AdmitMaxLoad, AdmitMaxPrefill uint64
+	AdmitFills                    string
 }
 
 // RegisterFlags adds the command's flags, with their defaults, to fs.
@@ -55,8 +58,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Mesh, "mesh", true, "replicas share learned prefixes, session pins and in-flight counts as rolter's mesh does (false: engine state only)")
 	fs.BoolVar(&o.SpreadBatches, "spread-batches", false, "spread trace requests that share a timestamp uniformly (seeded) up to the next timestamp, instead of arriving at one instant")
 	fs.BoolVar(&o.Burst, "burst", false, "admission benchmark: load 0.5 → 1.5 → 0.5 of capacity, a third of the requests per priority band, admission off and on (synthetic workloads; --workload burst is chat)")
-	fs.Uint64Var(&o.AdmitMaxLoad, "admit-max-load", 40, "with --burst: [admission] max_engine_load the replicas run with")
-	fs.Uint64Var(&o.AdmitMaxPrefill, "admit-max-prefill", 0, "with --burst: [admission] max_queued_prefill_tokens the replicas run with")
+	fs.Uint64Var(&o.AdmitMaxLoad, "admit-max-load", 0, "with --burst: [admission] max_engine_load the replicas run with (0: off)")
+	fs.Uint64Var(&o.AdmitMaxPrefill, "admit-max-prefill", admission.DefaultMaxQueuedPrefill,
+		"with --burst: [admission] max_queued_prefill_tokens the replicas run with (0: off)")
+	fs.StringVar(&o.AdmitFills, "admit-fills", fmt.Sprintf("%g,%g,%g", admission.DefaultCriticalFill, admission.DefaultStandardFill,
+		admission.DefaultSheddableFill), "with --burst: the bands' fill (critical,standard,sheddable) the replicas run with")
 }
 
 // Run is `rolter bench routing`: it loads the workload, runs the grid of
@@ -136,10 +142,14 @@ func (o Options) Run(ctx context.Context, w io.Writer) error {
 // runBurst is Run with Burst: RunBurst on the options, the rows written
 // to --json.
 func (o Options) runBurst(ctx context.Context, names []string, routers []int, w io.Writer) error {
+	fills, err := parseFills(o.AdmitFills)
+	if err != nil {
+		return cli.Usage(err)
+	}
 	rows, err := RunBurst(ctx, BurstOptions{Workload: o.Workload, Strategies: names, Routers: routers,
 		Engines: o.Engines, Engine: engine.Config{CPUTierBlocks: o.CPUTierBlocks, KVBlocks: o.KVBlocks}, GossipDelay: o.GossipDelay,
 		PeerDelay: o.PeerDelay, Seed: o.Seed, Isolated: !o.Mesh, Parallel: o.Parallel,
-		Thresholds: admission.Thresholds{MaxLoad: o.AdmitMaxLoad, MaxQueuedPrefill: o.AdmitMaxPrefill}}, w)
+		Thresholds: admission.Thresholds{MaxLoad: o.AdmitMaxLoad, MaxQueuedPrefill: o.AdmitMaxPrefill}, Fills: fills}, w)
 	if errors.Is(err, ErrBurstWorkload) {
 		return cli.Usage(err)
 	} else if err != nil {
@@ -149,4 +159,21 @@ func (o Options) runBurst(ctx context.Context, names []string, routers []int, w 
 		return cli.WriteJSON(o.JSON, rows)
 	}
 	return nil
+}
+
+// parseFills reads --admit-fills: three fractions in (0, 1], critical
+// first.
+func parseFills(s string) (f [admission.NumBands]float64, err error) {
+	parts := strings.Split(s, ",")
+	if len(parts) != admission.NumBands {
+		return f, fmt.Errorf("--admit-fills %q: want critical,standard,sheddable", s)
+	}
+	for i, p := range parts {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || v <= 0 || v > 1 {
+			return f, fmt.Errorf("--admit-fills %q: %q is not a fraction in (0, 1]", s, p)
+		}
+		f[admission.Critical-admission.Band(i)] = v
+	}
+	return f, nil
 }

@@ -692,6 +692,26 @@ func TestRoutersSharePrefill(t *testing.T) {
 	})
 }
 
+// Routers' admission waiters per band travel with their loads, even from
+// a router with nothing in flight on the engine (all its requests wait),
+// and leave the others' views when it has none.
+func TestRoutersShareAdmissionWaiters(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 3, Sidecars: 1, Seed: 13})
+	a, b, c := h.Routers[0], h.Routers[1], h.Routers[2]
+	url := EngineURL(0)
+	b.PublishLoads(map[string]Load{url: {Waiting: [3]uint64{4, 0, 1}}})
+	c.PublishLoads(map[string]Load{url: {Inflight: 2, Waiting: [3]uint64{0, 3, 2}}})
+	testwait.For(t, 5*time.Second, "a sees b's and c's waiters", func() bool {
+		r, ok := a.View().Remote(url)
+		return ok && r.PeersOK && r.Waiting == [3]uint64{4, 3, 3}
+	})
+	b.PublishLoads(map[string]Load{})
+	testwait.For(t, 5*time.Second, "b's waiters leave a's view when b has none", func() bool {
+		r, _ := a.View().Remote(url)
+		return r.Waiting == [3]uint64{0, 3, 2}
+	})
+}
+
 // publishInflight publishes in-flight counts alone.
 func publishInflight(r *Router, counts map[string]uint64) {
 	loads := make(map[string]Load, len(counts))

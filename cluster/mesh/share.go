@@ -62,6 +62,9 @@ type Load struct {
 	// Prefill is the prompt tokens of those that have no first token yet,
 	// less the prefix resident when each was picked.
 	Prefill uint64
+	// Waiting is the router's admission waiters by band (sheddable,
+	// standard, critical) for the pools the engine serves.
+	Waiting [3]uint64
 }
 
 // PublishLoads sets this router's load per engine URL and sends it to the
@@ -181,7 +184,7 @@ func (s *routerShare) sendInflight(full bool) {
 	for u, c := range s.inflight {
 		// s.sent holds non-zero loads only: a missing one was sent as 0.
 		if c != s.sent[u] || full && c != zero {
-			entries = append(entries, inflightEntry{URL: u, N: c.Inflight, Prefill: c.Prefill})
+			entries = append(entries, inflightEntry{URL: u, N: c.Inflight, Prefill: c.Prefill, Waiting: c.Waiting})
 		}
 	}
 	for u := range s.sent {
@@ -297,10 +300,10 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 			continue // only engines this router knows; no growth from peers
 		}
 		e.mu.Lock()
-		if en.N == 0 && en.Prefill == 0 {
+		if en.N == 0 && en.Prefill == 0 && en.Waiting == ([3]uint64{}) {
 			delete(e.inflight, m.From)
 		} else {
-			e.inflight[m.From] = remoteCount{n: en.N, prefill: en.Prefill, expires: expires}
+			e.inflight[m.From] = remoteCount{n: en.N, prefill: en.Prefill, waiting: en.Waiting, expires: expires}
 		}
 		e.remoteAt.Store(now.UnixNano())
 		e.sumRemoteLocked()
@@ -325,12 +328,19 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 // sumRemoteLocked refreshes the other routers' totals from e.inflight.
 func (e *engine) sumRemoteLocked() {
 	var sum, prefill uint64
+	var waiting [3]uint64
 	for _, c := range e.inflight {
 		sum += c.n
 		prefill += c.prefill
+		for b, n := range c.waiting {
+			waiting[b] += n
+		}
 	}
 	e.remote.Store(int64(sum))
 	e.remotePrefill.Store(prefill)
+	for b, n := range waiting {
+		e.remoteWaiting[b].Store(n)
+	}
 	e.remoteAny.Store(len(e.inflight) > 0)
 }
 

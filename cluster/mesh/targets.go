@@ -229,7 +229,10 @@ type Remote struct {
 	// Inflight and Prefill are Σ over the other routers of their latest
 	// unexpired loads on the engine; PeersOK is false when none has one.
 	Inflight, Prefill uint64
-	PeersOK           bool
+	// Waiting is Σ over the other routers of their admission waiters by
+	// band (sheddable, standard, critical) for the pools the engine serves.
+	Waiting [3]uint64
+	PeersOK bool
 	// Updated is when a router last sent a load for the engine.
 	Updated time.Time
 }
@@ -248,6 +251,9 @@ func (v *View) Remote(url string) (Remote, bool) {
 	}
 	if e.remoteAny.Load() {
 		r.Inflight, r.Prefill, r.PeersOK = uint64(max(e.remote.Load(), 0)), e.remotePrefill.Load(), true
+		for b := range r.Waiting {
+			r.Waiting[b] = e.remoteWaiting[b].Load()
+		}
 	}
 	if at := e.remoteAt.Load(); at > 0 {
 		r.Updated = time.Unix(0, at)

@@ -98,11 +98,12 @@ type engine struct {
 	lmKnown       atomic.Bool
 	lmAvail       atomic.Bool
 	adapters      atomic.Pointer[adapterInfo]
-	remote        atomic.Int64  // Σ other routers' in-flight to this engine
-	remotePrefill atomic.Uint64 // Σ other routers' queued prefill tokens on it
-	remoteAt      atomic.Int64  // unix nanos of the last router message about it
-	own           atomic.Int64  // this router's in-flight as last published
-	ownPrefill    atomic.Uint64 // this router's queued prefill as last published
+	remote        atomic.Int64     // Σ other routers' in-flight to this engine
+	remotePrefill atomic.Uint64    // Σ other routers' queued prefill tokens on it
+	remoteWaiting [3]atomic.Uint64 // Σ other routers' admission waiters by band
+	remoteAt      atomic.Int64     // unix nanos of the last router message about it
+	own           atomic.Int64     // this router's in-flight as last published
+	ownPrefill    atomic.Uint64    // this router's queued prefill as last published
 	remoteAny     atomic.Bool
 	lastMsg       atomic.Int64 // unix nanos of the last message from the owner
 
@@ -132,6 +133,7 @@ type engine struct {
 
 type remoteCount struct {
 	n, prefill uint64
+	waiting    [3]uint64
 	expires    time.Time
 }
 

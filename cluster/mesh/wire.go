@@ -124,6 +124,9 @@ type inflightEntry struct {
 	URL     string
 	N       uint64
 	Prefill uint64 // prompt tokens queued for prefill (0 omitted on the wire)
+	// Waiting is admission waiters by band (sheddable, standard,
+	// critical), fields 4 to 6 (0 omitted).
+	Waiting [3]uint64
 }
 
 // learnedMsg carries a batch of records a router learned.

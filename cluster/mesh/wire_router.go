@@ -53,6 +53,12 @@ func encodeInflight(m *inflightMsg) []byte {
 			sub = protowire.AppendTag(sub, 3, protowire.VarintType)
 			sub = protowire.AppendVarint(sub, e.Prefill)
 		}
+		for b, n := range e.Waiting {
+			if n > 0 {
+				sub = protowire.AppendTag(sub, protowire.Number(4+b), protowire.VarintType)
+				sub = protowire.AppendVarint(sub, n)
+			}
+		}
 		b = appendSub(b, 3, sub)
 	}
 	if m.ConfigVersion > 0 {
@@ -153,6 +159,8 @@ func decodeInflight(b []byte) (*inflightMsg, error) {
 				e.N = clampCount(sf.u)
 			case 3:
 				e.Prefill = min(sf.u, maxPrefill)
+			case 4, 5, 6:
+				e.Waiting[sf.num-4] = clampCount(sf.u)
 			}
 			return err
 		})

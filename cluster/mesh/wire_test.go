@@ -179,7 +179,8 @@ func TestLearnedAndInflightRoundTrip(t *testing.T) {
 		out.Records[1].TTL != maxLearnedTTL || out.Records[1].From != "router-1" || out.Records[1].Kind != LearnedPin {
 		t.Errorf("got %+v", out.Records)
 	}
-	inf := inflightMsg{From: "router-1", Entries: []inflightEntry{{URL: "http://e:1", N: 3, Prefill: 12000}, {URL: "http://e:2"}}, ConfigVersion: 12}
+	inf := inflightMsg{From: "router-1", Entries: []inflightEntry{{URL: "http://e:1", N: 3, Prefill: 12000},
+		{URL: "http://e:2"}, {URL: "http://e:3", Waiting: [3]uint64{5, 0, 2}}}, ConfigVersion: 12}
 	got, err := decodeInflight(encodeInflight(&inf)[1:])
 	if err != nil {
 		t.Fatal(err)

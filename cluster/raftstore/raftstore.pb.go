@@ -880,6 +880,7 @@ type AdmissionBand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MaxQueue      int64                  `protobuf:"varint,1,opt,name=max_queue,json=maxQueue,proto3" json:"max_queue,omitempty"`
 	TtlNanos      int64                  `protobuf:"varint,2,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	Fill          float64                `protobuf:"fixed64,3,opt,name=fill,proto3" json:"fill,omitempty"` // share of the engine thresholds; 0: the band's default
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -924,6 +925,13 @@ func (x *AdmissionBand) GetMaxQueue() int64 {
 func (x *AdmissionBand) GetTtlNanos() int64 {
 	if x != nil {
 		return x.TtlNanos
+	}
+	return 0
+}
+
+func (x *AdmissionBand) GetFill() float64 {
+	if x != nil {
+		return x.Fill
 	}
 	return 0
 }
@@ -2513,10 +2521,11 @@ const file_raftstore_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\x12\x1c\n" +
 	"\tproviders\x18\x14 \x03(\tR\tproviders\x12!\n" +
 	"\fmax_priority\x18\x15 \x01(\tR\vmaxPriority\x12'\n" +
-	"\x0ffairness_header\x18\x16 \x01(\bR\x0efairnessHeader\"I\n" +
+	"\x0ffairness_header\x18\x16 \x01(\bR\x0efairnessHeader\"]\n" +
 	"\rAdmissionBand\x12\x1b\n" +
 	"\tmax_queue\x18\x01 \x01(\x03R\bmaxQueue\x12\x1b\n" +
-	"\tttl_nanos\x18\x02 \x01(\x03R\bttlNanos\"\xd1\x04\n" +
+	"\tttl_nanos\x18\x02 \x01(\x03R\bttlNanos\x12\x12\n" +
+	"\x04fill\x18\x03 \x01(\x01R\x04fill\"\xd1\x04\n" +
 	"\tAdmission\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12&\n" +
 	"\x0fmax_engine_load\x18\x02 \x01(\x04R\rmaxEngineLoad\x12\x1f\n" +

@@ -28,13 +28,13 @@ func (o Outcome) String() string {
 
 // Probe is a pool's state as one router sees it at a release decision.
 type Probe struct {
-	// Headroom is how many requests the pool's eligible targets take now
-	// before every one is saturated (Σ Thresholds.Headroom). 0: saturated,
-	// or no live target at all.
-	Headroom int
-	// Peers is the work the other routers last reported waiting for this
-	// pool (0: none or unknown); see Share.
-	Peers int
+	// Headroom[b] is how many requests of band b the pool's eligible
+	// targets take now before every one is saturated for the band (Σ
+	// Config.For(b).Headroom). 0: saturated for b, or no live target.
+	Headroom [NumBands]int
+	// Peers[b] is the band-b waiters the other routers last reported for
+	// this pool (0: none or unknown); see Queue.Release.
+	Peers [NumBands]int
 }
 
 // Observer hears what a Gate does, for metrics. It is called with the
@@ -64,9 +64,8 @@ type GateOptions struct {
 // request calls Admit before its first pick; a request that ends calls
 // Kick (capacity may have freed). While requests queue, a pump goroutine
 // looks at the pool every Tick and at every Kick, expires waiters past
-// their TTL and releases Share(Headroom − admissions in the last Tick,
-// queued, Peers) waiters in Queue.Next order; it exits when the queue is
-// empty.
+// their TTL and releases what Queue.Release allows under the probe and
+// the admissions of the last Tick; it exits when the queue is empty.
 type Gate struct {
 	probe func() Probe
 	now   func() time.Time
@@ -84,6 +83,7 @@ type Gate struct {
 type ticket struct {
 	done    chan struct{}
 	outcome Outcome
+	as      Band
 }
 
 // NewGate returns a gate over cfg that reads the pool through probe.
@@ -125,32 +125,34 @@ func (g *Gate) Kick() {
 }
 
 // Admit returns when the request may go to the pool's strategy: at once
-// while the queue is empty and the pool has headroom, otherwise when the
-// pump releases it. It also returns when its band is full (RejectedFull),
-// its band's TTL passed (Expired) or ctx ended (Cancelled: the request left
-// the queue at once). waited is the time spent queued.
-func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outcome, waited time.Duration) {
+// when Queue.AdmitsNow says so, otherwise when the pump releases it. It
+// also returns when its band is full (RejectedFull), its band's TTL passed
+// (Expired) or ctx ended (Cancelled: the request left the queue at once).
+// waited is the time spent queued; as is the band the request was
+// admitted under (its own, or the band it was promoted to), whose
+// thresholds its pick should keep to (Config.Room).
+func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outcome, waited time.Duration, as Band) {
 	if b >= NumBands {
 		b = Standard
 	}
 	g.mu.Lock()
 	now := g.now()
-	// While nobody waits, a pool with headroom admits at once. Requests
-	// admitted within the last tick count against the headroom: a burst
-	// arriving together must not all pass before any of them reached an
-	// engine and the router's counts.
-	if g.q.Total() == 0 && g.room() > 0 {
+	p := g.probe()
+	// Requests admitted within the last tick count against the headroom:
+	// a burst arriving together must not all pass before any of them
+	// reached an engine and the router's counts.
+	if g.q.AdmitsNow(b, p, g.recentCount()) {
 		g.recent++
 		g.left(b, Admitted, 0)
 		g.mu.Unlock()
-		return Admitted, 0
+		return Admitted, 0, b
 	}
 	t := &ticket{done: make(chan struct{})}
 	w := &Waiter{Band: b, Flow: flow, Cost: cost, Value: t}
-	if err := g.q.Push(w, now); err != nil {
+	if err := g.q.PushAmong(w, now, p); err != nil {
 		g.left(b, RejectedFull, 0)
 		g.mu.Unlock()
-		return RejectedFull, 0
+		return RejectedFull, 0, b
 	}
 	g.depth(b)
 	if !g.pumping {
@@ -162,7 +164,7 @@ func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outc
 
 	select {
 	case <-t.done:
-		return t.outcome, g.now().Sub(w.Arrived)
+		return t.outcome, g.now().Sub(w.Arrived), t.as
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
@@ -172,36 +174,32 @@ func (g *Gate) Admit(ctx context.Context, b Band, flow string, cost int) (o Outc
 		g.left(b, Cancelled, waited)
 		g.depth(b)
 		g.Kick() // the pump exits at once when this was the last waiter
-		return Cancelled, waited
+		return Cancelled, waited, b
 	}
 	// Released (or expired) while the context ended: the decision stands.
 	<-t.done
-	return t.outcome, g.now().Sub(w.Arrived)
+	return t.outcome, g.now().Sub(w.Arrived), t.as
 }
 
-// room is the pool's headroom less what this gate admitted within the
-// last tick (an admitted request's load may not have reached the counts
-// the probe reads yet). The window runs on the monotonic clock. Called
-// with g.mu held.
-func (g *Gate) room() int {
-	return g.probeRoom(g.probe())
-}
-
-func (g *Gate) probeRoom(p Probe) int {
+// recentCount is how many requests this gate admitted within the last
+// tick (their load may not have reached the counts the probe reads yet).
+// The window runs on the monotonic clock. Called with g.mu held.
+func (g *Gate) recentCount() int {
 	if time.Since(g.recentAt) >= g.tick {
 		g.recent, g.recentAt = 0, time.Now()
 	}
-	return p.Headroom - g.recent
+	return g.recent
 }
 
-// release hands out the waiters this router may send now: its Share of
-// the room. Called with g.mu held.
+// release hands out the waiters this router may send now (Queue.Release).
+// Called with g.mu held.
 func (g *Gate) release(now time.Time) {
-	p := g.probe()
-	for range Share(g.probeRoom(p), g.q.Total(), p.Peers) {
-		g.finish(g.q.Next(now), Admitted, now)
-		g.recent++
-	}
+	recent := g.recentCount()
+	n := g.q.Release(now, g.probe(), recent, func(w *Waiter, as Band) {
+		w.Value.(*ticket).as = as
+		g.finish(w, Admitted, now)
+	})
+	g.recent = recent + n
 }
 
 func (g *Gate) left(b Band, o Outcome, waited time.Duration) {

@@ -9,11 +9,18 @@ import (
 	"time"
 )
 
-// pool is a fake pool whose headroom a test sets.
+// pool is a fake pool whose headroom (the same for every band) and
+// peers' standard waiters a test sets.
 type pool struct{ headroom, peers atomic.Int64 }
 
 func (p *pool) probe() Probe {
-	return Probe{Headroom: int(p.headroom.Load()), Peers: int(p.peers.Load())}
+	h := int(p.headroom.Load())
+	var pr Probe
+	for b := range pr.Headroom {
+		pr.Headroom[b] = h
+	}
+	pr.Peers[Standard] = int(p.peers.Load())
+	return pr
 }
 
 type counts struct {
@@ -64,12 +71,12 @@ func TestGateAdmitsAtOnceBelowSaturation(t *testing.T) {
 		c := &counts{}
 		g := NewGate(testConfig(), p.probe, GateOptions{Observer: c})
 		for i := range 3 {
-			if o, w := g.Admit(t.Context(), Standard, "k", 1); o != Admitted || w != 0 {
+			if o, w, _ := g.Admit(t.Context(), Standard, "k", 1); o != Admitted || w != 0 {
 				t.Fatalf("request %d below saturation: %v after %v", i, o, w)
 			}
 		}
 		start := time.Now()
-		if o, w := g.Admit(t.Context(), Standard, "k", 1); o != Admitted || w != DefaultTick || time.Since(start) != DefaultTick {
+		if o, w, _ := g.Admit(t.Context(), Standard, "k", 1); o != Admitted || w != DefaultTick || time.Since(start) != DefaultTick {
 			t.Fatalf("a fourth in the same tick: %v after %v, want admitted at the next tick", o, w)
 		}
 		if c.get(Admitted) != 4 {
@@ -87,7 +94,7 @@ func TestGateReleasesByBandWhenRoomFrees(t *testing.T) {
 		order := make(chan result, 8)
 		send := func(label string, b Band) {
 			go func() {
-				o, _ := g.Admit(context.Background(), b, "k", 1)
+				o, _, _ := g.Admit(context.Background(), b, "k", 1)
 				order <- result{label, o}
 			}()
 			synctest.Wait() // queued in this order
@@ -128,7 +135,7 @@ func TestGateCancelLeavesQueueAtOnce(t *testing.T) {
 		g := NewGate(testConfig(), p.probe, GateOptions{Observer: c})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan Outcome)
-		go func() { o, _ := g.Admit(ctx, Standard, "k", 1); done <- o }()
+		go func() { o, _, _ := g.Admit(ctx, Standard, "k", 1); done <- o }()
 		synctest.Wait()
 		if g.Depth(Standard) != 1 {
 			t.Fatalf("depth %d, want 1", g.Depth(Standard))
@@ -156,7 +163,7 @@ func TestGateExpiresAtTTL(t *testing.T) {
 		c := &counts{}
 		g := NewGate(cfg, p.probe, GateOptions{Observer: c})
 		start := time.Now()
-		o, waited := g.Admit(context.Background(), Standard, "k", 1)
+		o, waited, _ := g.Admit(context.Background(), Standard, "k", 1)
 		if o != Expired {
 			t.Fatalf("outcome %v, want expired", o)
 		}
@@ -182,7 +189,7 @@ func TestGateRejectsWhenBandFull(t *testing.T) {
 			go g.Admit(ctx, Sheddable, "k", 1)
 		}
 		synctest.Wait()
-		if o, _ := g.Admit(ctx, Sheddable, "k", 1); o != RejectedFull {
+		if o, _, _ := g.Admit(ctx, Sheddable, "k", 1); o != RejectedFull {
 			t.Fatalf("third sheddable: %v, want rejected_full", o)
 		}
 		// A critical request still queues.

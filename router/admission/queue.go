@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// ErrFull is Push's answer when the waiter's band holds MaxQueue waiters.
+// ErrFull is Push's answer when the waiter's band holds MaxQueue waiters
+// (with the other routers' waiters of the band, when given).
 var ErrFull = errors.New("admission queue full")
 
 // Waiter is one queued request.
@@ -83,12 +84,18 @@ func (q *Queue) Total() int {
 }
 
 // Push queues w at now. It returns ErrFull when w's band is full.
-func (q *Queue) Push(w *Waiter, now time.Time) error {
+func (q *Queue) Push(w *Waiter, now time.Time) error { return q.PushAmong(w, now, Probe{}) }
+
+// PushAmong queues w at now, counting the other routers' waiters of w's
+// band (p.Peers) against the band's MaxQueue: the bound holds for the
+// pool across the routers, so more routers do not make a longer wait. It
+// returns ErrFull when the band is full.
+func (q *Queue) PushAmong(w *Waiter, now time.Time, p Probe) error {
 	if w.Band >= NumBands {
 		w.Band = Standard
 	}
 	bd := &q.bands[w.Band]
-	if bd.all.Len() >= q.cfg.Bands[w.Band].MaxQueue {
+	if bd.all.Len()+max(p.Peers[w.Band], 0) >= q.cfg.Bands[w.Band].MaxQueue {
 		return ErrFull
 	}
 	w.Arrived = now
@@ -136,19 +143,30 @@ func (q *Queue) retire(bd *band, fl *flow) {
 }
 
 // Next removes and returns the waiter to release now, nil when the queue
-// is empty. The order:
+// is empty: NextWithin with every band allowed.
+func (q *Queue) Next(now time.Time) *Waiter {
+	w, _ := q.NextWithin(now, nil)
+	return w
+}
+
+// NextWithin removes and returns the waiter to release now among the
+// bands allowed admits (nil: all), and the band it leaves under; nil when
+// no allowed band has waiters. The order:
 //
 //  1. Promotion (starvation guard): with top the highest non-empty band,
-//     the oldest waiter of a lower band b leaves first once it has waited
-//     PromoteAfter × (top − b) (the band nearest top is checked first),
-//     provided PromoteEvery − 1 releases went by since the last promoted
-//     one: promotion takes at most 1 / PromoteEvery of the releases.
-//  2. Otherwise band top, by deficit round-robin over its flows: a flow's
-//     turn adds Quantum to its deficit; it releases its oldest waiters
-//     while the deficit covers their cost (each pays it), then goes to the
-//     back of the rotation keeping the remainder. An emptied flow leaves
-//     the rotation and its deficit is dropped.
-func (q *Queue) Next(now time.Time) *Waiter {
+//     the oldest waiter of a lower band b leaves first, under band top,
+//     once it has waited PromoteAfter × (top − b) (the band nearest top is
+//     checked first), provided top is allowed and PromoteEvery − 1
+//     releases went by since the last promoted one: promotion takes at
+//     most 1 / PromoteEvery of the releases.
+//  2. Otherwise the highest allowed band with waiters, by deficit
+//     round-robin over its flows: a flow's turn adds Quantum to its
+//     deficit; it releases its oldest waiters while the deficit covers
+//     their cost (each pays it), then goes to the back of the rotation
+//     keeping the remainder. An emptied flow leaves the rotation and its
+//     deficit is dropped.
+func (q *Queue) NextWithin(now time.Time, allowed func(Band) bool) (*Waiter, Band) {
+	ok := func(b int) bool { return allowed == nil || allowed(Band(b)) }
 	top := -1
 	for b := NumBands - 1; b >= 0; b-- {
 		if q.bands[b].all.Len() > 0 {
@@ -157,9 +175,9 @@ func (q *Queue) Next(now time.Time) *Waiter {
 		}
 	}
 	if top < 0 {
-		return nil
+		return nil, 0
 	}
-	if p := q.cfg.PromoteAfter; p > 0 && q.unpromoted+1 >= q.cfg.PromoteEvery {
+	if p := q.cfg.PromoteAfter; p > 0 && ok(top) && q.unpromoted+1 >= q.cfg.PromoteEvery {
 		for b := top - 1; b >= 0; b-- {
 			e := q.bands[b].all.Front()
 			if e == nil {
@@ -169,12 +187,22 @@ func (q *Queue) Next(now time.Time) *Waiter {
 			if now.Sub(w.Arrived) >= p*time.Duration(top-b) {
 				q.Remove(w)
 				q.unpromoted = 0
-				return w
+				return w, Band(top)
 			}
 		}
 	}
+	from := -1
+	for b := top; b >= 0; b-- {
+		if q.bands[b].all.Len() > 0 && ok(b) {
+			from = b
+			break
+		}
+	}
+	if from < 0 {
+		return nil, 0
+	}
 	q.unpromoted++
-	bd := &q.bands[top]
+	bd := &q.bands[from]
 	quantum := max(q.cfg.Quantum, 1)
 	for {
 		fe := bd.active.Front()
@@ -189,12 +217,57 @@ func (q *Queue) Next(now time.Time) *Waiter {
 			if fl.active != nil && fl.deficit < max(fl.waiters.Front().Value.(*Waiter).Cost, 1) {
 				bd.active.MoveToBack(fl.active)
 			}
-			return w
+			return w, Band(from)
 		}
 		fl.deficit += quantum
 		if fl.deficit < cost {
 			bd.active.MoveToBack(fe)
 		}
+	}
+}
+
+// AdmitsNow reports whether a request of band b arriving now passes at
+// once, without queueing: no waiter of band b or above is queued, and the
+// pool has room for band b beyond the recent admissions (p.Headroom[b] −
+// recent > 0). A critical request so passes lower bands' waiters while
+// the engines keep the room their fills leave it.
+func (q *Queue) AdmitsNow(b Band, p Probe, recent int) bool {
+	if b >= NumBands {
+		b = Standard
+	}
+	for a := b; a < NumBands; a++ {
+		if q.bands[a].all.Len() > 0 {
+			return false
+		}
+	}
+	return p.Headroom[b]-recent > 0
+}
+
+// Release hands out the waiters this router may send now, under p and
+// the recent admissions (those within the last tick, not yet in the
+// counts p was read from). Band b's quota is Share(p.Headroom[b] −
+// recent, this router's waiters of band b and above, the other routers'
+// waiters of band b and above): a router releases its share of the room,
+// and a lower band yields to higher-band waiters on any router. Waiters
+// leave in NextWithin order while the number released by this call is
+// below the quota of the band they leave under; f gets each with that
+// band. It returns how many left.
+func (q *Queue) Release(now time.Time, p Probe, recent int, f func(w *Waiter, as Band)) int {
+	var quota [NumBands]int
+	own, peers := 0, 0
+	for b := NumBands - 1; b >= 0; b-- {
+		own += q.bands[b].all.Len()
+		peers += p.Peers[b]
+		quota[b] = Share(p.Headroom[b]-recent, own, peers)
+	}
+	n := 0
+	for {
+		w, as := q.NextWithin(now, func(b Band) bool { return n < quota[b] })
+		if w == nil {
+			return n
+		}
+		n++
+		f(w, as)
 	}
 }
 

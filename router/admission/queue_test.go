@@ -254,3 +254,163 @@ func TestParseBandAndCap(t *testing.T) {
 		t.Fatal("Cap does not lower to the key's maximum")
 	}
 }
+
+// Each band sees the thresholds scaled by its fill: lower bands stop
+// short of the threshold, leaving the engine room for the bands above.
+func TestBandFills(t *testing.T) {
+	c := DefaultConfig()
+	c.Thresholds = Thresholds{MaxLoad: 8, MaxQueuedPrefill: 1000, MaxKVUsage: 0.9}
+	if got := c.For(Sheddable); got.MaxLoad != 4 || got.MaxQueuedPrefill != 500 || got.MaxKVUsage != 0.9 {
+		t.Fatalf("sheddable thresholds %+v, want load 4, prefill 500, KV kept at 0.9", got)
+	}
+	cases := []struct {
+		e                        Engine
+		critical, standard, shed bool
+	}{
+		{Engine{Load: 3}, true, true, true},
+		{Engine{Load: 4}, true, true, false},
+		{Engine{Load: 6}, true, false, false},
+		{Engine{Load: 8}, false, false, false},
+		{Engine{QueuedPrefill: 600}, true, true, false},
+		{Engine{KVUsage: 0.8, KVOK: true}, true, true, true},
+	}
+	for _, k := range cases {
+		if c.Room(Critical, k.e) != k.critical || c.Room(Standard, k.e) != k.standard || c.Room(Sheddable, k.e) != k.shed {
+			t.Errorf("%+v: room critical %v standard %v sheddable %v, want %v %v %v", k.e,
+				c.Room(Critical, k.e), c.Room(Standard, k.e), c.Room(Sheddable, k.e), k.critical, k.standard, k.shed)
+		}
+	}
+	// A tiny threshold scaled down still admits to an idle engine.
+	c.Thresholds = Thresholds{MaxLoad: 1}
+	if !c.Room(Sheddable, Engine{}) || c.Room(Sheddable, Engine{Load: 1}) {
+		t.Fatal("a threshold of 1 at fill 0.5 should admit one request and no more")
+	}
+}
+
+// probe is a Probe with the given headroom per band (critical, standard,
+// sheddable).
+func probe(critical, standard, sheddable int) Probe {
+	var p Probe
+	p.Headroom[Critical], p.Headroom[Standard], p.Headroom[Sheddable] = critical, standard, sheddable
+	return p
+}
+
+// A request passes at once when nothing of its band or above waits and
+// the pool has room for its band: a critical arrival passes waiting
+// sheddable ones.
+func TestAdmitsNow(t *testing.T) {
+	q := NewQueue(testConfig())
+	if !q.AdmitsNow(Sheddable, probe(2, 1, 1), 0) {
+		t.Fatal("empty queue with room: not admitted")
+	}
+	if q.AdmitsNow(Sheddable, probe(2, 1, 1), 1) {
+		t.Fatal("the room was taken by a recent admission: admitted anyway")
+	}
+	push(t, q, Sheddable, "k", t0, "s1")
+	if q.AdmitsNow(Sheddable, probe(2, 1, 1), 0) {
+		t.Fatal("a sheddable arrival passed a waiting sheddable one")
+	}
+	if !q.AdmitsNow(Critical, probe(2, 0, 0), 0) {
+		t.Fatal("a critical arrival with room for critical waited behind sheddable waiters")
+	}
+	if q.AdmitsNow(Standard, probe(2, 0, 0), 0) {
+		t.Fatal("a standard arrival admitted without room for standard")
+	}
+	push(t, q, Critical, "k", t0, "c1")
+	if q.AdmitsNow(Critical, probe(2, 2, 2), 0) {
+		t.Fatal("a critical arrival passed a waiting critical one")
+	}
+}
+
+// Release takes from the highest band with room, never past a band's
+// room, and tells the band each waiter leaves under.
+func TestReleaseKeepsToEachBandsRoom(t *testing.T) {
+	q := NewQueue(testConfig())
+	for i := range 3 {
+		push(t, q, Sheddable, "k", t0, fmt.Sprintf("s%d", i))
+	}
+	push(t, q, Critical, "k", t0, "c0")
+	push(t, q, Critical, "k", t0, "c1")
+	var got []string
+	n := q.Release(t0, probe(3, 1, 0), 0, func(w *Waiter, as Band) { got = append(got, w.Value.(string)+"/"+as.String()) })
+	if want := "c0/critical c1/critical"; n != 2 || strings.Join(got, " ") != want {
+		t.Fatalf("released %d: %v, want %s (no room for sheddable)", n, got, want)
+	}
+	got = nil
+	q.Release(t0, probe(3, 3, 2), 1, func(w *Waiter, as Band) { got = append(got, w.Value.(string)) })
+	if want := "s0"; strings.Join(got, " ") != want {
+		t.Fatalf("released %v, want %s: sheddable room 2 less 1 recent", got, want)
+	}
+}
+
+// A router releases its share of the room for a band against the other
+// routers' waiters of that band and above: its sheddable work yields to
+// critical work waiting elsewhere, while its critical work does not yield
+// to sheddable work elsewhere.
+func TestReleaseYieldsToHigherBandsOnOtherRouters(t *testing.T) {
+	shed := NewQueue(testConfig())
+	crit := NewQueue(testConfig())
+	for i := range 4 {
+		push(t, shed, Sheddable, "k", t0, fmt.Sprintf("s%d", i))
+		push(t, crit, Critical, "k", t0, fmt.Sprintf("c%d", i))
+	}
+	p := probe(4, 4, 4)
+	p.Peers[Critical] = 12
+	if n := shed.Release(t0, p, 0, func(*Waiter, Band) {}); n != 1 {
+		t.Fatalf("sheddable released %d with 12 critical waiting elsewhere, want 1 (4 × 4/16)", n)
+	}
+	p = probe(4, 4, 4)
+	p.Peers[Sheddable] = 12
+	if n := crit.Release(t0, p, 0, func(*Waiter, Band) {}); n != 4 {
+		t.Fatalf("critical released %d with 12 sheddable waiting elsewhere, want all 4", n)
+	}
+}
+
+// The band's bound holds for the pool across routers: the other routers'
+// waiters of the band count against MaxQueue.
+func TestPushAmongCountsOtherRoutersWaiters(t *testing.T) {
+	c := testConfig()
+	c.Bands[Standard].MaxQueue = 3
+	q := NewQueue(c)
+	var p Probe
+	p.Peers[Standard], p.Peers[Critical] = 2, 50
+	if err := q.PushAmong(&Waiter{Band: Standard}, t0, p); err != nil {
+		t.Fatalf("first standard with 2 waiting elsewhere: %v", err)
+	}
+	if err := q.PushAmong(&Waiter{Band: Standard}, t0, p); !errors.Is(err, ErrFull) {
+		t.Fatalf("second standard with 2 waiting elsewhere and 1 here: %v, want ErrFull", err)
+	}
+	if err := q.PushAmong(&Waiter{Band: Sheddable}, t0, p); err != nil {
+		t.Fatalf("other bands' waiters elsewhere do not count: %v", err)
+	}
+}
+
+// A router scales its own counts on an engine by its peers' share of the
+// queued work, since their counts reach it late: alone, or with no peer
+// waiting, nothing changes.
+func TestSpreadAndEstimate(t *testing.T) {
+	cases := []struct {
+		own, peers, routers int
+		want                float64
+	}{
+		{5, 0, 8, 1},
+		{5, 10, 1, 1},
+		{5, 10, 8, 3},
+		{0, 10, 3, 3},  // capped at the router count
+		{1, 100, 8, 8}, // likewise
+	}
+	for _, c := range cases {
+		if got := Spread(c.own, c.peers, c.routers); got != c.want {
+			t.Errorf("Spread(%d, %d, %d) = %v, want %v", c.own, c.peers, c.routers, got, c.want)
+		}
+	}
+	if got := Estimate(300, 200, 1); got != 500 {
+		t.Errorf("Estimate without spread: %d, want own + peers", got)
+	}
+	if got := Estimate(300, 200, 3); got != 900 {
+		t.Errorf("Estimate with spread 3: %d, want 900", got)
+	}
+	if got := Estimate(100, 800, 3); got != 900 {
+		t.Errorf("Estimate when peers report more: %d, want own + peers", got)
+	}
+}

@@ -43,6 +43,27 @@ func (t Thresholds) Enabled() bool {
 	return t.MaxLoad > 0 || t.MaxWaiting > 0 || t.MaxKVUsage > 0 || t.MaxQueuedPrefill > 0
 }
 
+// Scaled returns t with its count and prefill thresholds times f (f ≤ 0
+// or ≥ 1: t unchanged). A scaled threshold stays at least 1, so a band
+// with a small fill is still admitted to an idle engine. MaxKVUsage is
+// kept: KV cache is a hard limit every band shares (past it the engine
+// preempts, whoever is waiting).
+func (t Thresholds) Scaled(f float64) Thresholds {
+	if f <= 0 || f >= 1 {
+		return t
+	}
+	scale := func(v uint64) uint64 {
+		if v == 0 {
+			return 0
+		}
+		return max(uint64(math.Round(float64(v)*f)), 1)
+	}
+	t.MaxLoad = scale(t.MaxLoad)
+	t.MaxWaiting = scale(t.MaxWaiting)
+	t.MaxQueuedPrefill = scale(t.MaxQueuedPrefill)
+	return t
+}
+
 // Saturated reports whether e has reached a threshold.
 func (t Thresholds) Saturated(e Engine) bool { return t.Headroom(e) == 0 }
 
@@ -89,6 +110,28 @@ func (t Thresholds) Utilization(e Engine) float64 {
 		u = max(u, float64(e.QueuedPrefill)/float64(t.MaxQueuedPrefill))
 	}
 	return u
+}
+
+// Spread is the factor by which a router scales its own count on an
+// engine (in-flight, queued prefill) to estimate what every router has
+// put there lately: (own + peers) / own over the waiters queued for the
+// pool, own counted at least 1, and at most routers. The other routers'
+// counts reach a router a gossip delay late; routers that all have
+// waiters release in proportion to them, so while this router added its
+// count the others have likely added theirs. 1 when no other router has
+// waiters (or the router is alone).
+func Spread(own, peers, routers int) float64 {
+	if peers <= 0 || routers <= 1 {
+		return 1
+	}
+	return min(float64(own+peers)/float64(max(own, 1)), float64(routers))
+}
+
+// Estimate is an engine count as a router estimates it from its own
+// count, the other routers' last reported and the Spread factor: the
+// larger of own + peers and own × spread.
+func Estimate(own, peers uint64, spread float64) uint64 {
+	return max(own+peers, uint64(float64(own)*spread))
 }
 
 func gap(limit, v uint64) uint64 {

@@ -77,6 +77,11 @@ type EngineLoad struct {
 	// still waiting for a first token, minus the prefix resident when each
 	// was picked.
 	Prefill uint64
+	// Waiting is this router's admission waiters by band (indexed as
+	// package admission's Band: sheddable, standard, critical) for the
+	// pools the engine serves: what the other routers' releases yield to
+	// (PoolWaiting).
+	Waiting [3]uint64
 }
 
 // Remote is what the transport knows of one engine beyond this router.
@@ -89,8 +94,10 @@ type Remote struct {
 	// unexpired EngineLoad for the engine; PeersOK is false when none has
 	// one. Age is how old the newest of them is.
 	Inflight, Prefill uint64
-	PeersOK           bool
-	Age               time.Duration
+	// Waiting is Σ over the other routers of their EngineLoad.Waiting.
+	Waiting [3]uint64
+	PeersOK bool
+	Age     time.Duration
 }
 
 // Transport is the gossip the mesh state rides on. cluster/mesh's View
@@ -546,6 +553,25 @@ func (s *State) Due() (at time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	return s.pending.Add(PublishGap), true
+}
+
+// PoolWaiting is the other routers' admission waiters by band for a pool
+// whose targets are engines (names as callers pass them): per band, the
+// largest Remote.Waiting over the engines. Every router publishes a pool's
+// waiters on each of the pool's engines, so for engines that serve one
+// pool this is the pool's count exactly; where pools share an engine it
+// counts the busier pool. It does not allocate.
+func (s *State) PoolWaiting(engines []string) (w [3]uint64) {
+	for _, e := range engines {
+		r, ok := s.tr.Engine(s.key(e))
+		if !ok || !r.PeersOK {
+			continue
+		}
+		for b := range w {
+			w[b] = max(w[b], r.Waiting[b])
+		}
+	}
+	return w
 }
 
 // Tick publishes loads (this router's per-engine counts and sums at now)

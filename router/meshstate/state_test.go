@@ -354,3 +354,27 @@ func TestRoutersFollowTheInventory(t *testing.T) {
 		t.Errorf("inventory (0, 5): Routers() = %d, %d, want 1, 0", live, rank)
 	}
 }
+
+// The other routers' admission waiters for a pool are, per band, the
+// largest count over the pool's engines (every router publishes a pool's
+// waiters on each of its engines); engines with no peer counts add
+// nothing, and a change in a router's waiters alone is published.
+func TestPoolWaiting(t *testing.T) {
+	tr := &fakeTransport{remote: map[string]Remote{
+		"e1": {PeersOK: true, Waiting: [3]uint64{4, 1, 0}},
+		"e2": {PeersOK: true, Waiting: [3]uint64{2, 1, 3}},
+		"e3": {Waiting: [3]uint64{9, 9, 9}}, // no peer counts: stale
+	}}
+	s, c := newState(tr)
+	if got := s.PoolWaiting([]string{"e1", "e2", "e3", "unknown"}); got != [3]uint64{4, 1, 3} {
+		t.Fatalf("PoolWaiting %v, want [4 1 3]", got)
+	}
+	if got := s.PoolWaiting(nil); got != [3]uint64{} {
+		t.Fatalf("no engines: %v", got)
+	}
+	s.Tick(c.t, []EngineLoad{{Engine: "e1", Inflight: 1}})
+	c.t = c.t.Add(PublishGap)
+	if !s.Tick(c.t, []EngineLoad{{Engine: "e1", Inflight: 1, Waiting: [3]uint64{0, 0, 2}}}) {
+		t.Fatal("a change in waiters alone was not published")
+	}
+}

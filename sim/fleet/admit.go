@@ -1,26 +1,29 @@
 package fleet
 
 import (
-	"slices"
 	"time"
 
 	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/router/meshstate"
+	"github.com/rolter/rolter/strategies"
 )
 
 // Admission in the simulator: with Config.Admission set, every replica
-// holds a package admission Queue and decides as a router's Gate does, in
-// virtual time. An arrival goes to the strategy at once while the
-// replica's queue is empty and the pool has headroom (Σ
-// Thresholds.Headroom over the engines as the replica sees them: its own
-// in-flight plus the other replicas' as gossiped); otherwise it queues by
-// band, and a full band rejects it (the router's 429). Every
-// admission.DefaultTick while some replica queues, each replica expires
-// waiters past their TTL (the router's 503) and releases
-// Share(headroom − its releases this tick, its queue, peers) waiters in
-// Queue.Next order, each picked by the strategy at that moment. peers is
-// 0, as in rolter router, which does not gossip queue lengths; with
-// Config.ShareQueues it is the other replicas' queues as last gossiped.
+// holds a package admission Queue and decides with the Queue's own rules
+// as a router's Gate does, in virtual time. An arrival goes to the
+// strategy at once when Queue.AdmitsNow says so under the replica's probe
+// (per band, Σ Config.For(band).Headroom over the engines as the replica
+// sees them: its own in-flight and queued prefill plus the other
+// replicas' as gossiped); otherwise it queues by band, and a full band
+// rejects it (the router's 429). Every admission.DefaultTick while some
+// replica queues, each replica expires waiters past their TTL (the
+// router's 503) and releases what Queue.Release allows, each picked by the
+// strategy at that moment among the engines with room for the band it
+// left under (Config.Room), as the router's pick does. The admissions
+// within a tick count as recent, as the Gate counts them. The other
+// replicas' waiters per band come from their mesh publications (package
+// meshstate, PoolWaiting), as rolter router's do; with Config.AloneQueues
+// every replica releases as if it were alone.
 
 // fate is how a request ended.
 type fate uint8
@@ -31,19 +34,13 @@ const (
 	expired
 )
 
-// queueSample is every replica's queue length at one tick, read by the
-// others PeerDelay later.
-type queueSample struct {
-	at   time.Duration
-	lens []int
-}
-
 // admitState is the run's admission bookkeeping.
 type admitState struct {
-	queues  []*admission.Queue // by replica
-	pending []int              // releases this tick, by replica
-	history []queueSample
-	next    time.Duration // next tick
+	queues []*admission.Queue // by replica
+	recent []int              // admissions this tick, by replica
+	as     []admission.Band   // by request: the band it was admitted under
+	bands  [admission.NumBands]struct{ Admitted, Overfull int }
+	next   time.Duration // next tick
 }
 
 func (r *run) admissionOn() bool { return r.cfg.Admission != nil && !r.oracleOn }
@@ -54,26 +51,74 @@ func (r *run) initAdmission() {
 	if !r.admissionOn() {
 		return
 	}
-	a := &admitState{pending: make([]int, r.cfg.Routers)}
+	a := &admitState{recent: make([]int, r.cfg.Routers), as: make([]admission.Band, len(r.flights))}
 	for range r.cfg.Routers {
 		a.queues = append(a.queues, admission.NewQueue(*r.cfg.Admission))
 	}
 	r.adm = a
 }
 
-// headroom is replica k's Σ Thresholds.Headroom over the engines now.
-func (r *run) headroom(k int) int {
+// engineView is engine e as replica k's admission sees it (as
+// router/admission.go builds it): its own in-flight and queued prefill
+// plus the other replicas' as gossiped.
+func (r *run) engineView(k, e int, spread float64) admission.Engine {
 	rep := r.routers[k]
-	room := 0
-	for e := range r.engines {
-		key := r.keyOf[e]
-		// As the router counts it (router/admission.go): its own
-		// in-flight plus the other routers' as gossiped.
-		en := admission.Engine{Load: rep.stats[e].InFlight() + rep.state.PeerInflight(key),
-			QueuedPrefill: rep.stats[e].QueuedPrefill() + rep.state.PeerPrefill(key)}
-		room += r.cfg.Admission.Headroom(en)
+	key := r.keyOf[e]
+	return admission.Engine{Load: admission.Estimate(rep.stats[e].InFlight(), rep.state.PeerInflight(key), spread),
+		QueuedPrefill: admission.Estimate(rep.stats[e].QueuedPrefill(), rep.state.PeerPrefill(key), spread)}
+}
+
+// peers is the other replicas' waiters by band as replica k's mesh state
+// has them (none without the mesh), and the Spread factor they give.
+func (r *run) peers(k int) (w [admission.NumBands]int, spread float64) {
+	if !r.meshOn() {
+		return w, 1
 	}
-	return room
+	total := 0
+	for b, n := range r.routers[k].state.PoolWaiting(r.keyOf) {
+		w[b] = int(n)
+		total += w[b]
+	}
+	live, _ := r.routers[k].state.Routers()
+	return w, admission.Spread(r.adm.queues[k].Total(), total, live)
+}
+
+// probe is replica k's admission probe now.
+func (r *run) probe(k int) admission.Probe {
+	var p admission.Probe
+	var spread float64
+	p.Peers, spread = r.peers(k)
+	cfg := r.cfg.Admission
+	for e := range r.engines {
+		en := r.engineView(k, e, spread)
+		for b := range p.Headroom {
+			p.Headroom[b] += cfg.For(admission.Band(b)).Headroom(en)
+		}
+	}
+	return p
+}
+
+// roomy is the pick's eligibility for request i at replica k: the
+// engines with room for the band it was admitted under (Config.Room); nil
+// (every one) when admission is off or none has room.
+func (r *run) roomy(i, k int) strategies.Eligible {
+	if r.adm == nil {
+		return nil
+	}
+	as := r.adm.as[i]
+	rep := r.routers[k]
+	rep.room = rep.room[:0]
+	some := false
+	_, spread := r.peers(k)
+	for e := range r.engines {
+		ok := r.cfg.Admission.Room(as, r.engineView(k, e, spread))
+		rep.room = append(rep.room, ok)
+		some = some || ok
+	}
+	if !some {
+		return nil
+	}
+	return func(e int) bool { return rep.room[e] }
 }
 
 // arrive is request i reaching replica k now.
@@ -86,14 +131,40 @@ func (r *run) arrive(i, k int) {
 		return
 	}
 	q := r.adm.queues[k]
-	if q.Total() == 0 && r.headroom(k) > 0 {
-		r.route(i, k)
+	p := &r.w.reqs[i]
+	pr := r.probe(k)
+	if q.AdmitsNow(p.Band, pr, r.adm.recent[k]) {
+		r.adm.recent[k]++
+		r.adm.as[i] = p.Band
+		r.send(i, k)
 		return
 	}
-	p := &r.w.reqs[i]
-	if err := q.Push(&admission.Waiter{Band: p.Band, Cost: len(p.Tokens), Value: i}, epoch.Add(r.now)); err != nil {
+	if err := q.PushAmong(&admission.Waiter{Band: p.Band, Cost: len(p.Tokens), Value: i}, epoch.Add(r.now), pr); err != nil {
 		r.fates[i] = rejected
 		r.flights[i] = flight{router: k, at: r.now, first: -1, done: true}
+	}
+}
+
+// send routes admitted request i from replica k and counts it, overfull
+// when the engine it went to was saturated for its band by the counts of
+// every replica together (the truth no single replica sees), before it.
+func (r *run) send(i, k int) {
+	r.route(i, k)
+	f := &r.flights[i]
+	if f.done {
+		return
+	}
+	b := &r.adm.bands[r.w.reqs[i].Band]
+	b.Admitted++
+	var truth admission.Engine
+	for _, rep := range r.routers {
+		truth.Load += rep.stats[f.engine].InFlight()
+		truth.QueuedPrefill += rep.stats[f.engine].QueuedPrefill()
+	}
+	truth.Load--
+	truth.QueuedPrefill -= min(truth.QueuedPrefill, uint64(f.estUncached))
+	if !r.cfg.Admission.Room(r.adm.as[i], truth) {
+		b.Overfull++
 	}
 }
 
@@ -114,54 +185,24 @@ func (r *run) queued() bool {
 func (r *run) tick() {
 	a := r.adm
 	now := epoch.Add(r.now)
-	lens := make([]int, len(a.queues))
 	for k, q := range a.queues {
 		q.Expire(now, func(w *admission.Waiter) {
 			i := w.Value.(int)
 			r.fates[i] = expired
 			r.flights[i] = flight{router: k, at: r.now, first: -1, done: true}
 		})
-		lens[k] = q.Total()
-	}
-	a.history = append(a.history, queueSample{at: r.now, lens: lens})
-	var seen []int
-	if r.cfg.ShareQueues {
-		seen = r.peerQueues()
 	}
 	for k, q := range a.queues {
-		a.pending[k] = 0
+		a.recent[k] = 0
 		if q.Total() == 0 {
 			continue
 		}
-		peers := 0
-		for j, n := range seen {
-			if j != k {
-				peers += n
-			}
-		}
-		for range admission.Share(r.headroom(k)-a.pending[k], q.Total(), peers) {
-			w := q.Next(now)
-			r.route(w.Value.(int), k)
-			a.pending[k]++
-		}
+		a.recent[k] = q.Release(now, r.probe(k), 0, func(w *admission.Waiter, as admission.Band) {
+			i := w.Value.(int)
+			r.adm.as[i] = as
+			r.send(i, k)
+		})
 	}
-}
-
-// peerQueues is every replica's queue length as the others know it now
-// (PeerDelay old; nil before any sample is that old).
-func (r *run) peerQueues() []int {
-	h := r.adm.history
-	seen := r.now - r.cfg.PeerDelay
-	i, _ := slices.BinarySearchFunc(h, seen, func(s queueSample, t time.Duration) int {
-		if s.at <= t {
-			return -1
-		}
-		return 1
-	})
-	if i == 0 {
-		return nil
-	}
-	return h[i-1].lens
 }
 
 // admitUntil runs the admission ticks up to t; a tick with nothing queued

@@ -70,21 +70,19 @@ func TestAdmissionUnderBurst(t *testing.T) {
 	}
 }
 
-// With several routers, each releasing from its own queue without knowing
-// the others', the freed room goes to whichever router looks first: a
-// router's sheddable work can take it while another holds critical
-// requests. Seeing the others' queue lengths (Share's peers) gives
-// critical requests more of it.
-func TestSharedQueuesHelpCriticalAcrossRouters(t *testing.T) {
+// With several routers, a router that releases as if it were alone
+// hands freed room to whichever of its waiters is first, while another
+// router holds critical ones. Publishing each router's waiters per band
+// (Queue.Release's peer rule) gives critical requests more of it.
+func TestPublishedQueuesHelpCriticalAcrossRouters(t *testing.T) {
 	w := burstWorkload(t)
 	acfg := admission.DefaultConfig()
-	acfg.Thresholds = admission.Thresholds{MaxLoad: 24}
 	cfg := Config{Strategy: "power_of_two", Engines: 2, Routers: 2, GossipDelay: 250 * time.Millisecond,
-		Arrival: RandomArrival, Seed: 1, Admission: &acfg}
+		Arrival: RandomArrival, Seed: 1, Admission: &acfg, AloneQueues: true}
 	alone := mustRun(t, cfg, w)
-	cfg.ShareQueues = true
+	cfg.AloneQueues = false
 	shared := mustRun(t, cfg, w)
 	if s, a := shared.Bands[admission.Critical].TTFT.P90, alone.Bands[admission.Critical].TTFT.P90; s >= a {
-		t.Errorf("critical p90 %v with queue lengths shared, %v without", s, a)
+		t.Errorf("critical p90 %v with queues published, %v alone", s, a)
 	}
 }

@@ -57,11 +57,10 @@ type Config struct {
 	// Admission, when set, runs package admission in every replica (see
 	// admit.go); nil: every request goes to its engine at once.
 	Admission *admission.Config
-	// ShareQueues lets each replica see the others' queue lengths (after
-	// PeerDelay) in admission.Share. rolter router does not gossip them
-	// yet (it releases with peers = 0); this models what doing so would
-	// change.
-	ShareQueues bool
+	// AloneQueues keeps each replica's admission waiters out of its mesh
+	// publications: every replica releases as if it were the only router
+	// (the ablation of admission.Queue.Release's peer rule).
+	AloneQueues bool
 }
 
 // DefaultPeerDelay is Config.PeerDelay's default: meshstate.PeerHop, the
@@ -104,6 +103,11 @@ type BandResult struct {
 	TTFT                                Percentiles
 	// Wait is the time the served requests spent in a router's queue.
 	Wait Percentiles
+	// Admitted counts the requests admission let through; Overfull those
+	// of them sent to an engine that every router's counts together
+	// showed already saturated for the band they were admitted under
+	// (what several routers sending into the same freed room causes).
+	Admitted, Overfull int
 }
 
 // Percentiles of a latency distribution.
@@ -139,6 +143,7 @@ type node struct {
 
 type replica struct {
 	lb     strategies.LoadBalancer
+	room   []bool // scratch of roomy
 	stats  []*strategies.TargetStats
 	loads  []uint64
 	queued []uint64
@@ -418,7 +423,7 @@ func (r *run) route(i, k int) {
 			r.deliver(k)
 			rep.state.Recall(meshPool, rep.lb, r.keyOf, &rc)
 		}
-		t, ok := rep.lb.PickEligible(&rc, rep.loads, nil)
+		t, ok := rep.lb.PickEligible(&rc, rep.loads, r.roomy(i, k))
 		if !ok || t < 0 || t >= len(r.engines) {
 			t = 0
 		}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/strategies"
 )
@@ -31,7 +32,8 @@ type sharedRec struct {
 // publication is one replica's published per-engine counts.
 type publication struct {
 	at                time.Duration
-	inflight, prefill []uint64 // by engine
+	inflight, prefill []uint64    // by engine
+	waiting           [][3]uint64 // by engine: admission waiters by band
 }
 
 // heldPick is request i at replica k, held by meshstate's Hold after the
@@ -58,10 +60,11 @@ func (g gossip) Share(rec meshstate.Record) {
 // Publish implements meshstate.Transport: the publication goes on the
 // replica's log, read by the others once it is PeerDelay old.
 func (g gossip) Publish(loads []meshstate.EngineLoad, _ time.Time) {
-	p := publication{at: g.r.now, inflight: make([]uint64, len(g.r.engines)), prefill: make([]uint64, len(g.r.engines))}
+	n := len(g.r.engines)
+	p := publication{at: g.r.now, inflight: make([]uint64, n), prefill: make([]uint64, n), waiting: make([][3]uint64, n)}
 	for _, l := range loads {
 		if e, ok := g.r.keys[l.Engine]; ok {
-			p.inflight[e], p.prefill[e] = l.Inflight, l.Prefill
+			p.inflight[e], p.prefill[e], p.waiting[e] = l.Inflight, l.Prefill, l.Waiting
 		}
 	}
 	rep := g.r.routers[g.k]
@@ -90,6 +93,9 @@ func (g gossip) Engine(key string) (meshstate.Remote, bool) {
 		p := rep.pubs[i-1]
 		rem.Inflight += p.inflight[e]
 		rem.Prefill += p.prefill[e]
+		for b, n := range p.waiting[e] {
+			rem.Waiting[b] += n
+		}
 		rem.PeersOK = true
 		newest = max(newest, p.at)
 	}
@@ -163,13 +169,22 @@ func (r *run) deliver(k int) {
 
 // publish has every replica's mesh state Tick at t, as the router's
 // publish loop does when a change is due (meshstate.State.Due) and every
-// Heartbeat/5: meshstate decides whether it publishes.
+// Heartbeat/5: meshstate decides whether it publishes. With admission on
+// each publication carries the replica's waiters by band on every engine
+// (the fleet is one pool).
 func (r *run) publish(t time.Duration) {
-	for _, rep := range r.routers {
+	for k, rep := range r.routers {
 		rep.pub = rep.pub[:0]
+		var waiting [3]uint64
+		if r.adm != nil && !r.cfg.AloneQueues {
+			q := r.adm.queues[k]
+			for b := range waiting {
+				waiting[b] = uint64(q.Len(admission.Band(b)))
+			}
+		}
 		for e := range r.engines {
 			rep.pub = append(rep.pub, meshstate.EngineLoad{Engine: r.keyOf[e],
-				Inflight: rep.stats[e].InFlight(), Prefill: rep.stats[e].QueuedPrefill()})
+				Inflight: rep.stats[e].InFlight(), Prefill: rep.stats[e].QueuedPrefill(), Waiting: waiting})
 		}
 		rep.state.Tick(epoch.Add(t), rep.pub)
 	}

@@ -48,6 +48,9 @@ func (r *run) result() Result {
 	for b := range res.Bands {
 		res.Bands[b].TTFT = percentiles(bandTTFT[b])
 		res.Bands[b].Wait = percentiles(bandWait[b])
+		if r.adm != nil {
+			res.Bands[b].Admitted, res.Bands[b].Overfull = r.adm.bands[b].Admitted, r.adm.bands[b].Overfull
+		}
 	}
 	res.Failed = len(r.flights) - len(r.done)
 	if res.PromptTokens > 0 {
