@@ -79,7 +79,7 @@ func (s *Server) gateFor(p *pool, sn *snapshot) *poolGate {
 		pg.ac.Store(&cfg)
 		pg.cfg.Store(sn.cfg)
 		pg.gate = admission.NewGate(cfg, func() admission.Probe { return s.admissionProbe(pg) },
-			admission.GateOptions{Now: s.clock.Now, Observer: &gateObserver{pg: pg, next: s.admissionMetrics.observer(p.key)}})
+			admission.GateOptions{Now: s.clock.Now, Observer: &gateObserver{pg: pg, changed: s.tracker.Note, next: s.admissionMetrics.observer(p.key)}})
 		v, _ = s.gates.LoadOrStore(p.key, pg)
 	}
 	pg := v.(*poolGate)
@@ -398,7 +398,10 @@ func (m *admissionMetrics) observer(key string) admission.Observer {
 type gateObserver struct {
 	pg    *poolGate
 	depth [admission.NumBands]int // under the gate's lock
-	next  admission.Observer
+	// changed tells the mesh publisher the waiters changed: the other
+	// routers read them with this router's loads (meshstate.PoolWaiting).
+	changed func()
+	next    admission.Observer
 }
 
 // Left implements admission.Observer.
@@ -414,6 +417,7 @@ func (o *gateObserver) Depth(b admission.Band, n int) {
 		total += d
 	}
 	o.pg.waiting.Store(int64(total))
+	o.changed()
 	o.next.Depth(b, n)
 }
 

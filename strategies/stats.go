@@ -47,6 +47,11 @@ func NewTracker() *Tracker {
 // receive.
 func (t *Tracker) Changes() <-chan struct{} { return t.ch.c }
 
+// Note signals Changes without a count changing: something else the
+// receiver publishes with the counts changed (the router's admission
+// waiters per band). It costs what a count change costs.
+func (t *Tracker) Note() { t.ch.note() }
+
 // Rearm must be called by Changes' receiver after each receive, before
 // reading the counts: the next change signals again.
 func (t *Tracker) Rearm() { t.ch.dirty.Store(false) }

@@ -699,13 +699,13 @@ func TestRoutersShareAdmissionWaiters(t *testing.T) {
 	h := newHarness(t, HarnessConfig{Routers: 3, Sidecars: 1, Seed: 13})
 	a, b, c := h.Routers[0], h.Routers[1], h.Routers[2]
 	url := EngineURL(0)
-	b.PublishLoads(map[string]Load{url: {Waiting: [3]uint64{4, 0, 1}}})
-	c.PublishLoads(map[string]Load{url: {Inflight: 2, Waiting: [3]uint64{0, 3, 2}}})
+	b.PublishLoads(map[string]Load{url: {Waiting: [3]uint64{4, 0, 1}}}, time.Now())
+	c.PublishLoads(map[string]Load{url: {Inflight: 2, Waiting: [3]uint64{0, 3, 2}}}, time.Now())
 	testwait.For(t, 5*time.Second, "a sees b's and c's waiters", func() bool {
 		r, ok := a.View().Remote(url)
 		return ok && r.PeersOK && r.Waiting == [3]uint64{4, 3, 3}
 	})
-	b.PublishLoads(map[string]Load{})
+	b.PublishLoads(map[string]Load{}, time.Now())
 	testwait.For(t, 5*time.Second, "b's waiters leave a's view when b has none", func() bool {
 		r, _ := a.View().Remote(url)
 		return r.Waiting == [3]uint64{0, 3, 2}

@@ -374,7 +374,10 @@ func TestPoolWaiting(t *testing.T) {
 	}
 	s.Tick(c.t, []EngineLoad{{Engine: "e1", Inflight: 1}})
 	c.t = c.t.Add(PublishGap)
-	if !s.Tick(c.t, []EngineLoad{{Engine: "e1", Inflight: 1, Waiting: [3]uint64{0, 0, 2}}}) {
+	waiters := []EngineLoad{{Engine: "e1", Inflight: 1, Waiting: [3]uint64{0, 0, 2}}}
+	s.Tick(c.t, waiters) // the change is seen here, due PublishGap later
+	c.t = c.t.Add(PublishGap)
+	if !s.Tick(c.t, waiters) {
 		t.Fatal("a change in waiters alone was not published")
 	}
 }

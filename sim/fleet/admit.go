@@ -142,7 +142,9 @@ func (r *run) arrive(i, k int) {
 	if err := q.PushAmong(&admission.Waiter{Band: p.Band, Cost: len(p.Tokens), Value: i}, epoch.Add(r.now), pr); err != nil {
 		r.fates[i] = rejected
 		r.flights[i] = flight{router: k, at: r.now, first: -1, done: true}
+		return
 	}
+	r.changed(k, r.now) // the waiters go out with the loads, as the router's gate observer signals
 }
 
 // send routes admitted request i from replica k and counts it, overfull
@@ -186,6 +188,12 @@ func (r *run) tick() {
 	a := r.adm
 	now := epoch.Add(r.now)
 	for k, q := range a.queues {
+		before := q.Total()
+		defer func() {
+			if q.Total() != before {
+				r.changed(k, r.now)
+			}
+		}()
 		q.Expire(now, func(w *admission.Waiter) {
 			i := w.Value.(int)
 			r.fates[i] = expired
