@@ -151,11 +151,12 @@ func (tp *Tap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The request body is read whole before it is passed on, as the
 	// router reads its clients'. Handed to the transport as it is, the
-	// server's body is still being read by the transport (its check for
-	// bytes past Content-Length) when the engine's answer comes back; the
-	// server closes it on writing the answer's headers, and the transport,
-	// reading a closed body, closes its connection to the engine under the
-	// answer (TestTapKeepsTheEngineConnectionWhileItAnswers).
+	// server's body can still be in the transport's hands (its last read,
+	// a check for bytes past Content-Length) when the engine's answer
+	// comes back; the server closes it on writing the answer's headers,
+	// and the transport, reading a closed body, closes its connection to
+	// the engine under the answer
+	// (TestTapKeepsTheEngineConnectionWhileItAnswers).
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		tp.noteCancel(r, id)
