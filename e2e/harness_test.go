@@ -135,7 +135,7 @@ func FreeAddrs(t testing.TB, n int) []string {
 		if tries == 10000 {
 			t.Fatalf("no free loopback port in [%d, %d)", freePortMin, freePortMax)
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", freePortMin+rand.IntN(freePortMax-freePortMin))
+		addr := fmt.Sprintf("127.0.0.1:%d", nextFreePort())
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue
@@ -153,6 +153,28 @@ func FreeAddrs(t testing.TB, n int) []string {
 
 // FreeAddrs draws from [freePortMin, freePortMax).
 const freePortMin, freePortMax = 5000, 12000
+
+// freePorts is FreeAddrs' cursor: it walks the range from a random start
+// (so concurrent test processes start apart), never handing out a port
+// twice before it has gone round, for a port picked a moment ago is free
+// again until its process binds it.
+var freePorts struct {
+	sync.Mutex
+	next int
+}
+
+func nextFreePort() int {
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	if freePorts.next == 0 {
+		freePorts.next = freePortMin + rand.IntN(freePortMax-freePortMin)
+	}
+	p := freePorts.next
+	if freePorts.next++; freePorts.next == freePortMax {
+		freePorts.next = freePortMin
+	}
+	return p
+}
 
 // Proc is a child process whose output goes to a log file (package
 // supervise's: Kill, Signal, Exited, Done, Tail).
