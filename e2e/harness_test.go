@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -154,10 +153,10 @@ func FreeAddrs(t testing.TB, n int) []string {
 // FreeAddrs draws from [freePortMin, freePortMax).
 const freePortMin, freePortMax = 5000, 12000
 
-// freePorts is FreeAddrs' cursor: it walks the range from a random start
-// (so concurrent test processes start apart), never handing out a port
-// twice before it has gone round, for a port picked a moment ago is free
-// again until its process binds it.
+// freePorts is FreeAddrs' cursor: it walks the range from a start derived
+// from the pid (so concurrent test processes start apart), never handing
+// out a port twice before it has gone round, for a port picked a moment
+// ago is free again until its process binds it.
 var freePorts struct {
 	sync.Mutex
 	next int
@@ -167,7 +166,7 @@ func nextFreePort() int {
 	freePorts.Lock()
 	defer freePorts.Unlock()
 	if freePorts.next == 0 {
-		freePorts.next = freePortMin + rand.IntN(freePortMax-freePortMin)
+		freePorts.next = freePortMin + os.Getpid()*499%(freePortMax-freePortMin)
 	}
 	p := freePorts.next
 	if freePorts.next++; freePorts.next == freePortMax {
