@@ -257,7 +257,13 @@ func TestTelemetryEmptyStates(t *testing.T) {
 				t.Errorf("both empty states shown")
 			}
 			if !tc.enabled {
-				p.run("follow the link", chromedp.Click(chromedp.CSS("#to-settings")), chromedp.WaitVisible(chromedp.CSS("#enabled")))
+				// The screen renders anew on every refresh (200 ms here), so
+				// the link chromedp found can be replaced before its click
+				// lands ("node is detached"); the page clicks it in one step.
+				if !evalJS[bool](p, `(() => { const a = document.querySelector('#to-settings'); if (!a) return false; a.click(); return true; })()`) {
+					t.Fatal("no #to-settings link")
+				}
+				p.run("follow the link", chromedp.WaitVisible(chromedp.CSS("#enabled")))
 			}
 			// Once a gateway reports, the empty state gives way to its data.
 			p.lock(func(f *fakeAdmin) { f.telemetry = sampleTelemetry(time.Now(), f.policy) })

@@ -67,11 +67,15 @@ var (
 	demoDirRE   = regexp.MustCompile(`(?m)^rolter demo: starting .* in (\S+)$`)
 )
 
-// freeDemoBase returns a --base-port whose whole range is free now,
-// trying a deterministic sequence of bases derived from the pid. The
-// bases stay below Linux's ephemeral range (32768 up), where other
-// processes' outgoing connections could take a port between the check
-// and the demo's bind.
+// freeDemoBase returns a --base-port whose whole range is free now and
+// is held by no other test process on the machine, trying a deterministic
+// sequence of bases derived from the pid. The bases stay below Linux's
+// ephemeral range (32768 up), where other processes' outgoing connections
+// could take a port between the check and the demo's bind. Two test runs
+// (two worktrees, say) whose pids agree mod 100 try the same bases, and
+// the demo's children bind theirs seconds after its check: each run takes
+// a lock on its range (demoRangeLock) before checking it, so the other
+// moves on.
 func freeDemoBase(t *testing.T) int {
 	t.Helper()
 	start := 12000 + (os.Getpid()%100)*200
@@ -80,12 +84,35 @@ func freeDemoBase(t *testing.T) int {
 		if base+200 > 32000 {
 			base -= 20000
 		}
+		unlock, ok := demoRangeLock(t, base)
+		if !ok {
+			continue
+		}
 		if localfleet.Check(demo.Plan(base).Ports()) == nil {
+			t.Cleanup(unlock)
 			return base
 		}
+		unlock()
 	}
 	t.Fatal("no free port range for the demo")
 	return 0
+}
+
+// demoRangeLock takes a write lock on byte base of a file every test
+// process on the machine shares (POSIX record locks: released with the
+// file, also when the process dies); false when another process holds it.
+func demoRangeLock(t *testing.T, base int) (unlock func(), ok bool) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "rolter-e2e-demo-ports.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0, Start: int64(base), Len: 1}
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return func() { f.Close() }, true
 }
 
 // childPIDs lists the processes whose parent is pid (Linux /proc).

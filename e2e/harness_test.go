@@ -114,22 +114,65 @@ func goBuild(bin string, cgo bool) error {
 }
 
 // FreeAddrs returns n distinct loopback host:port addresses that were free
-// a moment ago.
+// on TCP and on UDP (gossip listens on both) a moment ago. They are drawn
+// below Linux's ephemeral range (32768 up): a port released there can be
+// taken at once as the source port of any outgoing connection on the
+// machine, or by a client connecting to it before its server listens (a
+// TCP self-connect), and the process it was picked for then fails to bind.
+// They stay below the demo test's ranges too (freeDemoBase, 12000 up) and
+// above `rolter demo`'s default ports (4000 up).
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	lns := make([]net.Listener, n)
-	out := make([]string, n)
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
 		}
-		lns[i], out[i] = ln, ln.Addr().String()
-	}
-	for _, ln := range lns {
-		ln.Close()
+	}()
+	out := make([]string, 0, n)
+	for tries := 0; len(out) < n; tries++ {
+		if tries == 10000 {
+			t.Fatalf("no free loopback port in [%d, %d)", freePortMin, freePortMax)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", nextFreePort())
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			ln.Close()
+			continue
+		}
+		held = append(held, ln, pc) // held until all are chosen: distinct
+		out = append(out, addr)
 	}
 	return out
+}
+
+// FreeAddrs draws from [freePortMin, freePortMax).
+const freePortMin, freePortMax = 5000, 12000
+
+// freePorts is FreeAddrs' cursor: it walks the range from a start derived
+// from the pid (so concurrent test processes start apart), never handing
+// out a port twice before it has gone round, for a port picked a moment
+// ago is free again until its process binds it.
+var freePorts struct {
+	sync.Mutex
+	next int
+}
+
+func nextFreePort() int {
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	if freePorts.next == 0 {
+		freePorts.next = freePortMin + os.Getpid()*499%(freePortMax-freePortMin)
+	}
+	p := freePorts.next
+	if freePorts.next++; freePorts.next == freePortMax {
+		freePorts.next = freePortMin
+	}
+	return p
 }
 
 // Proc is a child process whose output goes to a log file (package

@@ -18,8 +18,14 @@ import (
 	"github.com/rolter/rolter/internal/testwait"
 )
 
-// die is the script step where the engine's connection breaks.
-const die = "DIE"
+// Script steps that are not events: die aborts the engine's connection;
+// a script of unavailable answers 503; one of hang sends nothing until the
+// router gives up.
+const (
+	die         = "DIE"
+	unavailable = "HTTP 503"
+	hang        = "HANG"
+)
 
 // play writes events as SSE, flushing each; die aborts the connection.
 func play(w http.ResponseWriter, events ...string) {
@@ -44,13 +50,22 @@ type scripted struct {
 func newScripted(t *testing.T, n int, scripts ...[]string) *scripted {
 	s := &scripted{scripts: scripts}
 	for range n {
-		s.engines = append(s.engines, newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+		s.engines = append(s.engines, newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
 			i := int(s.calls.Add(1)) - 1
 			if i >= len(s.scripts) {
 				http.Error(w, `{"error":{"message":"unscripted call"}}`, http.StatusTeapot)
 				return
 			}
-			play(w, s.scripts[i]...)
+			switch script := s.scripts[i]; {
+			case len(script) > 0 && script[0] == unavailable:
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, `{"error":{"message":"overloaded","type":"server_error","code":"unavailable"}}`)
+			case len(script) > 0 && script[0] == hang:
+				<-r.Context().Done()
+			default:
+				play(w, script...)
+			}
 		}))
 	}
 	return s
@@ -391,6 +406,49 @@ func TestABrokenContinuationIsResumedAgainWithinMaxResumes(t *testing.T) {
 	}
 	if h.resumes("resumed") != 2 {
 		t.Errorf("resumed %v times, want 2", h.resumes("resumed"))
+	}
+}
+
+// A stream that fails over before its first byte (an engine answering
+// 503, or one silent past first_byte) and then breaks after it on the
+// engine that took over is resumed on a third: TestShortFirstTokenFailover's
+// broken stream would have been whole on a resuming route.
+func TestStreamFailedOverThenBrokenIsResumed(t *testing.T) {
+	for _, first := range []string{unavailable, hang} {
+		t.Run(first, func(t *testing.T) {
+			s := newScripted(t, 3,
+				[]string{first},
+				[]string{roleA, helloA, die},
+				[]string{chunkB(`{"role":"assistant","content":""}`, "null"), chunkB(`{"content":" world"}`, `"length"`), "[DONE]"})
+			h := newHarness(t, s.toml("[timeouts]\nfirst_byte = \"100ms\"\n"), nil)
+			code, _, body := h.post("/v1/chat/completions", `{"model":"m","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+			var text strings.Builder
+			for _, e := range sseEvents(strings.NewReader(body)) {
+				var c struct {
+					ID      string
+					Error   json.RawMessage
+					Choices []struct{ Delta struct{ Content string } }
+				}
+				if e == "[DONE]" {
+					continue
+				}
+				if err := json.Unmarshal([]byte(e), &c); err != nil || c.Error != nil || c.ID != "chatcmpl-A" {
+					t.Errorf("event %q (%v): want chunks of the first stream only", e, err)
+				}
+				for _, ch := range c.Choices {
+					text.WriteString(ch.Delta.Content)
+				}
+			}
+			if code != http.StatusOK || text.String() != " Hello world" || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+				t.Errorf("status %d, text %q, stream:\n%s", code, text.String(), body)
+			}
+			if got := s.calls.Load(); got != 3 {
+				t.Errorf("%d upstream attempts, want 3 (the failover, the broken stream, its continuation)", got)
+			}
+			if h.resumes("resumed") != 1 {
+				t.Errorf("resumed %v times, want 1", h.resumes("resumed"))
+			}
+		})
 	}
 }
 

@@ -65,6 +65,13 @@ type versionAnnouncer interface {
 	PublishConfigVersion(version uint64)
 }
 
+// poolVersions is the gossip pool as readiness reads it: the
+// config_version every router of the pool last announced
+// (mesh.Router.Snapshot; Routers[i].ConfigVersion). Snapshot never blocks.
+type poolVersions interface {
+	Snapshot() mesh.Snapshot
+}
+
 // follower applies the replicated state to the data plane.
 type follower struct {
 	store store
@@ -76,6 +83,7 @@ type follower struct {
 	// (no discovery).
 	engines  discovery
 	announce versionAnnouncer
+	pool     poolVersions
 
 	mu      sync.Mutex
 	base    *config.Config // process-local sections (retry, breaker, health, timeouts, limits)
@@ -93,7 +101,11 @@ func newFollower(s store, plane dataPlane, polls enginePolls, files fileSync, ba
 // ready is the control plane's /readyz condition: the data plane runs a
 // snapshot of the replicated config. A router that knows no Raft leader
 // (the minority side of a partition) keeps serving that snapshot: it is
-// ready, degraded, and says which config_version it serves.
+// ready, degraded, and says which config_version it serves. So is one
+// that runs an older config_version than another router of the pool
+// announces by gossip: after a partition heals, the leader's replication
+// to it is backed off for seconds (RELIABILITY.md, scenario 18) while it
+// already knows the leader.
 func (f *follower) ready() error {
 	f.mu.Lock()
 	applied := f.applied
@@ -107,6 +119,19 @@ func (f *follower) ready() error {
 	case leader == "":
 		return fmt.Errorf("%w: no raft leader; serving config_version %d, the last applied, until one is reachable "+
 			"(admin writes answer 503 meanwhile)", router.ErrDegraded, applied)
+	}
+	if f.pool == nil {
+		return nil
+	}
+	var ahead mesh.RouterInfo
+	for _, r := range f.pool.Snapshot().Routers {
+		if r.ConfigVersion > max(applied, ahead.ConfigVersion) {
+			ahead = r
+		}
+	}
+	if ahead.ConfigVersion > 0 {
+		return fmt.Errorf("%w: catching up: serving config_version %d while router %s runs %d "+
+			"(this router's copy of the replicated config is behind)", router.ErrDegraded, applied, ahead.NodeID, ahead.ConfigVersion)
 	}
 	return nil
 }

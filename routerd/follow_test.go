@@ -112,6 +112,13 @@ type fakeView struct {
 	engines   map[string][]mesh.EngineInfo
 	changed   chan struct{}
 	announced []uint64
+	routers   []mesh.RouterInfo // the pool's routers and the versions they announced
+}
+
+func (v *fakeView) Snapshot() mesh.Snapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return mesh.Snapshot{Routers: slices.Clone(v.routers)}
 }
 
 func newFakeView() *fakeView {
@@ -162,7 +169,7 @@ func startFollower(t *testing.T, gossip bool) *followerRig {
 	r.f = newFollower(r.store, r.plane, r.polls, r.files, base, slog.New(slog.DiscardHandler))
 	if gossip {
 		r.view = newFakeView()
-		r.f.engines, r.f.announce = r.view, r.view
+		r.f.engines, r.f.announce, r.f.pool = r.view, r.view, r.view
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -177,6 +184,37 @@ func startFollower(t *testing.T, gossip bool) *followerRig {
 }
 
 var staticRoute = config.Route{Model: "chat", Strategy: "round_robin", Targets: []config.Target{{Provider: "a", Model: "m"}}}
+
+// TestReadyzSaysCatchingUpWhileThePoolRunsANewerVersion: a router that
+// knows the leader but runs an older config_version than another router
+// announces (its Raft log behind, as after a partition heals) is ready,
+// degraded, and says so; it is plainly ready once it applied that version.
+func TestReadyzSaysCatchingUpWhileThePoolRunsANewerVersion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := startFollower(t, true)
+		r.store.leader.Store("r1")
+		r.store.set(3, staticRoute)
+		synctest.Wait()
+		r.view.mu.Lock()
+		r.view.routers = []mesh.RouterInfo{{NodeID: "r1", ConfigVersion: 3}, {NodeID: "r3"}}
+		r.view.mu.Unlock()
+		if err := r.f.ready(); err != nil {
+			t.Fatalf("ready with the pool on the same version (one not reporting): %v", err)
+		}
+		r.view.mu.Lock()
+		r.view.routers = []mesh.RouterInfo{{NodeID: "r1", ConfigVersion: 7}, {NodeID: "r2", ConfigVersion: 9}, {NodeID: "r3", ConfigVersion: 3}}
+		r.view.mu.Unlock()
+		err := r.f.ready()
+		if !errors.Is(err, router.ErrDegraded) || !strings.Contains(err.Error(), "catching up: serving config_version 3 while router r2 runs 9") {
+			t.Fatalf("ready behind the pool: %v, want degraded, catching up from 3 to r2's 9", err)
+		}
+		r.store.set(9, staticRoute)
+		synctest.Wait()
+		if err := r.f.ready(); err != nil {
+			t.Fatalf("ready once caught up: %v", err)
+		}
+	})
+}
 
 // TestFollowerAppliesEveryConfigVersion: nothing is served before the
 // seed; then each committed config_version becomes one snapshot, /readyz

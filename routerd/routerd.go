@@ -227,7 +227,7 @@ func (r *Router) openControlPlane(ctx context.Context, sc cluster.StoreConfig, b
 		opts.Learn = r.hooks
 		deps.Inventory, deps.Engines = inv, inv
 		peers = inv
-		r.follow.engines, r.follow.announce = r.node.View(), r.node
+		r.follow.engines, r.follow.announce, r.follow.pool = r.node.View(), r.node, r.node
 	}
 	deps.Parked = adminSource{r}
 	r.adminAPI = adminapi.New(deps)
