@@ -133,3 +133,21 @@ func loopbackAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// A seed that does not answer is reported in one line (memberlist lists
+// one error per seed, indented over several lines).
+func TestJoinErrorIsOneLine(t *testing.T) {
+	tr, err := NewLoopbackTransport(80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := loopbackAddr(t)
+	_, err = StartSidecar(t.Context(), Config{Name: "s", InsecureDev: true, Transport: tr, Timing: FastTiming,
+		Meta: Meta{EngineURL: EngineURL(0)}}, []string{dead})
+	if err == nil {
+		t.Fatal("joined a seed nobody listens on")
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "mesh: join ["+dead+"]: failed to join "+dead) {
+		t.Fatalf("join error %q", msg)
+	}
+}

@@ -334,7 +334,7 @@ func (c *core) start(ctx context.Context, join []string) error {
 	if len(join) > 0 {
 		if _, err := ml.Join(join); err != nil {
 			c.Close()
-			return fmt.Errorf("mesh: join %v: %w", join, err)
+			return joinError(join, err)
 		}
 		// The push/pull exchange of Join carried the pool's members: a
 		// member already named like this node has been reported by now.
@@ -365,10 +365,34 @@ func (c *core) NumMembers() int { return c.ml.NumMembers() }
 // node that started before any seed was up.
 func (c *core) Join(seeds []string) error {
 	if _, err := c.ml.Join(seeds); err != nil {
-		return fmt.Errorf("mesh: join %v: %w", seeds, err)
+		return joinError(seeds, err)
 	}
 	return nil
 }
+
+// joinError is a failed join in one line: memberlist reports one error per
+// seed as an indented multi-line list.
+func joinError(seeds []string, err error) error {
+	msg := err.Error()
+	var many interface{ WrappedErrors() []error }
+	if errors.As(err, &many) {
+		var parts []string
+		for _, e := range many.WrappedErrors() {
+			parts = append(parts, e.Error())
+		}
+		msg = strings.Join(parts, "; ")
+	}
+	return &wrapped{msg: fmt.Sprintf("mesh: join %v: %s", seeds, msg), err: err}
+}
+
+// wrapped is an error with its own message that still unwraps to err.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.err }
 
 // Leave announces departure (bounded by timeout) and stops the node.
 func (c *core) Leave(timeout time.Duration) error {
