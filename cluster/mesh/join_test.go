@@ -151,3 +151,20 @@ func TestJoinErrorIsOneLine(t *testing.T) {
 		t.Fatalf("join error %q", msg)
 	}
 }
+
+// A gossip port another process holds is refused at start with a message
+// that says so and names the flag, instead of memberlist's nested text.
+func TestGossipAddressInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	host, port, _ := splitHostPort(ln.Addr().String())
+	_, err = StartSidecar(t.Context(), Config{Name: "s", InsecureDev: true, BindAddr: host, BindPort: port,
+		Timing: FastTiming, Meta: Meta{EngineURL: EngineURL(0)}}, nil)
+	if !errors.Is(err, ErrGossipAddrInUse) || !strings.Contains(err.Error(), ln.Addr().String()+" is in use by another process") ||
+		!strings.Contains(err.Error(), "--gossip port each") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -21,6 +21,8 @@ import (
 var (
 	// ErrNoGossipKey: encryption is required and no key was configured.
 	ErrNoGossipKey = errors.New("mesh: gossip encryption key required (set ROLTER_GOSSIP_KEY or a key file, or use --insecure-dev)")
+	// ErrGossipAddrInUse: another process listens on the gossip address.
+	ErrGossipAddrInUse = errors.New("mesh: gossip address taken")
 	// ErrBadGossipKey: the configured key is not base64 of 16, 24 or 32 bytes.
 	ErrBadGossipKey = errors.New("mesh: gossip key must be base64 of 16, 24 or 32 bytes")
 )
@@ -316,6 +318,11 @@ func (c *core) start(ctx context.Context, join []string) error {
 	}
 	cfg.Timing.apply(mc)
 	ml, err := memberlist.Create(mc)
+	if err != nil && strings.Contains(err.Error(), "address already in use") {
+		// memberlist formats the listener's error with %v: match its text.
+		return fmt.Errorf("%w: %s:%d is in use by another process (two routers or sidecars on one machine need "+
+			"a --gossip port each): %v", ErrGossipAddrInUse, mc.BindAddr, mc.BindPort, err)
+	}
 	if err != nil {
 		return fmt.Errorf("mesh: start memberlist: %w", err)
 	}
