@@ -56,6 +56,36 @@ func TestIdentityRefusesReplayedMessages(t *testing.T) {
 		t.Errorf("replay rejections rose by %d, want 4", got)
 	}
 
+	// Nor does the window reopen when the sender's certificate arrives
+	// again (anyone may resend it), or when the router forgot it (the
+	// sender left and rejoined in the same session, a healed partition):
+	// the copy is still refused, while the sender's next message, numbered
+	// on from before, is taken.
+	identity := encodeIdentity(&identityMsg{From: other.Name(), Chain: other.identity().Chain})
+	for _, forget := range []bool{false, true} {
+		if forget {
+			rt.mu.Lock()
+			delete(rt.peers, other.Name())
+			rt.mu.Unlock()
+		}
+		deliver(identity)
+		waitPaired(t, rt.core, other.core)
+		deliver(bytes.Clone(sealed))
+		select {
+		case got := <-rt.Learned():
+			t.Fatalf("forget=%v: a replayed copy was applied after the certificate came again: %+v", forget, got)
+		default:
+		}
+		next, _ := other.sealFor(rt.Name(), msg)
+		deliver(next)
+		select {
+		case <-rt.Learned():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("forget=%v: the sender's next message was refused", forget)
+		}
+	}
+	before += 2 // the two copies above
+
 	// A message without a number (sealed as before numbers existed) is
 	// refused too, although its MAC checks.
 	s, _ := other.pairFor(rt.Name())

@@ -186,6 +186,9 @@ type core struct {
 	idMu    sync.Mutex
 	idSent  map[string]time.Time // last certificate sent to each member
 	idAsked map[string]time.Time // last time a member's certificate was asked for
+	// nums holds the message numbers per peer name (see numbers).
+	numMu sync.Mutex
+	nums  map[string]*numbers
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -278,6 +281,7 @@ func newCore(cfg Config, role Role) (*core, error) {
 		c.peers = map[string]*peerKey{}
 		c.idOut = make(chan identityReq, 256)
 		c.idSent, c.idAsked = map[string]time.Time{}, map[string]time.Time{}
+		c.nums = map[string]*numbers{}
 	}
 	c.routers.Store(&[]*memberlist.Node{})
 	c.sidecars.Store(&[]*memberlist.Node{})
