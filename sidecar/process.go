@@ -118,6 +118,9 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	p.stopped, p.stop = context.WithCancelCause(ctx)
 	if p.node, err = mesh.StartJoining(p.stopped, mesh.StartSidecar, mcfg, seeds, log, p.stop); err != nil {
 		p.stop(nil)
+		if errors.Is(err, mesh.ErrIdentity) {
+			return nil, cli.Usage(err) // a --gossip-tls-cert for another role
+		}
 		return nil, err
 	}
 	if mcfg.Identity != nil {
