@@ -198,30 +198,30 @@ func (a *API) routes() {
 	v.Handle("/route-stats", a.auth(cluster.RoleViewer, a.getRouteStats)).Methods(http.MethodGet)
 	v.Handle("/whoami", a.auth(cluster.RoleViewer, a.whoami)).Methods(http.MethodGet)
 
-	v.Handle("/providers", a.auth(cluster.RoleViewer, a.listProviders)).Methods(http.MethodGet)
+	v.Handle("/providers", a.auth(cluster.RoleViewer, listOf(a, (*cluster.State).ProviderList, providerOut))).Methods(http.MethodGet)
 	v.Handle("/providers", a.auth(cluster.RoleAdmin, a.createProvider)).Methods(http.MethodPost)
-	v.Handle("/providers/{name}", a.auth(cluster.RoleViewer, a.getProvider)).Methods(http.MethodGet)
+	v.Handle("/providers/{name}", a.auth(cluster.RoleViewer, oneOf(a, "provider", func(s *cluster.State) map[string]config.Provider { return s.Providers }, providerOut))).Methods(http.MethodGet)
 	v.Handle("/providers/{name}", a.auth(cluster.RoleAdmin, a.updateProvider)).Methods(http.MethodPut)
 	v.Handle("/providers/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteProvider))).Methods(http.MethodDelete)
 
-	v.Handle("/routes", a.auth(cluster.RoleViewer, a.listRoutes)).Methods(http.MethodGet)
+	v.Handle("/routes", a.auth(cluster.RoleViewer, listOf(a, (*cluster.State).RouteList, routeOut))).Methods(http.MethodGet)
 	v.Handle("/routes", a.auth(cluster.RoleAdmin, a.createRoute)).Methods(http.MethodPost)
-	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleViewer, a.getRoute)).Methods(http.MethodGet)
+	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleViewer, oneOf(a, "route", func(s *cluster.State) map[string]config.Route { return s.Routes }, routeOut))).Methods(http.MethodGet)
 	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleAdmin, a.updateRoute)).Methods(http.MethodPut)
 	v.Handle("/routes/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteRoute))).Methods(http.MethodDelete)
 
-	v.Handle("/provider-groups", a.auth(cluster.RoleViewer, a.listGroups)).Methods(http.MethodGet)
+	v.Handle("/provider-groups", a.auth(cluster.RoleViewer, listOf(a, (*cluster.State).GroupList, groupOut))).Methods(http.MethodGet)
 	v.Handle("/provider-groups", a.auth(cluster.RoleAdmin, a.createGroup)).Methods(http.MethodPost)
-	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleViewer, a.getGroup)).Methods(http.MethodGet)
+	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleViewer, oneOf(a, "provider group", func(s *cluster.State) map[string]config.ProviderGroup { return s.Groups }, groupOut))).Methods(http.MethodGet)
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.updateGroup)).Methods(http.MethodPut)
 	v.Handle("/provider-groups/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteGroup))).Methods(http.MethodDelete)
 
-	v.Handle("/model-prices", a.auth(cluster.RoleViewer, a.listModelPrices)).Methods(http.MethodGet)
-	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleViewer, a.getModelPrice)).Methods(http.MethodGet)
+	v.Handle("/model-prices", a.auth(cluster.RoleViewer, listOf(a, (*cluster.State).ModelList, modelPriceOut))).Methods(http.MethodGet)
+	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleViewer, oneOf(a, "model in the price catalog", func(s *cluster.State) map[string]config.ModelPrice { return s.Models }, modelPriceOut))).Methods(http.MethodGet)
 	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.putModelPrice)).Methods(http.MethodPut)
 	v.Handle("/model-prices/{name:.+}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteModelPrice))).Methods(http.MethodDelete)
 
-	v.Handle("/keys", a.auth(cluster.RoleViewer, a.listKeys)).Methods(http.MethodGet)
+	v.Handle("/keys", a.auth(cluster.RoleViewer, listOf(a, (*cluster.State).KeyList, keyOut))).Methods(http.MethodGet)
 	v.Handle("/keys", a.auth(cluster.RoleAdmin, a.createKey)).Methods(http.MethodPost)
 	v.Handle("/keys/{name}", a.auth(cluster.RoleAdmin, a.deleteByName(Store.DeleteKey))).Methods(http.MethodDelete)
 	v.Handle("/keys/{name}/priority", a.auth(cluster.RoleAdmin, a.putKeyPriority)).Methods(http.MethodPut)
@@ -310,6 +310,31 @@ func writeError(w http.ResponseWriter, status int, msg, typ, code string) {
 
 func badRequest(w http.ResponseWriter, msg string) {
 	writeError(w, http.StatusBadRequest, msg, "invalid_request_error", "invalid_value")
+}
+
+// listOf is the handler of a kind's list (GET /api/v1/providers, …):
+// {"data": [...]}, every entry list returns as out shows it.
+func listOf[T, J any](a *API, list func(*cluster.State) []T, out func(T) J) handler {
+	return func(w http.ResponseWriter, _ *http.Request, _ principal) {
+		data := []J{}
+		for _, e := range list(a.d.Store.State()) {
+			data = append(data, out(e))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": data})
+	}
+}
+
+// oneOf is the handler of one entry of a kind (GET /api/v1/providers/{name},
+// …): the entry named in the URL as out shows it, or 404 "no such <what>".
+func oneOf[T, J any](a *API, what string, entries func(*cluster.State) map[string]T, out func(T) J) handler {
+	return func(w http.ResponseWriter, r *http.Request, _ principal) {
+		e, ok := entries(a.d.Store.State())[mux.Vars(r)["name"]]
+		if !ok {
+			writeError(w, http.StatusNotFound, "no such "+what, "invalid_request_error", "not_found")
+			return
+		}
+		writeJSON(w, http.StatusOK, out(e))
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -744,6 +745,56 @@ func TestRefusedWritesAnswerTheirCode(t *testing.T) {
 			e, _ := r.body["error"].(map[string]any)
 			if r.code != tc.status || e["code"] != tc.code || e["type"] != "invalid_request_error" || !strings.Contains(errMessage(r), tc.message) {
 				t.Fatalf("%d %s, want %d with code %q and a message containing %q", r.code, r.raw, tc.status, tc.code, tc.message)
+			}
+		})
+	}
+}
+
+// Every kind reads the same way: its list under "data" (sorted by name),
+// one entry by its name in the URL (slashes allowed where names have
+// them), and a name it does not hold answers 404 not_found in the OpenAI
+// shape, naming the kind.
+func TestReadsOfEveryKind(t *testing.T) {
+	m := newMesh(t)
+	api := m.apis[m.follower()]
+	for _, w := range []struct{ method, path, body string }{
+		{http.MethodPost, "/api/v1/provider-groups", `{"name":"pool","slug":"pool","members":[{"provider":"vllm-a"}]}`},
+		{http.MethodPut, "/api/v1/model-prices/meta-llama/Llama-3.1-8B-Instruct", `{"price_in_per_mtok":0.2,"price_out_per_mtok":0.6}`},
+	} {
+		if r := call(t, api, w.method, w.path, superToken, w.body); r.code/100 != 2 {
+			t.Fatalf("%s %s: %d %s", w.method, w.path, r.code, r.raw)
+		}
+	}
+	for _, tc := range []struct {
+		kind, list, one, field, want, missing string
+	}{
+		{"provider", "/api/v1/providers", "/api/v1/providers/vllm-a", "name", "vllm-a", "no such provider"},
+		{"route", "/api/v1/routes", "/api/v1/routes/alpha", "model", "alpha", "no such route"},
+		{"provider group", "/api/v1/provider-groups", "/api/v1/provider-groups/pool", "name", "pool", "no such provider group"},
+		{"model price", "/api/v1/model-prices", "/api/v1/model-prices/meta-llama/Llama-3.1-8B-Instruct", "model",
+			"meta-llama/Llama-3.1-8B-Instruct", "no such model in the price catalog"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			testwait.For(t, 5*time.Second, tc.kind+" replicated", func() bool {
+				return call(t, api, http.MethodGet, tc.one, superToken, "").code == http.StatusOK
+			})
+			r := call(t, api, http.MethodGet, tc.one, superToken, "")
+			if r.body[tc.field] != tc.want {
+				t.Errorf("GET %s: %s", tc.one, r.raw)
+			}
+			l := call(t, api, http.MethodGet, tc.list, superToken, "")
+			data, _ := l.body["data"].([]any)
+			var names []string
+			for _, e := range data {
+				names = append(names, fmt.Sprint(e.(map[string]any)[tc.field]))
+			}
+			if l.code != http.StatusOK || !slices.Contains(names, tc.want) || !slices.IsSorted(names) {
+				t.Errorf("GET %s: %d, names %v", tc.list, l.code, names)
+			}
+			miss := call(t, api, http.MethodGet, tc.list+"/nope", superToken, "")
+			e, _ := miss.body["error"].(map[string]any)
+			if miss.code != http.StatusNotFound || e["code"] != "not_found" || e["type"] != "invalid_request_error" || errMessage(miss) != tc.missing {
+				t.Errorf("GET %s/nope: %d %s", tc.list, miss.code, miss.raw)
 			}
 		})
 	}

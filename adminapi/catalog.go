@@ -29,23 +29,6 @@ func modelPriceOut(m config.ModelPrice) modelPriceJSON {
 	return modelPriceJSON{m.Model, m.PriceInPerMtok, m.PriceOutPerMtok, m.ReadOnly, managedBy(m.ReadOnly)}
 }
 
-func (a *API) listModelPrices(w http.ResponseWriter, _ *http.Request, _ principal) {
-	out := []modelPriceJSON{}
-	for _, m := range a.d.Store.State().ModelList() {
-		out = append(out, modelPriceOut(m))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": out})
-}
-
-func (a *API) getModelPrice(w http.ResponseWriter, r *http.Request, _ principal) {
-	m, ok := a.d.Store.State().Models[mux.Vars(r)["name"]]
-	if !ok {
-		writeError(w, http.StatusNotFound, "no such model in the price catalog", "invalid_request_error", "not_found")
-		return
-	}
-	writeJSON(w, http.StatusOK, modelPriceOut(m))
-}
-
 func (a *API) putModelPrice(w http.ResponseWriter, r *http.Request, p principal) {
 	var in struct {
 		Model           string   `json:"model"`

@@ -160,23 +160,6 @@ func keyOut(k cluster.APIKey) keyJSON {
 
 // ---- providers
 
-func (a *API) listProviders(w http.ResponseWriter, _ *http.Request, _ principal) {
-	out := []providerJSON{}
-	for _, p := range a.d.Store.State().ProviderList() {
-		out = append(out, providerOut(p))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": out})
-}
-
-func (a *API) getProvider(w http.ResponseWriter, r *http.Request, _ principal) {
-	p, ok := a.d.Store.State().Providers[mux.Vars(r)["name"]]
-	if !ok {
-		writeError(w, http.StatusNotFound, "no such provider", "invalid_request_error", "not_found")
-		return
-	}
-	writeJSON(w, http.StatusOK, providerOut(p))
-}
-
 func (a *API) validProvider(w http.ResponseWriter, p providerJSON) bool {
 	if p.Name == "" {
 		badRequest(w, "name: required")
@@ -228,23 +211,6 @@ func (a *API) writeProvider(w http.ResponseWriter, r *http.Request, p principal,
 }
 
 // ---- routes
-
-func (a *API) listRoutes(w http.ResponseWriter, _ *http.Request, _ principal) {
-	out := []routeJSON{}
-	for _, rt := range a.d.Store.State().RouteList() {
-		out = append(out, routeOut(rt))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": out})
-}
-
-func (a *API) getRoute(w http.ResponseWriter, r *http.Request, _ principal) {
-	rt, ok := a.d.Store.State().Routes[mux.Vars(r)["name"]]
-	if !ok {
-		writeError(w, http.StatusNotFound, "no such route", "invalid_request_error", "not_found")
-		return
-	}
-	writeJSON(w, http.StatusOK, routeOut(rt))
-}
 
 func validStrategy(w http.ResponseWriter, name string) bool {
 	if err := config.CheckStrategy(name); err != nil {
@@ -314,23 +280,6 @@ func (a *API) writeRoute(w http.ResponseWriter, r *http.Request, p principal, na
 
 // ---- provider groups
 
-func (a *API) listGroups(w http.ResponseWriter, _ *http.Request, _ principal) {
-	out := []groupJSON{}
-	for _, g := range a.d.Store.State().GroupList() {
-		out = append(out, groupOut(g))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": out})
-}
-
-func (a *API) getGroup(w http.ResponseWriter, r *http.Request, _ principal) {
-	g, ok := a.d.Store.State().Groups[mux.Vars(r)["name"]]
-	if !ok {
-		writeError(w, http.StatusNotFound, "no such provider group", "invalid_request_error", "not_found")
-		return
-	}
-	writeJSON(w, http.StatusOK, groupOut(g))
-}
-
 func (a *API) createGroup(w http.ResponseWriter, r *http.Request, p principal) {
 	a.writeGroup(w, r, p, "", false, http.StatusCreated)
 }
@@ -398,14 +347,6 @@ func (a *API) writeGroup(w http.ResponseWriter, r *http.Request, p principal, na
 }
 
 // ---- keys and admin tokens
-
-func (a *API) listKeys(w http.ResponseWriter, _ *http.Request, _ principal) {
-	out := []keyJSON{}
-	for _, k := range a.d.Store.State().KeyList() {
-		out = append(out, keyOut(k))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": out})
-}
 
 // newSecret returns a fresh random secret with prefix.
 func (a *API) newSecret(prefix string) (string, error) {

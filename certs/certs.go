@@ -3,7 +3,9 @@
 // routers' HTTP calls to each other: a key pair read from PEM files and
 // swapped atomically on Reload (Watch calls it on SIGHUP and when
 // Changed sees renewed files), an optional CA whose client certificates a
-// listener requires, and the server and client tls.Configs built on them. A handshake reads the
+// listener requires, and the server and client tls.Configs built on them.
+// The gossip identity's files are a Source too: OnReload hands each
+// renewed pair to the mesh member before it is swapped in. A handshake reads the
 // current pair through tls.Config.GetCertificate, so a reload changes what
 // new connections see and leaves established ones (in-flight streams) alone.
 package certs

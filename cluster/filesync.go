@@ -182,23 +182,9 @@ func adopt[V, W any](owned, all map[string]V, want map[string]W, fileOwned func(
 // and the SHA-256 of the declared entries in a canonical encoding (so
 // comments, ordering and the local tuning sections do not change it).
 func FileRevisionOf(c *config.Config) FileRevision {
-	e := declaredEntries(c)
-	msg := &raftstore.FileSync{}
-	for _, p := range sortedValues(e.providers) {
-		msg.PutProviders = append(msg.PutProviders, providerToPB(p))
-	}
-	for _, r := range sortedValues(e.routes) {
-		msg.PutRoutes = append(msg.PutRoutes, routeToPB(r))
-	}
-	for _, g := range sortedValues(e.groups) {
-		msg.PutGroups = append(msg.PutGroups, groupToPB(g))
-	}
-	for _, k := range sortedValues(e.keys) {
-		msg.PutKeys = append(msg.PutKeys, keyToPB(k))
-	}
-	for _, m := range sortedValues(e.models) {
-		msg.PutModels = append(msg.PutModels, modelPriceToPB(m))
-	}
+	e := declaredEntries(c).toPB()
+	msg := &raftstore.FileSync{PutProviders: e.providers, PutRoutes: e.routes, PutGroups: e.groups, PutKeys: e.keys,
+		PutModels: e.models}
 	admissionRevision(msg, c)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {

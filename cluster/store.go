@@ -364,7 +364,10 @@ func (s *Store) Close() error {
 func (s *Store) closeAll() error {
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
-		errs = append(errs, s.closers[i]())
+		// Raft's shutdown already closed the transport's listener.
+		if err := s.closers[i](); !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
 	}
 	s.closers = nil
 	return errors.Join(errs...)
@@ -561,13 +564,27 @@ func faultError(resp *raftstore.ForwardResponse, node string) error {
 
 // hclogger adapts slog to raft's hclog, at warn level and above.
 func hclogger(log *slog.Logger, name string) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: slogWriter{log}})
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: slogWriter{log}, DisableTime: true})
 }
 
+// slogWriter turns hclog's lines ("[WARN]  raft: msg: k=v") into slog
+// records at their level, without hclog's own level tag (slog's time and
+// level lead the line).
 type slogWriter struct{ log *slog.Logger }
 
 func (w slogWriter) Write(p []byte) (int, error) {
-	w.log.Warn(string(trimNL(p)), "component", "raft")
+	msg, level := string(trimNL(p)), slog.LevelWarn
+	for _, l := range []struct {
+		tag   string
+		level slog.Level
+	}{{"[ERROR]", slog.LevelError}, {"[WARN]", slog.LevelWarn}, {"[INFO]", slog.LevelInfo}, {"[DEBUG]", slog.LevelDebug},
+		{"[TRACE]", slog.LevelDebug}} {
+		if rest, ok := strings.CutPrefix(msg, l.tag); ok {
+			msg, level = strings.TrimLeft(rest, " "), l.level
+			break
+		}
+	}
+	w.log.Log(context.Background(), level, msg, "component", "raft")
 	return len(p), nil
 }
 

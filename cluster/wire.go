@@ -30,6 +30,30 @@ func targetsFromPB(ts []*raftstore.Target) []config.Target {
 	return out
 }
 
+// entriesPB is a set of entries in their wire form, each kind sorted by
+// name: what a seed, a snapshot and a file's revision encode alike.
+type entriesPB struct {
+	providers []*raftstore.Provider
+	routes    []*raftstore.Route
+	groups    []*raftstore.ProviderGroup
+	keys      []*raftstore.Key
+	models    []*raftstore.ModelPrice
+}
+
+func (e fileEntries) toPB() entriesPB {
+	return entriesPB{providers: sortedPB(e.providers, providerToPB), routes: sortedPB(e.routes, routeToPB),
+		groups: sortedPB(e.groups, groupToPB), keys: sortedPB(e.keys, keyToPB), models: sortedPB(e.models, modelPriceToPB)}
+}
+
+// sortedPB converts the values of m, in the order of their names.
+func sortedPB[V, P any](m map[string]V, toPB func(V) P) []P {
+	var out []P
+	for _, v := range sortedValues(m) {
+		out = append(out, toPB(v))
+	}
+	return out
+}
+
 // providerToPB converts a provider to its wire form.
 func providerToPB(p config.Provider) *raftstore.Provider {
 	return &raftstore.Provider{Name: p.Name, ApiBase: p.APIBase, ApiKeyEnv: p.APIKeyEnv,
@@ -157,22 +181,8 @@ func fromNanos(n int64) time.Time {
 func seedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 	s := &raftstore.Seed{Revision: revisionToPB(FileRevisionOf(c))}
 	if c != nil {
-		e := declaredEntries(c)
-		for _, p := range sortedValues(e.providers) {
-			s.Providers = append(s.Providers, providerToPB(p))
-		}
-		for _, r := range sortedValues(e.routes) {
-			s.Routes = append(s.Routes, routeToPB(r))
-		}
-		for _, g := range sortedValues(e.groups) {
-			s.Groups = append(s.Groups, groupToPB(g))
-		}
-		for _, k := range sortedValues(e.keys) {
-			s.Keys = append(s.Keys, keyToPB(k))
-		}
-		for _, m := range sortedValues(e.models) {
-			s.Models = append(s.Models, modelPriceToPB(m))
-		}
+		e := declaredEntries(c).toPB()
+		s.Providers, s.Routes, s.Groups, s.Keys, s.Models = e.providers, e.routes, e.groups, e.keys, e.models
 		s.Policy = policyToPB(c.AdaptiveRouting.Policy())
 		if a, ok := declaredAdmission(c); ok {
 			s.Admission = admissionToPB(a)
@@ -189,24 +199,9 @@ func seedFromConfig(c *config.Config, superadminSHA256 string) *raftstore.Seed {
 func (s *State) toSnapshot() *raftstore.Snapshot {
 	out := &raftstore.Snapshot{ConfigVersion: s.ConfigVersion, Seeded: s.Seeded, AuditSeq: s.auditSeq,
 		FileRevision: revisionToPB(s.File)}
-	for _, p := range s.ProviderList() {
-		out.Providers = append(out.Providers, providerToPB(p))
-	}
-	for _, r := range s.RouteList() {
-		out.Routes = append(out.Routes, routeToPB(r))
-	}
-	for _, g := range s.GroupList() {
-		out.Groups = append(out.Groups, groupToPB(g))
-	}
-	for _, k := range s.KeyList() {
-		out.Keys = append(out.Keys, keyToPB(k))
-	}
-	for _, m := range s.ModelList() {
-		out.Models = append(out.Models, modelPriceToPB(m))
-	}
-	for _, t := range sortedValues(s.Tokens) {
-		out.Tokens = append(out.Tokens, tokenToPB(t))
-	}
+	e := fileEntries{providers: s.Providers, routes: s.Routes, groups: s.Groups, keys: s.Keys, models: s.Models}.toPB()
+	out.Providers, out.Routes, out.Groups, out.Keys, out.Models = e.providers, e.routes, e.groups, e.keys, e.models
+	out.Tokens = sortedPB(s.Tokens, tokenToPB)
 	pol := policyToPB(s.Policy.Policy)
 	if !s.Policy.UpdatedAt.IsZero() {
 		pol.UpdatedUnixNano = s.Policy.UpdatedAt.UnixNano()

@@ -150,7 +150,9 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return cli.Usage(err)
 		}
-		if r.node, err = mesh.StartJoining(stopped, mesh.StartRouter, mcfg, join.seeds, log, stop); err != nil {
+		if r.node, err = mesh.StartJoining(stopped, mesh.StartRouter, mcfg, join.seeds, log, stop); errors.Is(err, mesh.ErrIdentity) {
+			return cli.Usage(err) // a --gossip-tls-cert for another role
+		} else if err != nil {
 			return err
 		}
 		node := r.node

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -54,6 +55,7 @@ type Process struct {
 	banner  string
 	// gossipCerts reloads the gossip identity into node (nil without one).
 	gossipCerts *certs.Source
+	metricsLn   net.Listener // nil: --metrics-addr empty; Run's server closes it
 }
 
 // Open checks cfg, announces the engine (waiting for its /v1/models when
@@ -118,6 +120,9 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	p.stopped, p.stop = context.WithCancelCause(ctx)
 	if p.node, err = mesh.StartJoining(p.stopped, mesh.StartSidecar, mcfg, seeds, log, p.stop); err != nil {
 		p.stop(nil)
+		if errors.Is(err, mesh.ErrIdentity) {
+			return nil, cli.Usage(err) // a --gossip-tls-cert for another role
+		}
 		return nil, err
 	}
 	if mcfg.Identity != nil {
@@ -134,17 +139,27 @@ func Open(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	if cfg.MetricsTLS != nil {
 		tc = cfg.MetricsTLS.ServerConfig()
 	}
+	metrics := "metrics off"
+	var ln net.Listener
+	if sc.MetricsAddr != "" {
+		if ln, err = net.Listen("tcp", sc.MetricsAddr); err != nil {
+			p.close()
+			return nil, fmt.Errorf("--metrics-addr: %w", err)
+		}
+		scheme := "http"
+		if cfg.MetricsTLS != nil {
+			scheme = "https"
+		}
+		metrics = "metrics on " + scheme + "://" + ln.Addr().String()
+		p.metricsLn = ln
+	}
 	if p.sc, err = New(sc, &meshPublisher{pub: p.node.Publisher()},
-		Options{Logger: log, Collectors: []prometheus.Collector{p.node.Collector()}, TLS: tc}); err != nil {
+		Options{Logger: log, Collectors: []prometheus.Collector{p.node.Collector()}, TLS: tc, Listener: ln}); err != nil {
 		p.close()
 		return nil, cli.Usage(err)
 	}
-	scheme := "http"
-	if cfg.MetricsTLS != nil {
-		scheme = "https"
-	}
-	p.banner = fmt.Sprintf("rolter sidecar %s: engine %s (models %s), gossip on %s, metrics on %s://%s",
-		sc.NodeID, engineURL, strings.Join(mcfg.Meta.Models, ","), p.node.Addr(), scheme, sc.MetricsAddr)
+	p.banner = fmt.Sprintf("rolter sidecar %s: engine %s (models %s), gossip on %s, %s",
+		sc.NodeID, engineURL, strings.Join(mcfg.Meta.Models, ","), p.node.Addr(), metrics)
 	return p, nil
 }
 
@@ -156,8 +171,11 @@ func (p *Process) Banner() string { return p.banner }
 // the pool. The command reloads it with the metrics listener's.
 func (p *Process) GossipCerts() *certs.Source { return p.gossipCerts }
 
-// close leaves the pool.
+// close leaves the pool and closes the metrics listener.
 func (p *Process) close() {
+	if p.metricsLn != nil {
+		p.metricsLn.Close()
+	}
 	if err := p.node.Leave(2 * time.Second); err != nil {
 		p.log.Warn("leaving the gossip pool", "err", err)
 	}

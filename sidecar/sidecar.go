@@ -35,6 +35,11 @@ type Options struct {
 	// TLS, when set, serves the metrics listener over TLS (package certs
 	// builds it: the --admin-tls-* flags).
 	TLS *tls.Config
+	// Listener, when set, is the metrics listener already open on
+	// Config.MetricsAddr (the process opens it first, to report a taken
+	// port before it runs and to name the port it got); Run serves it and
+	// closes it.
+	Listener net.Listener
 }
 
 // Sidecar runs beside one engine: it applies the engine's KV events to a
@@ -139,11 +144,13 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	var srv *http.Server
 	var ln net.Listener
-	if s.cfg.MetricsAddr != "" {
+	if ln = s.opts.Listener; ln == nil && s.cfg.MetricsAddr != "" {
 		var err error
 		if ln, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
+	}
+	if ln != nil {
 		if s.opts.TLS != nil {
 			ln = tls.NewListener(ln, s.opts.TLS)
 		}

@@ -128,7 +128,9 @@
 //     a 256-message window below it; a number taken before, older than the
 //     window or missing is refused (replay). A message recorded before
 //     either member restarted was sealed in another session and does not
-//     check (bad_mac). The window costs 40 bytes per member.
+//     check (bad_mac). Numbers and windows are kept per member name (about
+//     100 bytes each, at most 4096 names; those of members gone are
+//     dropped first), across a leave and rejoin in the same session.
 //   - memberlist's alive delegate refuses a joiner without a key id
 //     (no_identity) and one that takes the name of a live member whose
 //     certificate verified, from another address with another key

@@ -413,20 +413,32 @@ type peerKey struct {
 	sess  atomic.Pointer[session]
 }
 
-// session is what two members share from their current sessions: the
-// pair key, the numbers this member gave the messages it sealed for the
-// peer, and the replay window of those it received.
+// session is the key two members share in their current sessions, and
+// what it was derived from.
 type session struct {
-	own, peer end // what the key was derived from
+	own, peer end
 	key       []byte
-	sent      atomic.Uint64
-	mu        sync.Mutex
-	window    replayWindow
 }
 
-// take reports whether message number n of this session is new.
-func (s *session) take(n uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.window.take(n)
+// numbers is what a member keeps per peer name about message numbers:
+// the last it gave a message sealed for the peer, and the window of those
+// it took from the peer under key. Both outlive the peer's certificate
+// entry (a member that leaves and rejoins in the same session keeps its
+// numbering), so a partition that heals neither restarts a sender's
+// numbers below the receiver's window nor opens a fresh window to replays.
+type numbers struct {
+	sent   atomic.Uint64
+	mu     sync.Mutex
+	key    []byte // the session key window is for; another key resets it
+	window replayWindow
+}
+
+// take reports whether message number n, sealed under key, is new.
+func (nb *numbers) take(key []byte, n uint64) bool {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	if !bytes.Equal(nb.key, key) {
+		nb.key, nb.window = key, replayWindow{}
+	}
+	return nb.window.take(n)
 }

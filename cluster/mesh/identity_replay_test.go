@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -55,6 +56,36 @@ func TestIdentityRefusesReplayedMessages(t *testing.T) {
 	if got := rejected(rt.core, rejectReplay) - before; got != 4 {
 		t.Errorf("replay rejections rose by %d, want 4", got)
 	}
+
+	// Nor does the window reopen when the sender's certificate arrives
+	// again (anyone may resend it), or when the router forgot it (the
+	// sender left and rejoined in the same session, a healed partition):
+	// the copy is still refused, while the sender's next message, numbered
+	// on from before, is taken.
+	identity := encodeIdentity(&identityMsg{From: other.Name(), Chain: other.identity().Chain})
+	for _, forget := range []bool{false, true} {
+		if forget {
+			rt.mu.Lock()
+			delete(rt.peers, other.Name())
+			rt.mu.Unlock()
+		}
+		deliver(identity)
+		waitPaired(t, rt.core, other.core)
+		deliver(bytes.Clone(sealed))
+		select {
+		case got := <-rt.Learned():
+			t.Fatalf("forget=%v: a replayed copy was applied after the certificate came again: %+v", forget, got)
+		default:
+		}
+		next, _ := other.sealFor(rt.Name(), msg)
+		deliver(next)
+		select {
+		case <-rt.Learned():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("forget=%v: the sender's next message was refused", forget)
+		}
+	}
+	before += 2 // the two copies above
 
 	// A message without a number (sealed as before numbers existed) is
 	// refused too, although its MAC checks.
@@ -266,4 +297,43 @@ func TestIdentityRenewalWithoutRestart(t *testing.T) {
 		q, ok := tg.Load(0)
 		return ok && q == 5
 	})
+}
+
+// A sidecar that restarts at the same address (same certificate, a new
+// session) is heard again: the router derives the new session's key once
+// it sees the new meta, and applies the new process's statuses.
+func TestIdentityRestartStartsANewSession(t *testing.T) {
+	h := newIdentityHarness(t, 1, 0)
+	rt := h.Routers[0]
+	id, err := h.CA.Issue("gpu-9", RoleSidecar, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := loopbackPort(t)
+	cfg := Config{Name: "gpu-9", Identity: id, InsecureDev: true, BindAddr: "127.0.0.1", BindPort: port, Timing: FastTiming,
+		Meta: Meta{EngineURL: EngineURL(9), Models: []string{"m"}}}
+	tg := rt.View().Targets([]string{EngineURL(9)})
+	for i, running := range []uint64{2, 6} {
+		sc, err := StartSidecar(t.Context(), cfg, []string{rt.Addr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Publisher().SetStatus(EngineStatus{MetricsOK: true, Running: running})
+		testwait.For(t, 20*time.Second, "the router applies the statuses of process "+strconv.Itoa(i+1), func() bool {
+			q, ok := tg.Load(0)
+			return ok && q == running
+		})
+		sc.Close() // a crash: no leave message
+	}
+}
+
+// loopbackPort is a free TCP port on 127.0.0.1 (UDP on it is assumed free
+// too, as memberlist needs both).
+func loopbackPort(t *testing.T) int {
+	t.Helper()
+	_, port, err := splitHostPort(loopbackAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }

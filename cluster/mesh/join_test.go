@@ -133,3 +133,38 @@ func loopbackAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// A seed that does not answer is reported in one line (memberlist lists
+// one error per seed, indented over several lines).
+func TestJoinErrorIsOneLine(t *testing.T) {
+	tr, err := NewLoopbackTransport(80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := loopbackAddr(t)
+	_, err = StartSidecar(t.Context(), Config{Name: "s", InsecureDev: true, Transport: tr, Timing: FastTiming,
+		Meta: Meta{EngineURL: EngineURL(0)}}, []string{dead})
+	if err == nil {
+		t.Fatal("joined a seed nobody listens on")
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "mesh: join ["+dead+"]: failed to join "+dead) {
+		t.Fatalf("join error %q", msg)
+	}
+}
+
+// A gossip port another process holds is refused at start with a message
+// that says so and names the flag, instead of memberlist's nested text.
+func TestGossipAddressInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	host, port, _ := splitHostPort(ln.Addr().String())
+	_, err = StartSidecar(t.Context(), Config{Name: "s", InsecureDev: true, BindAddr: host, BindPort: port,
+		Timing: FastTiming, Meta: Meta{EngineURL: EngineURL(0)}}, nil)
+	if !errors.Is(err, ErrGossipAddrInUse) || !strings.Contains(err.Error(), ln.Addr().String()+" is in use by another process") ||
+		!strings.Contains(err.Error(), "--gossip port each") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -21,6 +21,8 @@ import (
 var (
 	// ErrNoGossipKey: encryption is required and no key was configured.
 	ErrNoGossipKey = errors.New("mesh: gossip encryption key required (set ROLTER_GOSSIP_KEY or a key file, or use --insecure-dev)")
+	// ErrGossipAddrInUse: another process listens on the gossip address.
+	ErrGossipAddrInUse = errors.New("mesh: gossip address taken")
 	// ErrBadGossipKey: the configured key is not base64 of 16, 24 or 32 bytes.
 	ErrBadGossipKey = errors.New("mesh: gossip key must be base64 of 16, 24 or 32 bytes")
 )
@@ -184,6 +186,9 @@ type core struct {
 	idMu    sync.Mutex
 	idSent  map[string]time.Time // last certificate sent to each member
 	idAsked map[string]time.Time // last time a member's certificate was asked for
+	// nums holds the message numbers per peer name (see numbers).
+	numMu sync.Mutex
+	nums  map[string]*numbers
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -276,6 +281,7 @@ func newCore(cfg Config, role Role) (*core, error) {
 		c.peers = map[string]*peerKey{}
 		c.idOut = make(chan identityReq, 256)
 		c.idSent, c.idAsked = map[string]time.Time{}, map[string]time.Time{}
+		c.nums = map[string]*numbers{}
 	}
 	c.routers.Store(&[]*memberlist.Node{})
 	c.sidecars.Store(&[]*memberlist.Node{})
@@ -316,6 +322,11 @@ func (c *core) start(ctx context.Context, join []string) error {
 	}
 	cfg.Timing.apply(mc)
 	ml, err := memberlist.Create(mc)
+	if err != nil && strings.Contains(err.Error(), "address already in use") {
+		// memberlist formats the listener's error with %v: match its text.
+		return fmt.Errorf("%w: %s:%d is in use by another process (two routers or sidecars on one machine need "+
+			"a --gossip port each): %v", ErrGossipAddrInUse, mc.BindAddr, mc.BindPort, err)
+	}
 	if err != nil {
 		return fmt.Errorf("mesh: start memberlist: %w", err)
 	}
@@ -334,7 +345,7 @@ func (c *core) start(ctx context.Context, join []string) error {
 	if len(join) > 0 {
 		if _, err := ml.Join(join); err != nil {
 			c.Close()
-			return fmt.Errorf("mesh: join %v: %w", join, err)
+			return joinError(join, err)
 		}
 		// The push/pull exchange of Join carried the pool's members: a
 		// member already named like this node has been reported by now.
@@ -365,10 +376,34 @@ func (c *core) NumMembers() int { return c.ml.NumMembers() }
 // node that started before any seed was up.
 func (c *core) Join(seeds []string) error {
 	if _, err := c.ml.Join(seeds); err != nil {
-		return fmt.Errorf("mesh: join %v: %w", seeds, err)
+		return joinError(seeds, err)
 	}
 	return nil
 }
+
+// joinError is a failed join in one line: memberlist reports one error per
+// seed as an indented multi-line list.
+func joinError(seeds []string, err error) error {
+	msg := err.Error()
+	var many interface{ WrappedErrors() []error }
+	if errors.As(err, &many) {
+		var parts []string
+		for _, e := range many.WrappedErrors() {
+			parts = append(parts, e.Error())
+		}
+		msg = strings.Join(parts, "; ")
+	}
+	return &wrapped{msg: fmt.Sprintf("mesh: join %v: %s", seeds, msg), err: err}
+}
+
+// wrapped is an error with its own message that still unwraps to err.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.err }
 
 // Leave announces departure (bounded by timeout) and stops the node.
 func (c *core) Leave(timeout time.Duration) error {

@@ -160,7 +160,33 @@ func (c *core) sealFor(to string, msg []byte) (sealed []byte, ok bool) {
 		c.askIdentity(to)
 		return nil, false
 	}
-	return seal(s.key, s.sent.Add(1), msg), true
+	return seal(s.key, c.numbersOf(to).sent.Add(1), msg), true
+}
+
+// numbersOf returns the message numbers this member keeps for peer name,
+// making them on first use. Past maxPeers names, those of members no
+// longer live are forgotten.
+func (c *core) numbersOf(name string) *numbers {
+	c.numMu.Lock()
+	defer c.numMu.Unlock()
+	nb, ok := c.nums[name]
+	if ok {
+		return nb
+	}
+	if len(c.nums) >= maxPeers {
+		c.mu.RLock()
+		for n := range c.nums {
+			if _, live := c.members[n]; !live {
+				delete(c.nums, n)
+			}
+		}
+		c.mu.RUnlock()
+	}
+	nb = &numbers{}
+	if len(c.nums) < maxPeers {
+		c.nums[name] = nb
+	}
+	return nb
 }
 
 // verified returns the body of buf (type byte first) when its MAC is
@@ -192,7 +218,7 @@ func (c *core) verified(buf []byte) []byte {
 		return nil
 	}
 	msg, n, ok := numbered(signed)
-	if !ok || !s.take(n) {
+	if !ok || !c.numbersOf(from).take(s.key, n) {
 		c.reject(rejectReplay)
 		return nil
 	}
@@ -232,7 +258,8 @@ func (c *core) handleIdentity(body []byte) error {
 	mem, live := c.members[m.From]
 	// Keep the certificate the live member announces; replace one it no
 	// longer announces (a renewal), and take any while it is not known.
-	if (had || len(c.peers) < maxPeers) &&
+	// The same certificate again (a member asked for it) keeps the entry.
+	if (had || len(c.peers) < maxPeers) && !(had && bytes.Equal(old.keyID, kid)) &&
 		(!had || !live || bytes.Equal(kid, mem.meta.keyID) || !bytes.Equal(old.keyID, mem.meta.keyID)) {
 		c.peers[m.From] = &peerKey{keyID: kid, role: role, pub: pub}
 	}

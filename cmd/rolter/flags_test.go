@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rolter/rolter/certs/certstest"
 )
 
 // TestRouterRefusesPlaintextRaft: a router reachable from other machines
@@ -54,6 +56,8 @@ func TestUnusableSettingsExit2(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
+	gossipCA := certstest.NewCA(t, "gossip")
+	routerCert := gossipCA.Member(t, "gpu-1", "rolter:router")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -66,6 +70,9 @@ func TestUnusableSettingsExit2(t *testing.T) {
 		{"sidecar without an engine", []string{"sidecar", "--engine", "", "--models", "m", "--gossip", "127.0.0.1:0",
 			"--metrics-addr", ""}, 2, "usage: --engine or --engine-advertise is required"},
 		{"API port taken", router("--http", busy.Addr().String()), 1, "--http: listen tcp " + busy.Addr().String()},
+		{"sidecar with a router's gossip certificate", []string{"sidecar", "--engine", "http://127.0.0.1:1", "--models", "m",
+			"--node-id", "gpu-1", "--gossip", "127.0.0.1:0", "--metrics-addr", "", "--gossip-tls-cert", routerCert.Cert,
+			"--gossip-tls-key", routerCert.Key, "--gossip-tls-ca", gossipCA.CertPEM}, 2, "grants the role router (URI SAN rolter:router), not sidecar"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
