@@ -85,3 +85,29 @@ func TestClientClockArrivesAtTheSendTime(t *testing.T) {
 		})
 	}
 }
+
+// A stream's headers leave when the engine takes the request, before its
+// first token (as vLLM's do): a client can tell its request has arrived.
+// The sim runs a millionth of real time here, so no token comes at all.
+func TestStreamHeadersBeforeTheFirstToken(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Speed = 1e-6
+	s := New(cfg, nil, &stoppedClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	ts := httptest.NewServer(s.Handler())
+	defer func() { ts.Close(); cancel(); <-done }()
+	b, _ := json.Marshal(map[string]any{"prompt": []int{1, 2, 3, 4}, "max_tokens": 4, "stream": true})
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	req, _ := http.NewRequestWithContext(rctx, http.MethodPost, ts.URL+"/v1/completions", bytes.NewReader(b))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("no headers before the first token: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}

@@ -592,6 +592,11 @@ func (g *generation) stream(w http.ResponseWriter, r *http.Request, includeUsage
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
+	// The headers go now, as vLLM's streaming response sends them before
+	// its first chunk: the client knows the engine has the request.
+	if flusher != nil {
+		flusher.Flush()
+	}
 	created := time.Now().Unix()
 	object := "text_completion"
 	if g.chat {

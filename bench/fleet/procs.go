@@ -340,13 +340,12 @@ func measure(ctx context.Context, cfg Config, plan Plan, strategy string, router
 
 // orderWait bounds how long after sending a request a replayer, with
 // Config.ClientClock, holds the next one to the same router for the
-// first's response to begin. rolter router holds a stream's headers until
-// its first token (a stream it can still resume elsewhere), so in
-// practice the bound decides: two requests scheduled closer than this
-// (wall time) leave this far apart, enough for a 100k-token prompt's
-// path on a loaded machine (up to about 140 ms at speed 2 measured in
-// requests.csv, mostly well under 50). The stamps keep the schedule.
-const orderWait = 50 * time.Millisecond
+// first's response to begin: rolter router sends a stream's headers on
+// as soon as the sim's come, and the sim sends them when its engine has
+// the request, so the wait is the first request's path (up to about
+// 400 ms of wall time on a machine at load average 30, for a 100k-token
+// prompt; requests.csv). The stamps keep the schedule.
+const orderWait = time.Second
 
 // replay sends request i to router i mod R at its time, stretched to the
 // plan's rate in engine time and divided by the engines' speed in wall

@@ -17,12 +17,12 @@ import (
 // one seed prints one table whatever else runs beside it. The runs go at
 // once, as bench routing's parallel simulations do.
 func TestEveryStrategySameConfigSameResult(t *testing.T) {
-	recs, err := workload.ReadTrace(mooncake.Open(), 300)
+	recs, err := workload.ReadTrace(mooncake.Open(), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	trace := mustPrepare(t, FromWorkload(workload.FromTrace(recs, false)))
-	lora, err := workload.Synthetic("lora", 4, 300, 1)
+	lora, err := workload.Synthetic("lora", 4, 100, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

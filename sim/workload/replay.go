@@ -44,10 +44,12 @@ type ReplayConfig struct {
 	// reads sim.SentAtHeader).
 	SentAtHeader string
 	// InOrder sends a request only once the previous one's response has
-	// begun (its headers came back, so the target has taken it) or
-	// OrderWait has passed: a long prompt, slower to send and parse,
-	// cannot be overtaken by the next request on its way. The wait counts
-	// as lateness (Result.Late).
+	// begun (its headers came back: the target has taken it) or OrderWait
+	// has passed since the previous one was sent, so a long prompt, slower
+	// to send and parse, is not overtaken by the next request on its way.
+	// Measuring from the previous send keeps waits from adding up behind a
+	// target that answers headers only with its first token. The wait
+	// counts as lateness (Result.Late). OrderWait 0 is a second.
 	InOrder   bool
 	OrderWait time.Duration
 }
@@ -92,6 +94,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, reqs []Request) []Result {
 		cfg.OrderWait = time.Second
 	}
 	var begun chan struct{} // closed when the previous request's response began
+	var prevSent time.Time
 	sent := 0
 loop:
 	for i := range reqs {
@@ -112,14 +115,18 @@ loop:
 			}
 		}
 		if cfg.InOrder && begun != nil {
-			timer.Reset(cfg.OrderWait)
-			select {
-			case <-begun:
-			case <-timer.C:
-			case <-ctx.Done():
-				break loop
+			if d := time.Until(prevSent.Add(cfg.OrderWait)); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-begun:
+					timer.Stop() // Go 1.23 timers: no stale tick after Stop
+				case <-timer.C:
+				case <-ctx.Done():
+					break loop
+				}
 			}
 		}
+		prevSent = time.Now()
 		next := make(chan struct{})
 		begun = next
 		sent++
