@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rolter/rolter/data/mooncake"
 	"github.com/rolter/rolter/sim/engine"
 	"github.com/rolter/rolter/sim/workload"
 	"github.com/rolter/rolter/strategies"
@@ -15,18 +14,17 @@ import (
 // Two runs of one configuration give the same result, figure for figure
 // and request by request, for every strategy: `rolter bench routing` with
 // one seed prints one table whatever else runs beside it. The runs go at
-// once, as bench routing's parallel simulations do.
+// once, as bench routing's parallel simulations do; the workloads have
+// sessions, shared prefixes and LoRA adapters.
 func TestEveryStrategySameConfigSameResult(t *testing.T) {
-	recs, err := workload.ReadTrace(mooncake.Open(), 100)
-	if err != nil {
-		t.Fatal(err)
+	workloads := map[string]*Workload{}
+	for _, name := range []string{"chat", "lora"} {
+		reqs, err := workload.Synthetic(name, 4, 100, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workloads[name] = mustPrepare(t, FromWorkload(reqs))
 	}
-	trace := mustPrepare(t, FromWorkload(workload.FromTrace(recs, false)))
-	lora, err := workload.Synthetic("lora", 4, 100, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	workloads := map[string]*Workload{"trace": trace, "lora": mustPrepare(t, FromWorkload(lora))}
 	for wname, w := range workloads {
 		rate := 0.8 * Capacity(w, 4, engine.Config{})
 		for _, name := range strategies.Names() {
