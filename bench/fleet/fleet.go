@@ -86,17 +86,17 @@ const MeshStaleness = 225 * time.Millisecond
 // old.
 const ResidencyStaleness = 50 * time.Millisecond
 
-// PeerDelayAt is the prediction's PeerDelay for engines at speed: the
-// routers publish on change at most every meshstate.PublishGap of wall
-// time and a change takes sim/fleet.DefaultPeerDelay more to be seen, so
-// a peer's count is on average PublishGap/2 + DefaultPeerDelay old in wall
-// time, speed times that in engine time. The simulated routers run the
-// same cadence on the engines' clock (PublishGap/2 on average), so the
-// rest is PeerDelay: speed × (PublishGap/2 + DefaultPeerDelay) −
-// PublishGap/2 (DefaultPeerDelay itself at speed 1).
+// PeerDelayAt is the prediction's PeerDelay for engines at speed: a
+// router publishes a change meshstate.PublishGap after it happened and
+// the publication takes sim/fleet.DefaultPeerDelay (meshstate.PeerHop) to
+// arrive, so a peer sees it PublishGap + DefaultPeerDelay late in wall
+// time, speed times that in engine time. The simulated routers wait the
+// same PublishGap on the engines' clock, so the rest is PeerDelay:
+// speed × (PublishGap + DefaultPeerDelay) − PublishGap (DefaultPeerDelay
+// itself at speed 1).
 func PeerDelayAt(speed float64) time.Duration {
-	half := meshstate.PublishGap / 2
-	return max(time.Duration(speed*float64(half+simfleet.DefaultPeerDelay))-half, 0)
+	gap := meshstate.PublishGap
+	return max(time.Duration(speed*float64(gap+simfleet.DefaultPeerDelay))-gap, 0)
 }
 
 // ErrConfig marks an unusable Config.

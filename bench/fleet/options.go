@@ -41,7 +41,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ResidencyDelay, "kv-delay", 0, "prefix-residency age the prediction assumes, in engine time, as rolter bench routing --kv-delay "+
 		"(0: the KV events' mean age at this speed, --speed × 50ms)")
 	fs.DurationVar(&o.PeerDelay, "peer-delay", 0, "router-to-router delay beyond the publish cadence the prediction assumes, in engine time, as rolter bench routing --peer-delay "+
-		"(0: what the mesh's wall-clock cadence and delay amount to at this speed, 75ms at --speed 2)")
+		"(0: what the mesh's wall-clock publish gap and hop amount to at this speed, 6ms at --speed 2)")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 90*time.Second, "give up on a fleet that is not ready by then")
 	fs.BoolVar(&o.SpreadBatches, "spread-batches", true, "spread trace requests that share a timestamp over the interval to the next one, in order (rolter bench routing --spread-batches, same seed)")
 	fs.BoolVar(&o.ClientClock, "client-clock", true, "the sims take each request's arrival from the client's send time (rolter sim --client-clock) "+
