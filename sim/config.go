@@ -38,7 +38,17 @@ type Config struct {
 	// GenerationLog, when set, is a file that gets one JSON line per
 	// generation: what the engine sent and how it ended (genlog.go).
 	GenerationLog string
+
+	// ClientClock makes a request that carries SentAtHeader arrive at the
+	// engine when its client sent it rather than when it got here, so a
+	// benchmark on one host (rolter bench fleet) measures the engines'
+	// queues without the HTTP path's delays, which --speed multiplies.
+	ClientClock bool
 }
+
+// SentAtHeader carries a request's send time on the client's clock, in
+// Unix nanoseconds; rolter sim reads it with --client-clock.
+const SentAtHeader = "X-Rolter-Sent-At"
 
 // DefaultModelName is the model the simulator serves unless told.
 const DefaultModelName = "meta-llama/Llama-3.1-8B-Instruct"

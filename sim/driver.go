@@ -28,6 +28,8 @@ type progress struct {
 	comp     engine.Completion
 	notify   chan struct{}
 	maxToken int
+	// submitted is the wall clock when the request reached the engine.
+	submitted time.Time
 }
 
 func (p *progress) snapshot() (tokens int, done bool, comp engine.Completion) {
@@ -70,15 +72,26 @@ func (d *driver) wallAt(v time.Duration) time.Time {
 	return d.start.Add(time.Duration(float64(v) / d.speed))
 }
 
-// submit queues a request and returns its progress.
-func (d *driver) submit(r engine.Request) (*progress, error) {
-	p := &progress{notify: make(chan struct{}, 1), maxToken: r.MaxTokens}
+// submit queues a request and returns its progress. Its arrival is now,
+// or, when sent is not zero, sent: the wall clock at which the client
+// sent it (rolter sim --client-clock), so that the time the request
+// spent on its way here is part of its wait, and requests sent in one
+// order queue in that order whatever order their HTTP paths finish in.
+func (d *driver) submit(r engine.Request, sent time.Time) (*progress, error) {
+	p := &progress{notify: make(chan struct{}, 1), maxToken: r.MaxTokens, submitted: d.clock.Now()}
 	d.mu.Lock()
 	vnow := d.virtualNow()
-	if d.eng.Idle() {
-		d.eng.AdvanceTo(vnow)
+	if sent.IsZero() {
+		if d.eng.Idle() {
+			d.eng.AdvanceTo(vnow)
+		}
+		r.Arrival = min(vnow, d.eng.Now())
+	} else {
+		r.Arrival = max(min(time.Duration(float64(sent.Sub(d.start))*d.speed), vnow), 0)
+		if d.eng.Idle() {
+			d.eng.AdvanceTo(r.Arrival)
+		}
 	}
-	r.Arrival = min(vnow, d.eng.Now())
 	if err := d.eng.Submit(r); err != nil {
 		d.mu.Unlock()
 		return nil, err
@@ -120,10 +133,22 @@ func (d *driver) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		d.mu.Lock()
 		res, ok := d.eng.Step()
+		later := false
+		if !ok {
+			// A request stamped after the engine's clock (it ran behind
+			// the wall clock when the request came) waits for no wake-up.
+			var at time.Duration
+			if at, later = d.eng.NextArrival(); later {
+				d.eng.AdvanceTo(at)
+			}
+		}
 		d.mu.Unlock()
 		if !ok {
 			if len(res.Events) > 0 && d.onStep != nil {
 				d.onStep(res)
+			}
+			if later {
+				continue
 			}
 			select {
 			case <-d.wake:

@@ -56,6 +56,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.Float64Var(&cfg.Faults.Slowdown, "fault-slowdown", 0, "multiply every step's duration (> 1 slows down)")
 	// Stream resume tests: where dying streams die, and what was sent.
 	fs.IntVar(&cfg.Faults.DieAfterTokens, "fault-die-after-tokens", 0, "streams picked by --fault-die-rate die right after this many tokens (0: half-way)")
+	fs.BoolVar(&cfg.ClientClock, "client-clock", false, "a request with an "+SentAtHeader+" header (Unix ns, the client's clock: same host only) arrives at the engine when it was sent, not when its HTTP path delivered it (rolter bench fleet)")
 	fs.StringVar(&cfg.GenerationLog, "generation-log", "", "append one JSON line per generation (request id, text sent, outcome) to this file")
 	return f
 }

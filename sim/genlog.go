@@ -25,6 +25,22 @@ type Generation struct {
 	Tokens int    `json:"tokens"`
 	// Outcome is "done", "died" (injected fault) or "client_left".
 	Outcome string `json:"outcome"`
+	// Engine is the engine's own account of a "done" generation, on its
+	// clock (virtual time: --speed times the wall clock).
+	Engine *EngineTimes `json:"engine,omitempty"`
+}
+
+// EngineTimes are one finished request's times on the engine's clock, in
+// nanoseconds since the engine started, and its prefix-cache hit.
+type EngineTimes struct {
+	Arrival      int64 `json:"arrival_ns"`
+	FirstToken   int64 `json:"first_token_ns"`
+	Finish       int64 `json:"finish_ns"`
+	CachedTokens int   `json:"cached_tokens"`
+	// Submitted is the wall clock (Unix nanoseconds) when the request
+	// reached the engine: with a client's send time it tells how long the
+	// HTTP path in between took.
+	Submitted int64 `json:"submitted_unix_ns"`
 }
 
 // genLog writes Generation lines to w; the zero value writes nothing.
@@ -48,8 +64,13 @@ func (s *Server) logGeneration(g *generation, sent int, outcome string) {
 	if s.gen.w == nil {
 		return
 	}
-	b, _ := json.Marshal(Generation{RequestID: g.requestID, ID: g.id, Continued: g.continued, ContinuedText: g.continuedText, PromptTokens: g.prompt,
-		Text: tokenizer.Text(g.seed, sent), Tokens: sent, Outcome: outcome})
+	line := Generation{RequestID: g.requestID, ID: g.id, Continued: g.continued, ContinuedText: g.continuedText, PromptTokens: g.prompt,
+		Text: tokenizer.Text(g.seed, sent), Tokens: sent, Outcome: outcome}
+	if _, done, c := g.p.snapshot(); done && outcome == "done" {
+		line.Engine = &EngineTimes{Arrival: int64(c.Arrival), FirstToken: int64(c.FirstToken), Finish: int64(c.Finish),
+			CachedTokens: c.CachedTokens, Submitted: g.p.submitted.UnixNano()}
+	}
+	b, _ := json.Marshal(line)
 	if _, err := s.gen.w.Write(append(b, '\n')); err != nil {
 		s.log.Warn("generation log write failed", "err", err)
 	}

@@ -259,7 +259,13 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, chat bo
 		prefix = "chatcmpl-"
 	}
 	id := prefix + strconv.FormatUint(n, 10)
-	p, err := s.drv.submit(engine.Request{ID: id, Tokens: tokens, MaxTokens: maxTokens, Lora: lora})
+	var sent time.Time
+	if s.cfg.ClientClock {
+		if ns, err := strconv.ParseInt(r.Header.Get(SentAtHeader), 10, 64); err == nil && ns > 0 {
+			sent = time.Unix(0, ns)
+		}
+	}
+	p, err := s.drv.submit(engine.Request{ID: id, Tokens: tokens, MaxTokens: maxTokens, Lora: lora}, sent)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error())
 		return
@@ -586,6 +592,11 @@ func (g *generation) stream(w http.ResponseWriter, r *http.Request, includeUsage
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
+	// The headers go now, as vLLM's streaming response sends them before
+	// its first chunk: the client knows the engine has the request.
+	if flusher != nil {
+		flusher.Flush()
+	}
 	created := time.Now().Unix()
 	object := "text_completion"
 	if g.chat {

@@ -39,11 +39,24 @@ type Config struct {
 	// engine time, as `rolter bench routing --gossip-delay`; 0 derives it
 	// from Speed (MeshStaleness × Speed).
 	GossipDelay time.Duration
+	// ResidencyDelay is the prefix-residency age the prediction assumes,
+	// in engine time, as `rolter bench routing --kv-delay`; 0 derives it
+	// from Speed (ResidencyStaleness × Speed).
+	ResidencyDelay time.Duration
 	// PeerDelay is how late, beyond meshstate's publish cadence, what one
 	// router publishes reaches the others in the prediction, in engine
 	// time, as `rolter bench routing --peer-delay`; 0 derives it from
 	// Speed (see PeerDelayAt).
 	PeerDelay time.Duration
+	// ClientClock runs the sims with --client-clock: a request arrives at
+	// its engine, on the engine's clock, at its scheduled send time, each
+	// replayer sends its router's requests in order (the next only once
+	// the previous one's response has begun), and the measured TTFT and
+	// latency are the engines' own per-request figures (generation logs)
+	// from that arrival. Without it a request arrives when its HTTP path
+	// (client, router, sim server) delivers it, the sends follow the
+	// schedule alone, and TTFT is the client's, multiplied by Speed.
+	ClientClock bool
 	// Dir holds each run's config, Raft data and logs ("": a temp dir,
 	// removed at the end).
 	Dir string
@@ -62,17 +75,28 @@ type Config struct {
 // Speed × MeshStaleness old; the prediction assumes the same.
 const MeshStaleness = 225 * time.Millisecond
 
-// PeerDelayAt is the prediction's PeerDelay for engines at speed: the
-// routers publish on change at most every meshstate.PublishGap of wall
-// time and a change takes sim/fleet.DefaultPeerDelay more to be seen, so
-// a peer's count is on average PublishGap/2 + DefaultPeerDelay old in wall
-// time, speed times that in engine time. The simulated routers run the
-// same cadence on the engines' clock (PublishGap/2 on average), so the
-// rest is PeerDelay: speed × (PublishGap/2 + DefaultPeerDelay) −
-// PublishGap/2 (DefaultPeerDelay itself at speed 1).
+// ResidencyStaleness is the mean age, in wall time, of the prefix
+// residency a router reads: an engine's KV events reach its sidecar at
+// once (ZMQ), the sidecar hands its tracker's changes to the mesh every
+// 50 ms (rolter sidecar's FlushInterval), and the mesh publisher batches
+// them for another 50 ms (cluster/mesh SidecarConfig.FlushInterval)
+// before the datagram goes out, so on average half of each. It is not
+// MeshStaleness: residency does not wait for the scrape or the status
+// period. In engine time the routers' view is Speed × ResidencyStaleness
+// old.
+const ResidencyStaleness = 50 * time.Millisecond
+
+// PeerDelayAt is the prediction's PeerDelay for engines at speed: a
+// router publishes a change meshstate.PublishGap after it happened and
+// the publication takes sim/fleet.DefaultPeerDelay (meshstate.PeerHop) to
+// arrive, so a peer sees it PublishGap + DefaultPeerDelay late in wall
+// time, speed times that in engine time. The simulated routers wait the
+// same PublishGap on the engines' clock, so the rest is PeerDelay:
+// speed × (PublishGap + DefaultPeerDelay) − PublishGap (DefaultPeerDelay
+// itself at speed 1).
 func PeerDelayAt(speed float64) time.Duration {
-	half := meshstate.PublishGap / 2
-	return max(time.Duration(speed*float64(half+simfleet.DefaultPeerDelay))-half, 0)
+	gap := meshstate.PublishGap
+	return max(time.Duration(speed*float64(gap+simfleet.DefaultPeerDelay))-gap, 0)
 }
 
 // ErrConfig marks an unusable Config.
@@ -106,6 +130,9 @@ func (c *Config) validate() error {
 	}
 	if c.GossipDelay <= 0 {
 		c.GossipDelay = time.Duration(c.Speed * float64(MeshStaleness))
+	}
+	if c.ResidencyDelay <= 0 {
+		c.ResidencyDelay = time.Duration(c.Speed * float64(ResidencyStaleness))
 	}
 	if c.PeerDelay <= 0 {
 		c.PeerDelay = PeerDelayAt(c.Speed)
@@ -152,18 +179,23 @@ func NewPlan(cfg Config) (Plan, error) {
 
 // Predict is sim/fleet's run of strategy over R routers: the
 // configuration `rolter bench routing --engines E --load L --seed S
-// --gossip-delay D --peer-delay P --arrival rr --kv-blocks K` simulates
+// --gossip-delay D --kv-delay V --peer-delay P --arrival rr --kv-blocks K` simulates
 // (the replay spreads requests over the routers round-robin, so the
 // prediction does).
 func Predict(ctx context.Context, cfg Config, plan Plan, strategy string, routers int) (Figures, error) {
-	res, err := simfleet.Run(ctx, simfleet.Config{Strategy: strategy, Engines: cfg.Engines, Routers: routers,
-		Engine: cfg.engineConfig(), GossipDelay: cfg.GossipDelay, PeerDelay: cfg.PeerDelay, Rate: plan.Rate,
-		Arrival: simfleet.RoundRobinArrival, Seed: cfg.Seed}, plan.Workload)
+	res, err := predict(ctx, cfg, plan, strategy, routers)
 	if err != nil {
 		return Figures{}, err
 	}
 	return Figures{HitRate: res.HitRate, TTFTP50: ms(res.TTFT.P50), TTFTP90: ms(res.TTFT.P90),
 		E2EP50: ms(res.E2E.P50), E2EP90: ms(res.E2E.P90), PerEngine: res.PerEngine}, nil
+}
+
+// predict is Predict's simulation, every request's timing included.
+func predict(ctx context.Context, cfg Config, plan Plan, strategy string, routers int) (simfleet.Result, error) {
+	return simfleet.Run(ctx, simfleet.Config{Strategy: strategy, Engines: cfg.Engines, Routers: routers,
+		Engine: cfg.engineConfig(), GossipDelay: cfg.GossipDelay, ResidencyDelay: cfg.ResidencyDelay, PeerDelay: cfg.PeerDelay, Rate: plan.Rate,
+		Arrival: simfleet.RoundRobinArrival, Seed: cfg.Seed}, plan.Workload)
 }
 
 // Run measures and predicts every (strategy, routers) of cfg, router
@@ -183,22 +215,26 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 		defer os.RemoveAll(dir)
 	}
-	cfg.progress("bench fleet: %d requests, %d engines, capacity %.2f req/s, load %.2f → %.2f req/s (engine time), speed %g, prediction's gossip delay %v and peer delay %v, work dir %s",
-		len(cfg.Requests), cfg.Engines, plan.Capacity, cfg.Load, plan.Rate, cfg.Speed, cfg.GossipDelay, cfg.PeerDelay, dir)
+	cfg.progress("bench fleet: %d requests, %d engines, capacity %.2f req/s, load %.2f → %.2f req/s (engine time), speed %g, prediction's gossip delay %v, kv delay %v and peer delay %v, client clock %v, work dir %s",
+		len(cfg.Requests), cfg.Engines, plan.Capacity, cfg.Load, plan.Rate, cfg.Speed, cfg.GossipDelay, cfg.ResidencyDelay, cfg.PeerDelay, cfg.ClientClock, dir)
 	var rows []Row
 	for _, r := range cfg.Routers {
 		for _, s := range cfg.Strategies {
-			row := Row{Strategy: s, Routers: r, Requests: len(cfg.Requests), GossipDelay: cfg.GossipDelay, PeerDelay: cfg.PeerDelay}
-			if row.Predicted, err = Predict(ctx, cfg, plan, s, r); err != nil {
+			row := Row{Strategy: s, Routers: r, Requests: len(cfg.Requests), GossipDelay: cfg.GossipDelay,
+				ResidencyDelay: cfg.ResidencyDelay, PeerDelay: cfg.PeerDelay}
+			pred, err := predict(ctx, cfg, plan, s, r)
+			if err != nil {
 				return rows, fmt.Errorf("bench fleet: predicting %s with %d routers: %w", s, r, err)
 			}
+			row.Predicted = Figures{HitRate: pred.HitRate, TTFTP50: ms(pred.TTFT.P50), TTFTP90: ms(pred.TTFT.P90),
+				E2EP50: ms(pred.E2E.P50), E2EP90: ms(pred.E2E.P90), PerEngine: pred.PerEngine}
 			start := time.Now()
-			m, err := measure(ctx, cfg, plan, s, r, filepath.Join(dir, fmt.Sprintf("%s-r%d", s, r)))
+			m, err := measure(ctx, cfg, plan, s, r, filepath.Join(dir, fmt.Sprintf("%s-r%d", s, r)), pred.Timings)
 			if err != nil {
 				return rows, fmt.Errorf("bench fleet: %s with %d routers: %w", s, r, err)
 			}
 			row.Measured, row.Failed, row.EngineTTFTMean, row.Wall = m.figures, m.failed, m.engineTTFTMean, time.Since(start)
-			row.ClientTTFTMean = m.clientTTFTMean
+			row.ClientTTFTMean, row.Client, row.RequestPath, row.LateP99 = m.clientTTFTMean, m.client, m.pathMean, m.lateP99
 			cfg.progress("bench fleet: %s R=%d measured hit %.1f%% ttft p50 %.0f p90 %.0f ms per engine %v; "+
 				"predicted hit %.1f%% p50 %.0f p90 %.0f ms per engine %v; mean ttft client %.0f engine %.0f ms (%d failed, %v)",
 				s, r, 100*row.Measured.HitRate, row.Measured.TTFTP50, row.Measured.TTFTP90, row.Measured.PerEngine,

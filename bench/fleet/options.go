@@ -38,10 +38,14 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.KVBlocks, "kv-blocks", 0, "per-engine GPU KV cache in 16-token blocks (0: engine default)")
 	fs.DurationVar(&o.GossipDelay, "gossip-delay", 0, "engine-state age the prediction assumes, in engine time, as rolter bench routing --gossip-delay "+
 		"(0: the mesh's mean age at this speed, --speed × 225ms)")
+	fs.DurationVar(&o.ResidencyDelay, "kv-delay", 0, "prefix-residency age the prediction assumes, in engine time, as rolter bench routing --kv-delay "+
+		"(0: the KV events' mean age at this speed, --speed × 50ms)")
 	fs.DurationVar(&o.PeerDelay, "peer-delay", 0, "router-to-router delay beyond the publish cadence the prediction assumes, in engine time, as rolter bench routing --peer-delay "+
-		"(0: what the mesh's wall-clock cadence and delay amount to at this speed, 75ms at --speed 2)")
+		"(0: what the mesh's wall-clock publish gap and hop amount to at this speed, 6ms at --speed 2)")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 90*time.Second, "give up on a fleet that is not ready by then")
 	fs.BoolVar(&o.SpreadBatches, "spread-batches", true, "spread trace requests that share a timestamp over the interval to the next one, in order (rolter bench routing --spread-batches, same seed)")
+	fs.BoolVar(&o.ClientClock, "client-clock", true, "the sims take each request's arrival from the client's send time (rolter sim --client-clock) "+
+		"and TTFT is read from their generation logs; false: requests arrive when their HTTP path delivers them and TTFT is the client's, times --speed")
 	fs.StringVar(&o.JSON, "json", "", "write one row per (strategy, routers) with measured and predicted figures to this file")
 	fs.StringVar(&o.Dir, "dir", "", "keep each run's config, Raft data and logs here (default: a temp dir, removed)")
 }
@@ -97,8 +101,9 @@ func (o Options) Run(ctx context.Context, stdout, stderr io.Writer) error {
 			traceFlag = "--trace " + o.Trace + " "
 		}
 		fmt.Fprintf(stdout, "predicted = rolter bench routing %s--limit %d --engines %d --routers %s --strategies %s "+
-			"--load %g --seed %d --gossip-delay %v --peer-delay %v --arrival rr --spread-batches=%v --kv-blocks %d\n\n",
-			traceFlag, o.Limit, cfg.Engines, o.Routers, o.Strategies, cfg.Load, cfg.Seed, rows[0].GossipDelay, rows[0].PeerDelay, o.SpreadBatches, cfg.KVBlocks)
+			"--load %g --seed %d --gossip-delay %v --kv-delay %v --peer-delay %v --arrival rr --spread-batches=%v --kv-blocks %d\n\n",
+			traceFlag, o.Limit, cfg.Engines, o.Routers, o.Strategies, cfg.Load, cfg.Seed, rows[0].GossipDelay, rows[0].ResidencyDelay, rows[0].PeerDelay,
+			o.SpreadBatches, cfg.KVBlocks)
 		Print(stdout, rows)
 		agree := 0
 		for _, r := range rows {

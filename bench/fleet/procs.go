@@ -17,6 +17,7 @@ import (
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/localfleet"
 	"github.com/rolter/rolter/sim"
+	simfleet "github.com/rolter/rolter/sim/fleet"
 	"github.com/rolter/rolter/sim/workload"
 	"github.com/rolter/rolter/supervise"
 )
@@ -56,9 +57,12 @@ func (f *fleetRun) start(strategy string) error {
 		return err
 	}
 	for j, e := range f.l.Engines {
-		var extra []string
+		extra := []string{"--generation-log", genLogPath(f.dir, e.ID)}
+		if f.cfg.ClientClock {
+			extra = append(extra, "--client-clock")
+		}
 		if f.cfg.KVBlocks > 0 {
-			extra = []string{"--kv-blocks", strconv.Itoa(f.cfg.KVBlocks)}
+			extra = append(extra, "--kv-blocks", strconv.Itoa(f.cfg.KVBlocks))
 		}
 		if _, err := f.group.Start(e.ID, f.l.SimArgs(j, f.cfg.Speed, true, extra...)...); err != nil {
 			return err
@@ -226,14 +230,21 @@ func scrape(ctx context.Context, client *http.Client, url string) (map[string]fl
 type measurement struct {
 	figures Figures
 	failed  int
+	// client are the figures with TTFT and latency from the client (times
+	// Speed), whatever figures holds.
+	client Figures
 	// engineTTFTMean is the engines' own mean TTFT and clientTTFTMean the
-	// client's, in engine ms.
-	engineTTFTMean, clientTTFTMean float64
+	// client's, in engine ms; pathMean is the mean time from a client's
+	// send to its request reaching the engine, in engine ms.
+	engineTTFTMean, clientTTFTMean, pathMean float64
+	// lateP99 is the 99th percentile of how late the replay sent
+	// requests after their scheduled times, in engine ms.
+	lateP99 float64
 }
 
 // measure starts a fresh fleet in dir, replays the plan through it and
 // stops it.
-func measure(ctx context.Context, cfg Config, plan Plan, strategy string, routers int, dir string) (measurement, error) {
+func measure(ctx context.Context, cfg Config, plan Plan, strategy string, routers int, dir string, pred []simfleet.Timing) (measurement, error) {
 	var m measurement
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return m, err
@@ -267,15 +278,37 @@ func measure(ctx context.Context, cfg Config, plan Plan, strategy string, router
 	if err != nil {
 		return m, err
 	}
-	var ttft, e2e []time.Duration
+	paths := make([]string, len(l.Engines))
+	prompts := make([]int, len(cfg.Requests))
+	for j, e := range l.Engines {
+		paths[j] = genLogPath(dir, e.ID)
+	}
+	for i, r := range cfg.Requests {
+		prompts[i] = len(r.Tokens)
+	}
+	ts, err := readGenLogs(paths, results, routers, prompts)
+	if err != nil {
+		return m, err
+	}
+	if err := writeTimings(filepath.Join(dir, "requests.csv"), ts, cfg.Speed, pred); err != nil {
+		return m, err
+	}
+	var ttft, e2e, engTTFT, engE2E, path, late []time.Duration
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * cfg.Speed) }
-	for _, r := range results {
-		if r.Err != "" {
+	for _, t := range ts {
+		if t.client.Err != "" {
 			m.failed++
 			continue
 		}
-		ttft = append(ttft, scale(r.TTFT))
-		e2e = append(e2e, scale(r.Latency))
+		ttft = append(ttft, scale(t.client.TTFT))
+		e2e = append(e2e, scale(t.client.Latency))
+		if t.engine < 0 {
+			return m, fmt.Errorf("request %d was answered but no engine logged it; logs in %s", t.index, dir)
+		}
+		engTTFT = append(engTTFT, time.Duration(t.eng.FirstToken-t.eng.Arrival))
+		engE2E = append(engE2E, time.Duration(t.eng.Finish-t.eng.Arrival))
+		path = append(path, scale(time.Unix(0, t.eng.Submitted).Sub(t.sent)))
+		late = append(late, scale(t.client.Late))
 	}
 	if len(ttft) == 0 {
 		return m, fmt.Errorf("every request failed (first: %s); logs in %s", results[0].Err, f.group.LogDir)
@@ -293,25 +326,47 @@ func measure(ctx context.Context, cfg Config, plan Plan, strategy string, router
 	if total.ttftCount > 0 {
 		m.engineTTFTMean = 1000 * total.ttftSum / total.ttftCount
 	}
-	m.clientTTFTMean = mean(ttft)
-	m.figures.TTFTP50, m.figures.TTFTP90 = percentile(ttft, 0.5), percentile(ttft, 0.9)
-	m.figures.E2EP50, m.figures.E2EP90 = percentile(e2e, 0.5), percentile(e2e, 0.9)
+	m.clientTTFTMean, m.pathMean, m.lateP99 = mean(ttft), mean(path), percentile(late, 0.99)
+	m.client = Figures{HitRate: m.figures.HitRate, TTFTP50: percentile(ttft, 0.5), TTFTP90: percentile(ttft, 0.9),
+		E2EP50: percentile(e2e, 0.5), E2EP90: percentile(e2e, 0.9), PerEngine: m.figures.PerEngine}
+	m.figures.TTFTP50, m.figures.TTFTP90 = m.client.TTFTP50, m.client.TTFTP90
+	m.figures.E2EP50, m.figures.E2EP90 = m.client.E2EP50, m.client.E2EP90
+	if cfg.ClientClock {
+		m.figures.TTFTP50, m.figures.TTFTP90 = percentile(engTTFT, 0.5), percentile(engTTFT, 0.9)
+		m.figures.E2EP50, m.figures.E2EP90 = percentile(engE2E, 0.5), percentile(engE2E, 0.9)
+	}
 	return m, nil
 }
 
+// orderWait bounds how long after sending a request a replayer, with
+// Config.ClientClock, holds the next one to the same router for the
+// first's response to begin: rolter router sends a stream's headers on
+// as soon as the sim's come, and the sim sends them when its engine has
+// the request, so the wait is the first request's path (up to about
+// 400 ms of wall time on a machine at load average 30, for a 100k-token
+// prompt; requests.csv). The stamps keep the schedule.
+const orderWait = time.Second
+
 // replay sends request i to router i mod R at its time, stretched to the
 // plan's rate in engine time and divided by the engines' speed in wall
-// time; the R replayers start together.
+// time; the R replayers start together. With Config.ClientClock each
+// replayer sends in order (workload.ReplayConfig.InOrder) and stamps each
+// request with its scheduled time.
 func (f *fleetRun) replay(ctx context.Context, plan Plan) []workload.Result {
 	n := len(f.l.Routers)
 	parts := make([][]workload.Request, n)
 	index := make([][]int, n)
 	for i, r := range f.cfg.Requests {
+		r.ID = strconv.Itoa(i)
 		parts[i%n] = append(parts[i%n], r)
 		index[i%n] = append(index[i%n], i)
 	}
 	client := localfleet.ReplayClient(10 * time.Minute)
 	defer client.CloseIdleConnections()
+	sentAt := ""
+	if f.cfg.ClientClock {
+		sentAt = sim.SentAtHeader
+	}
 	out := make([]workload.Result, len(f.cfg.Requests))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -321,7 +376,8 @@ func (f *fleetRun) replay(ctx context.Context, plan Plan) []workload.Result {
 			defer wg.Done()
 			<-start
 			res := workload.Replay(ctx, workload.ReplayConfig{Target: r.APIURL(), Mode: workload.ModeCompletions,
-				Model: model, Speed: f.cfg.Speed / plan.Stretch, Client: client}, parts[k])
+				Model: model, Speed: f.cfg.Speed / plan.Stretch, Client: client, SentAtHeader: sentAt,
+				InOrder: f.cfg.ClientClock, OrderWait: orderWait}, parts[k])
 			for j, x := range res {
 				out[index[k][j]] = x
 			}

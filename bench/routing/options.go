@@ -24,7 +24,7 @@ type Options struct {
 	Engines, Limit, Parallel, CPUTierBlocks, KVBlocks                     int
 	Load                                                                  float64
 	Seed                                                                  uint64
-	GossipDelay, PeerDelay                                                time.Duration
+	GossipDelay, PeerDelay, ResidencyDelay                                time.Duration
 	Mesh, SpreadBatches                                                   bool
 	// Burst (--burst, --workload burst) runs the admission benchmark
 	// (RunBurst) with the replicas' [admission] thresholds
@@ -54,6 +54,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Load, "load", 0.7, "arrival rate as a fraction of fleet capacity (see BENCHMARKS.md)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the strategies' randomness, arrivals and synthetic workloads")
 	fs.DurationVar(&o.GossipDelay, "gossip-delay", 250*time.Millisecond, "age of the engine state routers see")
+	fs.DurationVar(&o.ResidencyDelay, "kv-delay", 0, "age of the prefix residency routers see (the engines' KV events through the sidecars; 0: --gossip-delay)")
 	fs.DurationVar(&o.PeerDelay, "peer-delay", fleet.DefaultPeerDelay, "how late what one router shares or publishes reaches the others (beyond the publish cadence)")
 	fs.BoolVar(&o.Mesh, "mesh", true, "replicas share learned prefixes, session pins and in-flight counts as rolter's mesh does (false: engine state only)")
 	fs.BoolVar(&o.SpreadBatches, "spread-batches", false, "spread trace requests that share a timestamp uniformly (seeded) up to the next timestamp, instead of arriving at one instant")
@@ -108,10 +109,14 @@ func (o Options) Run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	capacity := fleet.Capacity(src.Unit, o.Engines, ecfg)
-	base := fleet.Config{Engines: o.Engines, Engine: ecfg, GossipDelay: o.GossipDelay, PeerDelay: o.PeerDelay, Arrival: arrival, Seed: o.Seed,
-		Isolated: !o.Mesh}
-	fmt.Fprintf(w, "workload: %s, %d requests; fleet: %d engines, capacity %.2f req/s (no-cache service demand); load %.2f → %.2f req/s; gossip delay %v; peer delay %v; mesh %v\n\n",
-		src.Desc, src.Unit.Len(), o.Engines, capacity, o.Load, o.Load*capacity, o.GossipDelay, o.PeerDelay, o.Mesh)
+	base := fleet.Config{Engines: o.Engines, Engine: ecfg, GossipDelay: o.GossipDelay, ResidencyDelay: o.ResidencyDelay,
+		PeerDelay: o.PeerDelay, Arrival: arrival, Seed: o.Seed, Isolated: !o.Mesh}
+	kvDelay := "as gossip"
+	if o.ResidencyDelay > 0 {
+		kvDelay = o.ResidencyDelay.String()
+	}
+	fmt.Fprintf(w, "workload: %s, %d requests; fleet: %d engines, capacity %.2f req/s (no-cache service demand); load %.2f → %.2f req/s; gossip delay %v; kv delay %s; peer delay %v; mesh %v\n\n",
+		src.Desc, src.Unit.Len(), o.Engines, capacity, o.Load, o.Load*capacity, o.GossipDelay, kvDelay, o.PeerDelay, o.Mesh)
 
 	start := time.Now()
 	rows, err := Grid(ctx, src, base, names, routers, o.Load, capacity, o.Parallel)

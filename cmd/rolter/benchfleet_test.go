@@ -63,6 +63,7 @@ func TestBenchFleetPlumbing(t *testing.T) {
 		Failed    int            `json:"failed"`
 		Measured  map[string]any `json:"measured"`
 		Predicted map[string]any `json:"predicted"`
+		Client    map[string]any `json:"client"`
 	}
 	if err := json.Unmarshal(raw, &rows); err != nil {
 		t.Fatalf("--json: %v\n%s", err, raw)
@@ -81,7 +82,7 @@ func TestBenchFleetPlumbing(t *testing.T) {
 		}
 		return v
 	}
-	for _, fig := range []map[string]any{r.Measured, r.Predicted} {
+	for _, fig := range []map[string]any{r.Measured, r.Predicted, r.Client} {
 		if p50, p90 := num(fig, "ttft_p50_ms"), num(fig, "ttft_p90_ms"); p50 <= 0 || p90 < p50 {
 			t.Fatalf("implausible TTFT percentiles: %s", raw)
 		}
@@ -110,7 +111,7 @@ func TestBenchFleetPredictsWhatBenchRoutingSimulates(t *testing.T) {
 	reqs := workload.FromTrace(recs, false)
 	benchrouting.SpreadBatches(reqs, 3)
 	cfg := benchfleet.Config{Requests: reqs, Engines: 2, Load: 0.8, Seed: 3, GossipDelay: 450 * time.Millisecond,
-		PeerDelay: 75 * time.Millisecond}
+		ResidencyDelay: 90 * time.Millisecond, PeerDelay: 75 * time.Millisecond}
 	plan, err := benchfleet.NewPlan(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func TestBenchFleetPredictsWhatBenchRoutingSimulates(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "routing.json")
 	err = runBenchRouting(context.Background(), []string{"--trace", trace, "--engines", "2", "--routers", "1,2",
 		"--strategies", "round_robin,precise_cache_aware", "--load", "0.8", "--seed", "3", "--gossip-delay", "450ms",
-		"--peer-delay", "75ms", "--arrival", "rr", "--spread-batches", "--json", out}, io.Discard, io.Discard)
+		"--kv-delay", "90ms", "--peer-delay", "75ms", "--arrival", "rr", "--spread-batches", "--json", out}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

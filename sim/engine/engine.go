@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rolter/rolter/kvblock"
@@ -231,6 +232,16 @@ func (e *Engine) Now() time.Duration { return e.now }
 // SetModel replaces the step model (a slowdown fault scales it).
 func (e *Engine) SetModel(m StepModel) { e.model = m }
 
+// NextArrival is the arrival of the first waiting request when no step
+// could run now because it has not arrived yet (ok false otherwise): the
+// time to advance an otherwise idle engine to.
+func (e *Engine) NextArrival() (at time.Duration, ok bool) {
+	if len(e.running) > 0 || len(e.waiting) == 0 || e.waiting[0].req.Arrival <= e.now {
+		return 0, false
+	}
+	return e.waiting[0].req.Arrival, true
+}
+
 // Idle reports whether the engine has no request at all.
 func (e *Engine) Idle() bool { return len(e.running) == 0 && len(e.waiting) == 0 }
 
@@ -251,7 +262,14 @@ func (e *Engine) Submit(r Request) error {
 	s := &seq{req: r, extra: kvblock.Extra(r.Lora, "")}
 	s.keys = kvblock.Keys(make([]uint64, 0, len(r.Tokens)/e.cfg.BlockSize), r.Tokens, e.cfg.BlockSize, s.extra)
 	s.c = Completion{ID: r.ID, Lora: r.Lora, Arrival: r.Arrival, PromptTokens: len(r.Tokens)}
-	e.waiting = append(e.waiting, s)
+	// First come, first served by arrival: a request submitted after
+	// another but stamped earlier (see rolter sim --client-clock) queues
+	// ahead of it. Arrivals stamped in submission order append.
+	k := len(e.waiting)
+	for k > 0 && e.waiting[k-1].req.Arrival > r.Arrival {
+		k--
+	}
+	e.waiting = slices.Insert(e.waiting, k, s)
 	e.byID[r.ID] = s
 	e.prompt += uint64(len(r.Tokens))
 	return nil

@@ -389,3 +389,34 @@ func TestPreemptedRelookupsCountedApart(t *testing.T) {
 		t.Fatalf("queries %d, want the two prompts' 80 tokens", st.PrefixQueries)
 	}
 }
+
+// A request submitted after another but stamped as arriving earlier
+// queues ahead of it (first come, first served by arrival), and an engine
+// whose only request has not arrived yet says when to advance to.
+func TestWaitingQueueFollowsArrival(t *testing.T) {
+	e := New(Config{MaxNumSeqs: 1})
+	if err := e.Submit(Request{ID: "later", Tokens: seqTokens(0, 64), MaxTokens: 1, Arrival: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := e.NextArrival(); !ok || at != 20*time.Millisecond {
+		t.Fatalf("NextArrival = %v, %v; want 20ms, true", at, ok)
+	}
+	if err := e.Submit(Request{ID: "earlier", Tokens: seqTokens(1000, 64), MaxTokens: 1, Arrival: 10 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := e.NextArrival(); !ok || at != 10*time.Millisecond {
+		t.Fatalf("NextArrival = %v, %v after an earlier arrival; want 10ms, true", at, ok)
+	}
+	var order []string
+	for _, s := range e.AdvanceTo(time.Second) {
+		for _, c := range s.Completed {
+			order = append(order, c.ID)
+		}
+	}
+	if !slices.Equal(order, []string{"earlier", "later"}) {
+		t.Fatalf("served %v; want earlier first, one at a time", order)
+	}
+	if _, ok := e.NextArrival(); ok {
+		t.Fatal("NextArrival on an idle engine")
+	}
+}

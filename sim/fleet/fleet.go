@@ -37,8 +37,14 @@ type Config struct {
 	Engines  int
 	Routers  int
 	Engine   engine.Config
-	// GossipDelay is how old the engine state the replicas see is.
+	// GossipDelay is how old the engine state the replicas see is: queue
+	// lengths, resident adapters, CPU-tier occupancy (the sidecars'
+	// status messages).
 	GossipDelay time.Duration
+	// ResidencyDelay is how old the prefix residency the replicas see is
+	// (the engines' KV events, batched by the sidecars); 0 takes
+	// GossipDelay.
+	ResidencyDelay time.Duration
 	// PeerDelay is how late what one replica shares or publishes over the
 	// mesh (learned records, in-flight counts, prefill sums) reaches the
 	// others, on top of meshstate's publish cadence (PublishGap after a
@@ -91,10 +97,22 @@ type Result struct {
 	CachedTokens int
 	Preemptions  int
 	Duration     time.Duration
+	// Timings are the served requests' engine accounts, by request index
+	// (an unserved request's Engine is -1).
+	Timings []Timing
 	// Bands are the requests of each priority band (admission.Band order):
 	// TTFT from the client's arrival (queueing included) over the served
 	// ones, and how many were rejected (queue full) or expired (TTL).
 	Bands [admission.NumBands]BandResult
+}
+
+// Timing is one request's account in a run: the engine that served it,
+// when it reached the engine, its first and last token (from the start of
+// the run) and the prompt tokens it found cached.
+type Timing struct {
+	Engine                      int
+	Arrival, FirstToken, Finish time.Duration
+	CachedTokens                int
 }
 
 // BandResult is one band's share of a run.
@@ -203,15 +221,18 @@ func simulate(ctx context.Context, cfg Config, w *Workload) (*run, error) {
 	if cfg.Strategy != Oracle && !strategies.Known(cfg.Strategy) {
 		return nil, fmt.Errorf("%w: %w %q", ErrConfig, strategies.ErrUnknownStrategy, cfg.Strategy)
 	}
-	if cfg.GossipDelay < 0 || cfg.PeerDelay < 0 {
+	if cfg.GossipDelay < 0 || cfg.PeerDelay < 0 || cfg.ResidencyDelay < 0 {
 		return nil, fmt.Errorf("%w: negative gossip delay", ErrConfig)
 	}
 	r := &run{cfg: cfg, w: w, oracleOn: cfg.Strategy == Oracle, flights: make([]flight, w.Len())}
 	if r.cfg.PeerDelay == 0 {
 		r.cfg.PeerDelay = DefaultPeerDelay
 	}
+	if r.cfg.ResidencyDelay == 0 {
+		r.cfg.ResidencyDelay = r.cfg.GossipDelay
+	}
 	if r.oracleOn {
-		r.cfg.GossipDelay = 0
+		r.cfg.GossipDelay, r.cfg.ResidencyDelay = 0, 0
 	}
 	for range cfg.Engines {
 		r.engines = append(r.engines, &node{eng: engine.New(cfg.Engine), lag: &lagged{res: newResidency()}})
@@ -316,7 +337,7 @@ func (r *run) advance(t time.Duration) {
 			}
 			n.lag.samples = append(n.lag.samples, s)
 		}
-		n.lag.res.syncTo(r.viewTime())
+		n.lag.res.syncTo(r.now - r.cfg.ResidencyDelay)
 	}
 }
 

@@ -150,12 +150,30 @@ func TestGossipDelayHidesResidency(t *testing.T) {
 	}
 }
 
+// Residency has a delay of its own (KV events travel apart from the
+// engines' status): with hour-old queue state but fresh residency
+// precise_cache_aware still follows shared prefixes, and hour-old
+// residency hides them however fresh the queue state is.
+func TestResidencyDelayIsApartFromGossipDelay(t *testing.T) {
+	w := smallChat(t, 13)
+	cfg := Config{Strategy: "precise_cache_aware", Engines: 4, Routers: 1, Rate: 0.5, Seed: 1,
+		Engine: engine.Config{KVBlocks: 4000}, GossipDelay: time.Hour, ResidencyDelay: time.Millisecond}
+	seen := mustRun(t, cfg, w)
+	cfg.GossipDelay, cfg.ResidencyDelay = time.Millisecond, time.Hour
+	hidden := mustRun(t, cfg, w)
+	if hidden.HitRate >= seen.HitRate {
+		t.Errorf("hit rate with hour-old residency %.4f, with hour-old queues only %.4f: residency does not follow its own delay",
+			hidden.HitRate, seen.HitRate)
+	}
+}
+
 func TestRejectsBadConfig(t *testing.T) {
 	w := mustPrepare(t, []Request{{Tokens: seqTokens(0, 32), MaxTokens: 1}})
 	for name, cfg := range map[string]Config{
-		"unknown strategy": {Strategy: "nope", Engines: 1, Routers: 1},
-		"no engines":       {Strategy: "random", Routers: 1},
-		"negative delay":   {Strategy: "random", Engines: 1, Routers: 1, GossipDelay: -1},
+		"unknown strategy":  {Strategy: "nope", Engines: 1, Routers: 1},
+		"no engines":        {Strategy: "random", Routers: 1},
+		"negative delay":    {Strategy: "random", Engines: 1, Routers: 1, GossipDelay: -1},
+		"negative kv delay": {Strategy: "random", Engines: 1, Routers: 1, ResidencyDelay: -1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Run(context.Background(), cfg, w); err == nil {

@@ -13,8 +13,16 @@ func (r *run) result() Result {
 		PerEngine: make([]int, len(r.engines))}
 	var ttft, e2e []time.Duration
 	var out int
+	res.Timings = make([]Timing, len(r.flights))
+	for i := range res.Timings {
+		res.Timings[i].Engine = -1
+	}
 	for _, d := range r.done {
 		c := d.c
+		if i, err := strconv.Atoi(c.ID); err == nil && i >= 0 && i < len(res.Timings) {
+			res.Timings[i] = Timing{Engine: d.f.engine, Arrival: c.Arrival, FirstToken: c.FirstToken, Finish: c.Finish,
+				CachedTokens: c.CachedTokens}
+		}
 		ttft = append(ttft, c.TTFT())
 		e2e = append(e2e, c.Latency())
 		res.PromptTokens += c.PromptTokens

@@ -38,12 +38,28 @@ type ReplayConfig struct {
 	// at the cap a send waits and the wait counts as lateness.
 	ConcurrencyCap int
 	Client         *http.Client
+	// SentAtHeader, when set, names a header that carries each request's
+	// scheduled send time (the replay's start plus At / Speed) in Unix
+	// nanoseconds, whenever it actually left (rolter sim --client-clock
+	// reads sim.SentAtHeader).
+	SentAtHeader string
+	// InOrder sends a request only once the previous one's response has
+	// begun (its headers came back: the target has taken it) or OrderWait
+	// has passed since the previous one was sent, so a long prompt, slower
+	// to send and parse, is not overtaken by the next request on its way.
+	// Measuring from the previous send keeps waits from adding up behind a
+	// target that answers headers only with its first token. The wait
+	// counts as lateness (Result.Late). OrderWait 0 is a second.
+	InOrder   bool
+	OrderWait time.Duration
 }
 
 // Result is one request's outcome.
 type Result struct {
-	Index        int
-	Sent         time.Time
+	Index int
+	Sent  time.Time
+	// Late is how long after its scheduled time the request was sent.
+	Late         time.Duration
 	TTFT         time.Duration
 	Latency      time.Duration
 	Tokens       int
@@ -74,6 +90,11 @@ func Replay(ctx context.Context, cfg ReplayConfig, reqs []Request) []Result {
 	start := time.Now()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	if cfg.OrderWait <= 0 {
+		cfg.OrderWait = time.Second
+	}
+	var begun chan struct{} // closed when the previous request's response began
+	var prevSent time.Time
 	sent := 0
 loop:
 	for i := range reqs {
@@ -93,6 +114,21 @@ loop:
 				break loop
 			}
 		}
+		if cfg.InOrder && begun != nil {
+			if d := time.Until(prevSent.Add(cfg.OrderWait)); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-begun:
+					timer.Stop() // Go 1.23 timers: no stale tick after Stop
+				case <-timer.C:
+				case <-ctx.Done():
+					break loop
+				}
+			}
+		}
+		prevSent = time.Now()
+		next := make(chan struct{})
+		begun = next
 		sent++
 		wg.Add(1)
 		go func(i int) {
@@ -100,7 +136,7 @@ loop:
 			if sem != nil {
 				defer func() { <-sem }()
 			}
-			results[i] = send(ctx, cfg, reqs[i])
+			results[i] = send(ctx, cfg, reqs[i], at, next)
 			results[i].Index = i
 		}(i)
 	}
@@ -124,7 +160,12 @@ type streamChunk struct {
 	} `json:"usage"`
 }
 
-func send(ctx context.Context, cfg ReplayConfig, r Request) Result {
+// send sends r, scheduled at at, and closes begun once the response has
+// begun or the request failed.
+func send(ctx context.Context, cfg ReplayConfig, r Request, at time.Time, begun chan struct{}) Result {
+	var once sync.Once
+	began := func() { once.Do(func() { close(begun) }) }
+	defer began()
 	body := map[string]any{
 		"max_tokens":     r.MaxTokens,
 		"stream":         true,
@@ -153,6 +194,7 @@ func send(ctx context.Context, cfg ReplayConfig, r Request) Result {
 	}
 	b, _ := json.Marshal(body)
 	res := Result{Sent: time.Now()}
+	res.Late = res.Sent.Sub(at)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(cfg.Target, "/")+path, bytes.NewReader(b))
 	if err != nil {
 		res.Err = err.Error()
@@ -162,7 +204,14 @@ func send(ctx context.Context, cfg ReplayConfig, r Request) Result {
 	if r.Session != "" {
 		hr.Header.Set("x-session-id", r.Session)
 	}
+	if r.ID != "" {
+		hr.Header.Set("X-Request-Id", r.ID)
+	}
+	if cfg.SentAtHeader != "" {
+		hr.Header.Set(cfg.SentAtHeader, strconv.FormatInt(at.UnixNano(), 10))
+	}
 	resp, err := cfg.Client.Do(hr)
+	began()
 	if err != nil {
 		res.Err = "transport"
 		return res

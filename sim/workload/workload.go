@@ -33,6 +33,9 @@ type Request struct {
 	Model string
 	// Session groups the turns of one conversation.
 	Session string
+	// ID, when set, is sent as the X-Request-Id header (which rolter
+	// router passes on and rolter sim's generation log records).
+	ID string
 }
 
 // fromMessages fills Tokens from Messages.
