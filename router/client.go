@@ -40,7 +40,7 @@ type fastTransport struct {
 	// tls configures https engines (nil: the system's roots).
 	tls *tls.Config
 
-	hosts sync.Map // scheme + "://" + host → *fasthttp.HostClient
+	plain, secure sync.Map // host → *fasthttp.HostClient, for http and https
 }
 
 // Upstream connection pool and buffer sizes.
@@ -71,12 +71,16 @@ func newFastTransport(s *Server) *fastTransport {
 	}
 }
 
+// host returns the HostClient of scheme and host, made on first use.
 func (t *fastTransport) host(scheme, host string) *fasthttp.HostClient {
-	key := scheme + "://" + host
-	if hc, ok := t.hosts.Load(key); ok {
+	isTLS := scheme == "https"
+	m := &t.plain
+	if isTLS {
+		m = &t.secure
+	}
+	if hc, ok := m.Load(host); ok {
 		return hc.(*fasthttp.HostClient)
 	}
-	isTLS := scheme == "https"
 	addr := host
 	if _, _, err := net.SplitHostPort(host); err != nil {
 		addr = fasthttp.AddMissingPort(host, isTLS)
@@ -96,19 +100,18 @@ func (t *fastTransport) host(scheme, host string) *fasthttp.HostClient {
 			}
 			return c, err
 		},
-		Transport:                     roundTripFunc(roundTripInCaller),
-		MaxConns:                      upstreamMaxConns,
-		MaxIdleConnDuration:           upstreamIdle,
-		ReadBufferSize:                upstreamReadBuffer,
-		WriteBufferSize:               upstreamWriteBuffer,
-		ConnPoolStrategy:              fasthttp.LIFO,
-		NoDefaultUserAgentHeader:      true,
-		DisablePathNormalizing:        true,
-		DisableHeaderNamesNormalizing: false,
-		MaxIdemponentCallAttempts:     1,
-		StreamResponseBody:            true,
+		Transport:                 roundTripFunc(roundTripInCaller),
+		MaxConns:                  upstreamMaxConns,
+		MaxIdleConnDuration:       upstreamIdle,
+		ReadBufferSize:            upstreamReadBuffer,
+		WriteBufferSize:           upstreamWriteBuffer,
+		ConnPoolStrategy:          fasthttp.LIFO,
+		NoDefaultUserAgentHeader:  true,
+		DisablePathNormalizing:    true,
+		MaxIdemponentCallAttempts: 1,
+		StreamResponseBody:        true,
 	}
-	if got, loaded := t.hosts.LoadOrStore(key, hc); loaded {
+	if got, loaded := m.LoadOrStore(host, hc); loaded {
 		return got.(*fasthttp.HostClient)
 	}
 	return hc
@@ -121,22 +124,35 @@ func (f roundTripFunc) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	return f(hc, req, resp)
 }
 
-// ctxKey is the fasthttp user value holding a request's *call.
-const ctxKey = "rolter.call"
+// callKey is the fasthttp user value holding a request's call, as a
+// callRef: fasthttp closes a user value that is an io.Closer when it
+// resets the request, and *call is one (the response body).
+const callKey = "rolter.call"
 
-// call is one upstream round trip: what roundTripInCaller needs from
-// RoundTrip, and what the body it returns needs from roundTripInCaller.
+type callRef struct{ c *call }
+
+// call is one upstream round trip, from RoundTrip to the close of the
+// response body it returns, which it is: one allocation holds the
+// request's state on both sides of fasthttp's Do.
 type call struct {
-	ctx     context.Context
-	getBody func() (io.ReadCloser, error) // a fresh copy of the body, for a resend (nil: none)
-	n       int                           // the body's length
+	ctx context.Context
+	// resend is a fresh copy of the request body, for a second try on a
+	// new connection (nil: none); n is its length.
+	resend  func() (io.Reader, bool)
+	spliced splicedBody // the router's own body, kept whole for resend
+	n       int
 
-	// Set once the response header is read: release hands the connection
-	// and its reader back (reuse: the body was read to its end) or
-	// closes the connection; closed reports that the context closed it.
-	release   func(reuse bool)
-	interrupt func() // closes the connection
-	closed    *atomic.Bool
+	// Set once the response header is read.
+	resp    *fasthttp.Response
+	body    io.Reader        // resp's body stream
+	conn    net.Conn         // the connection it reads from
+	stop    func() bool      // unregisters the context's close of conn
+	release func(reuse bool) // hands conn and its reader back, or closes conn
+	mu      sync.Mutex       // held by Read
+	closed  atomic.Bool      // Close ran or began
+	aborted atomic.Bool      // the context closed conn
+	eof     bool             // the body was read to its end
+	once    sync.Once
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -165,12 +181,24 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			req.Header.Add(k, v)
 		}
 	}
-	c := &call{ctx: ctx, getBody: r.GetBody}
+	c := &call{ctx: ctx, resp: resp}
 	if r.Body != nil && r.Body != http.NoBody {
 		c.n = int(r.ContentLength)
+		switch b := r.Body.(type) {
+		case *splicedBody:
+			c.spliced = *b
+			c.resend = c.respliced
+		default:
+			if r.GetBody != nil {
+				c.resend = func() (io.Reader, bool) {
+					b, err := r.GetBody()
+					return b, err == nil
+				}
+			}
+		}
 		req.SetBodyStream(r.Body, c.n)
 	}
-	req.SetUserValue(ctxKey, c)
+	req.SetUserValue(callKey, callRef{c})
 	err := hc.Do(req, resp)
 	fasthttp.ReleaseRequest(req)
 	if err != nil {
@@ -180,7 +208,12 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	return c.response(r, resp), nil
+	return c.response(r), nil
+}
+
+func (c *call) respliced() (io.Reader, bool) {
+	b := c.spliced
+	return &b, true
 }
 
 func closeBody(r *http.Request) {
@@ -189,60 +222,58 @@ func closeBody(r *http.Request) {
 	}
 }
 
+// Close lets the router's body be an http.Request's Body as it is (not
+// wrapped), so RoundTrip recognises it and can resend it.
+func (b *splicedBody) Close() error { return nil }
+
 // roundTripInCaller writes req on a pooled connection of hc and reads
 // the response header; the body is left on the connection for the
 // http.Response's Body. The request's context closes the connection
 // until that Body is closed.
 func roundTripInCaller(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
-	c := req.UserValue(ctxKey).(*call)
-	retry, err := c.once(hc, req, resp)
-	if !retry || c.getBody == nil {
+	c := req.UserValue(callKey).(callRef).c
+	retry, err := c.try(hc, req, resp)
+	if !retry || c.resend == nil {
 		return false, err
 	}
 	// A pooled connection the engine had closed: send once more on a new
 	// one, with a fresh copy of the body.
-	b, gerr := c.getBody()
-	if gerr != nil {
+	b, ok := c.resend()
+	if !ok {
 		return false, err
 	}
 	req.SetBodyStream(b, c.n)
-	_, err = c.once(hc, req, resp)
+	_, err = c.try(hc, req, resp)
 	return false, err
 }
 
-// once is one try of roundTripInCaller. retry reports a connection that
+// try is one try of roundTripInCaller. retry reports a connection that
 // had served requests before and gave nothing back for this one: the
 // engine closed it while it was idle.
-func (c *call) once(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
+func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
 	cc, err := hc.AcquireConn(0, false)
 	if err != nil {
 		return false, err
 	}
 	reused := !cc.LastUseTime().IsZero()
-	conn := cc.Conn()
-	closed := new(atomic.Bool)
-	stop := context.AfterFunc(c.ctx, func() {
-		closed.Store(true)
-		_ = conn.Close()
-	})
-	bw := hc.AcquireWriter(conn)
+	c.conn = cc.Conn()
+	c.aborted.Store(false)
+	c.stop = context.AfterFunc(c.ctx, c.abort)
+	bw := hc.AcquireWriter(c.conn)
 	err = req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	hc.ReleaseWriter(bw)
 	if err == nil {
-		br := hc.AcquireReader(conn)
+		br := hc.AcquireReader(c.conn)
 		resp.StreamBody = true
 		if err = resp.ReadLimitBody(br, 0); err == nil {
-			c.closed = closed
-			c.interrupt = func() { _ = conn.Close() }
+			c.body = resp.BodyStream()
 			c.release = func(reuse bool) {
-				// A context that fired may still be closing conn.
-				stopped := stop()
 				_ = resp.CloseBodyStream()
 				hc.ReleaseReader(br)
-				if reuse && stopped && !resp.ConnectionClose() {
+				if reuse {
 					hc.ReleaseConn(cc)
 				} else {
 					hc.CloseConn(cc)
@@ -252,12 +283,18 @@ func (c *call) once(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fastht
 		}
 		hc.ReleaseReader(br)
 	}
-	stop()
+	c.stop()
 	hc.CloseConn(cc)
-	if closed.Load() {
+	if c.aborted.Load() {
 		return false, c.ctx.Err()
 	}
 	return reused && staleConn(err), err
+}
+
+// abort closes the connection when the request's context ends.
+func (c *call) abort() {
+	c.aborted.Store(true)
+	_ = c.conn.Close()
 }
 
 // staleConn reports an error a keep-alive connection closed by its peer
@@ -268,59 +305,82 @@ func staleConn(err error) bool {
 		errors.Is(err, fasthttp.ErrConnectionClosed)
 }
 
-// response converts fasthttp's response header and streamed body into
-// an http.Response (header keys canonical, as net/http's would be).
-func (c *call) response(r *http.Request, resp *fasthttp.Response) *http.Response {
-	h := &resp.Header
+// statusLines are "200 OK" and the like, made once.
+var statusLines = func() (l [600]string) {
+	for code := range l {
+		if t := http.StatusText(code); t != "" {
+			l[code] = strconv.Itoa(code) + " " + t
+		}
+	}
+	return l
+}()
+
+// response converts fasthttp's response header into an http.Response
+// whose Body is c (header keys canonical, as net/http's would be). The
+// header's keys and values share one string.
+func (c *call) response(r *http.Request) *http.Response {
+	h := &c.resp.Header
+	code := h.StatusCode()
 	out := &http.Response{
-		Status:     strconv.Itoa(h.StatusCode()) + " " + http.StatusText(h.StatusCode()),
-		StatusCode: h.StatusCode(),
+		StatusCode: code,
 		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:        make(http.Header, h.Len()),
 		ContentLength: int64(h.ContentLength()),
 		Request:       r,
+		Body:          c,
+	}
+	if code >= 0 && code < len(statusLines) && statusLines[code] != "" {
+		out.Status = statusLines[code]
+	} else {
+		out.Status = strconv.Itoa(code)
 	}
 	if out.ContentLength < 0 {
 		out.ContentLength = -1
 	}
+	size, count := 0, 0
 	for k, v := range h.All() {
-		key := string(k)
-		out.Header[key] = append(out.Header[key], string(v))
+		size += len(k) + len(v)
+		count++
 	}
-	out.Body = &streamBody{c: c, resp: resp, r: resp.BodyStream()}
+	all := make([]byte, 0, size)
+	for k, v := range h.All() {
+		all = append(append(all, k...), v...)
+	}
+	text := string(all)
+	values := make([]string, count)
+	out.Header = make(http.Header, count)
+	i, at := 0, 0
+	for k, v := range h.All() {
+		key := text[at : at+len(k)]
+		at += len(k)
+		values[i] = text[at : at+len(v)]
+		at += len(v)
+		if prev, ok := out.Header[key]; ok {
+			out.Header[key] = append(prev, values[i])
+		} else {
+			out.Header[key] = values[i : i+1 : i+1]
+		}
+		i++
+	}
 	return out
-}
-
-// streamBody is a response body read from the upstream connection. Close
-// may run while a Read is blocked (a timer cutting a silent stream): it
-// closes the connection, which ends the Read, and releases the
-// connection once the Read returned.
-type streamBody struct {
-	c      *call
-	resp   *fasthttp.Response
-	r      io.Reader
-	mu     sync.Mutex // held by Read
-	closed atomic.Bool
-	eof    bool
-	once   sync.Once
 }
 
 var errBodyClosed = errors.New("router: read on a closed upstream body")
 
-func (b *streamBody) Read(p []byte) (int, error) {
-	if b.closed.Load() {
+// Read reads the response body from the upstream connection.
+func (c *call) Read(p []byte) (int, error) {
+	if c.closed.Load() {
 		return 0, errBodyClosed
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed.Load() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
 		return 0, errBodyClosed
 	}
-	n, err := b.r.Read(p)
+	n, err := c.body.Read(p)
 	if err == io.EOF {
-		b.eof = true
-	} else if err != nil && b.c.closed.Load() {
-		if cerr := b.c.ctx.Err(); cerr != nil {
+		c.eof = true
+	} else if err != nil && c.aborted.Load() {
+		if cerr := c.ctx.Err(); cerr != nil {
 			err = cerr
 		}
 	}
@@ -328,17 +388,22 @@ func (b *streamBody) Read(p []byte) (int, error) {
 }
 
 // Close hands the connection back to the pool when the body was read to
-// its end, and closes it otherwise (the engine sees the request end).
-func (b *streamBody) Close() error {
-	b.once.Do(func() {
-		b.closed.Store(true)
-		if !b.mu.TryLock() {
-			b.c.interrupt()
-			b.mu.Lock()
+// its end, and closes it otherwise (the engine sees the request end). It
+// may run while a Read is blocked (a timer cutting a silent stream): it
+// closes the connection, which ends the Read, and releases the
+// connection once the Read returned.
+func (c *call) Close() error {
+	c.once.Do(func() {
+		c.closed.Store(true)
+		if !c.mu.TryLock() {
+			_ = c.conn.Close()
+			c.mu.Lock()
 		}
-		b.c.release(b.eof)
-		b.mu.Unlock()
-		fasthttp.ReleaseResponse(b.resp)
+		// A context that fired may still be closing conn.
+		stopped := c.stop()
+		c.release(c.eof && stopped && !c.aborted.Load() && !c.resp.ConnectionClose())
+		c.mu.Unlock()
+		fasthttp.ReleaseResponse(c.resp)
 	})
 	return nil
 }
@@ -347,8 +412,10 @@ func (b *streamBody) Close() error {
 // holds (as http.Transport's method of the name). fasthttp's per-host
 // cleaner goroutine exits on its next wake, at most upstreamIdle later.
 func (t *fastTransport) CloseIdleConnections() {
-	t.hosts.Range(func(_, hc any) bool {
-		hc.(*fasthttp.HostClient).CloseIdleConnections()
-		return true
-	})
+	for _, m := range []*sync.Map{&t.plain, &t.secure} {
+		m.Range(func(_, hc any) bool {
+			hc.(*fasthttp.HostClient).CloseIdleConnections()
+			return true
+		})
+	}
 }

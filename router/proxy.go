@@ -468,9 +468,6 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	}
 	out.Header = outboundHeader(a.r.Header, t.provider)
 	out.ContentLength = body.n
-	// A resend on a fresh connection, when the pooled one the engine had
-	// closed while idle gave nothing back, needs the body again.
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(a.req.bodyFor(model)), nil }
 	a.startAttempt(out, t, model)
 	firstByte := time.AfterFunc(a.sn.cfg.Timeouts.FirstByte.Duration, cancelAttempt)
 	resp, err = s.transport.RoundTrip(out)
