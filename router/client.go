@@ -46,8 +46,10 @@ type fastTransport struct {
 // Upstream connection pool and buffer sizes.
 const (
 	// upstreamReadBuffer is held by a response while its body is read
-	// (one per open stream); it also bounds the response header.
-	upstreamReadBuffer = 8 << 10
+	// (one per open stream), the size of net/http's; it also bounds the
+	// engine's response header (fasthttp parses it in the buffer): an
+	// engine's is a few hundred bytes, a hosted API's 1-2 KiB.
+	upstreamReadBuffer = 4 << 10
 	// upstreamWriteBuffer is held while a request is written.
 	upstreamWriteBuffer = 4 << 10
 	// upstreamIdle closes a pooled connection idle this long: below
