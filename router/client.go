@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -147,6 +148,8 @@ type call struct {
 	// Set once the response header is read.
 	resp    *fasthttp.Response
 	body    io.Reader        // resp's body stream
+	br      *bufio.Reader    // the connection's reader under body
+	chunked bool             // body is chunked (else sized or to EOF)
 	conn    net.Conn         // the connection it reads from
 	stop    func() bool      // unregisters the context's close of conn
 	release func(reuse bool) // hands conn and its reader back, or closes conn
@@ -271,7 +274,7 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 		br := hc.AcquireReader(c.conn)
 		resp.StreamBody = true
 		if err = resp.ReadLimitBody(br, 0); err == nil {
-			c.body = resp.BodyStream()
+			c.body, c.br, c.chunked = resp.BodyStream(), br, resp.Header.ContentLength() == -1
 			c.release = func(reuse bool) {
 				_ = resp.CloseBodyStream()
 				hc.ReleaseReader(br)
@@ -366,6 +369,44 @@ func (c *call) response(r *http.Request) *http.Response {
 	return out
 }
 
+// more reports whether the next Read of the body returns without
+// waiting for the network: after a Read that left p room, the stream is
+// at a chunk boundary, and the next chunk (its size line, data and CRLF;
+// or the last chunk with no trailer) is buffered whole.
+func (c *call) more() bool {
+	b, _ := c.br.Peek(c.br.Buffered())
+	if len(b) == 0 {
+		return false
+	}
+	if !c.chunked {
+		return true
+	}
+	size, i := 0, 0
+	for ; i < len(b) && i < 8; i++ {
+		d := hexDigit(b[i])
+		if d < 0 {
+			break
+		}
+		size = size<<4 | d
+	}
+	if i == 0 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+		return false // no size line yet, or one with extensions: let fasthttp wait
+	}
+	return len(b) >= i+2+size+2 && b[i+2+size] == '\r' && b[i+2+size+1] == '\n'
+}
+
+func hexDigit(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
 var errBodyClosed = errors.New("router: read on a closed upstream body")
 
 // Read reads the response body from the upstream connection.
@@ -379,6 +420,14 @@ func (c *call) Read(p []byte) (int, error) {
 		return 0, errBodyClosed
 	}
 	n, err := c.body.Read(p)
+	// fasthttp's stream returns one chunk per Read; go on while what is
+	// buffered can be read without waiting, so a burst of events is one
+	// write to the client, as net/http's chunked reader makes it.
+	for err == nil && n < len(p) && c.more() {
+		var m int
+		m, err = c.body.Read(p[n:])
+		n += m
+	}
 	if err == io.EOF {
 		c.eof = true
 	} else if err != nil && c.aborted.Load() {
