@@ -186,8 +186,9 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			req.Header.Add(k, v)
 		}
 	}
-	c := &call{ctx: ctx, resp: resp}
+	c := &call{ctx: ctx, resp: resp, resend: noBody}
 	if r.Body != nil && r.Body != http.NoBody {
+		c.resend = nil
 		c.n = int(r.ContentLength)
 		switch b := r.Body.(type) {
 		case *splicedBody:
@@ -215,6 +216,9 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return c.response(r), nil
 }
+
+// noBody is the resend of a request without a body (a health probe).
+func noBody() (io.Reader, bool) { return nil, true }
 
 func (c *call) respliced() (io.Reader, bool) {
 	b := c.spliced
@@ -247,7 +251,9 @@ func roundTripInCaller(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fas
 	if !ok {
 		return false, err
 	}
-	req.SetBodyStream(b, c.n)
+	if b != nil {
+		req.SetBodyStream(b, c.n)
+	}
 	_, err = c.try(hc, req, resp)
 	return false, err
 }

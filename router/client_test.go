@@ -147,6 +147,14 @@ targets = [{provider = "a"}]
 	if hits.Load() != 3 {
 		t.Fatalf("engine served %d requests, want 3", hits.Load())
 	}
+	// A health probe (no body) on such a connection is sent again too.
+	p := h.srv.snap.Load().providers["a"]
+	for i := range 2 {
+		if !h.srv.get(context.Background(), p, "/health", 5*time.Second) {
+			t.Fatalf("probe %d failed on a connection the engine had closed", i)
+		}
+		testwait.For(t, 5*time.Second, "the engine closes the idle connection", func() bool { return closed.Load() == int64(4+i) })
+	}
 }
 
 func TestHTTPSEngine(t *testing.T) {
