@@ -4,7 +4,9 @@
 // strategies.RouteContext, per-attempt eligibility (tried, parked, healthy,
 // breaker), the streaming proxy with retries before the first byte and,
 // on routes that opt in, broken streams resumed on another target
-// (resume.go, splice.go), circuit breakers, active health checks,
+// (resume.go, splice.go), the upstream client (client.go: fasthttp's
+// connection pool, driven from the handler's goroutine), circuit
+// breakers, active health checks,
 // in-flight load tracking, the immutable routing snapshot that a config
 // change swaps in atomically, and each request's observation: its
 // x-request-id and routing headers, its OpenTelemetry spans (route, pick,

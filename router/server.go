@@ -156,7 +156,7 @@ func New(o Options) *Server {
 		s.sleep = sleepCtx
 	}
 	if s.transport == nil {
-		s.transport = newTransport(s)
+		s.transport = newFastTransport(s)
 	}
 	if s.getenv == nil {
 		s.getenv = envLookup

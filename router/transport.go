@@ -1,47 +1,12 @@
 package router
 
 import (
-	"context"
-	"net"
 	"net/http"
 	"os"
 	"strings"
-	"time"
 )
 
 var envLookup = os.Getenv
-
-// newTransport is the default upstream transport: pooled keep-alive
-// connections, the connect timeout of the running config, no transparent
-// compression (bytes pass through as the engine sent them).
-func newTransport(s *Server) *http.Transport {
-	d := &net.Dialer{KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			timeout := 5 * time.Second
-			if sn := s.snap.Load(); sn != nil {
-				timeout = sn.cfg.Timeouts.Connect.Duration
-			}
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			start := time.Now()
-			c, err := d.DialContext(ctx, network, addr)
-			if err == nil {
-				s.stages.observe(stageUpstreamConnect, start)
-			}
-			return c, err
-		},
-		// Enough idle connections per engine to absorb a burst at a few
-		// thousand requests/s without closing and redialling (nginx's
-		// upstream keepalive in `rolter bench overhead` is 1024 too).
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
-	}
-}
 
 // upstreamURL joins a provider's api_base with an API path. An api_base
 // that already ends in /v1 (the OpenAI convention) is not given a second.

@@ -1,0 +1,478 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// fastTransport is the default upstream transport, an http.RoundTripper
+// over fasthttp's HostClient (one per scheme and host). The request is
+// written and its response read in the calling goroutine: no read and
+// write loop goroutines per connection and no channel hand-off per
+// request, as net/http.Transport has (why: router/DESIGN.md). Connections
+// are pooled keep-alive, dialled with the running config's connect
+// timeout; bodies pass through as the engine sent them (no transparent
+// compression).
+//
+// Cancellation: the request's context closes its connection, whether the
+// request is still being written, waits for its first byte, or its body is
+// being read, so the engine sees the client's departure (and a first-byte
+// or idle timeout, which end the same context) at once. A connection
+// kept idle in the pool that the engine closed is found when it is used:
+// a request that got no byte back on such a connection is sent once more
+// on a fresh one (the engine never read it), as net/http does for a
+// replayable request.
+type fastTransport struct {
+	// connectTimeout bounds a dial; connected observes a new connection.
+	connectTimeout func() time.Duration
+	connected      func(start time.Time)
+	// tls configures https engines (nil: the system's roots).
+	tls *tls.Config
+
+	plain, secure sync.Map // host → *fasthttp.HostClient, for http and https
+}
+
+// Upstream connection pool and buffer sizes.
+const (
+	// upstreamReadBuffer is held by a response while its body is read
+	// (one per open stream), the size of net/http's; it also bounds the
+	// engine's response header (fasthttp parses it in the buffer): an
+	// engine's is a few hundred bytes, a hosted API's 1-2 KiB.
+	upstreamReadBuffer = 4 << 10
+	// upstreamWriteBuffer is held while a request is written.
+	upstreamWriteBuffer = 4 << 10
+	// upstreamIdle closes a pooled connection idle this long: below
+	// uvicorn's (vLLM's server) 5 s keep-alive, so the pool rarely holds
+	// a connection the engine already closed.
+	upstreamIdle = 4 * time.Second
+	// upstreamMaxConns is far above any engine's concurrency: the router
+	// never queues for a connection.
+	upstreamMaxConns = 1 << 16
+)
+
+func newFastTransport(s *Server) *fastTransport {
+	return &fastTransport{
+		connectTimeout: func() time.Duration {
+			if sn := s.snap.Load(); sn != nil {
+				return sn.cfg.Timeouts.Connect.Duration
+			}
+			return 5 * time.Second
+		},
+		connected: func(start time.Time) { s.stages.observe(stageUpstreamConnect, start) },
+	}
+}
+
+// host returns the HostClient of scheme and host, made on first use.
+func (t *fastTransport) host(scheme, host string) *fasthttp.HostClient {
+	isTLS := scheme == "https"
+	m := &t.plain
+	if isTLS {
+		m = &t.secure
+	}
+	if hc, ok := m.Load(host); ok {
+		return hc.(*fasthttp.HostClient)
+	}
+	addr := host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		addr = fasthttp.AddMissingPort(host, isTLS)
+	}
+	d := &net.Dialer{KeepAlive: 30 * time.Second}
+	hc := &fasthttp.HostClient{
+		Addr:      addr,
+		IsTLS:     isTLS,
+		TLSConfig: t.tls,
+		DialTimeout: func(addr string, _ time.Duration) (net.Conn, error) {
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), t.connectTimeout())
+			defer cancel()
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				t.connected(start)
+			}
+			return c, err
+		},
+		Transport:                 roundTripFunc(roundTripInCaller),
+		MaxConns:                  upstreamMaxConns,
+		MaxIdleConnDuration:       upstreamIdle,
+		ReadBufferSize:            upstreamReadBuffer,
+		WriteBufferSize:           upstreamWriteBuffer,
+		ConnPoolStrategy:          fasthttp.LIFO,
+		NoDefaultUserAgentHeader:  true,
+		DisablePathNormalizing:    true,
+		MaxIdemponentCallAttempts: 1,
+		StreamResponseBody:        true,
+	}
+	if got, loaded := m.LoadOrStore(host, hc); loaded {
+		return got.(*fasthttp.HostClient)
+	}
+	return hc
+}
+
+// roundTripFunc adapts a function to fasthttp.RoundTripper.
+type roundTripFunc func(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error)
+
+func (f roundTripFunc) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+	return f(hc, req, resp)
+}
+
+// callKey is the fasthttp user value holding a request's call, as a
+// callRef: fasthttp closes a user value that is an io.Closer when it
+// resets the request, and *call is one (the response body).
+const callKey = "rolter.call"
+
+type callRef struct{ c *call }
+
+// call is one upstream round trip, from RoundTrip to the close of the
+// response body it returns, which it is: one allocation holds the
+// request's state on both sides of fasthttp's Do.
+type call struct {
+	ctx context.Context
+	// resend is a fresh copy of the request body, for a second try on a
+	// new connection (nil: none); n is its length.
+	resend  func() (io.Reader, bool)
+	spliced splicedBody // the router's own body, kept whole for resend
+	n       int
+
+	// Set once the response header is read.
+	resp    *fasthttp.Response
+	body    io.Reader        // resp's body stream
+	br      *bufio.Reader    // the connection's reader under body
+	chunked bool             // body is chunked (else sized or to EOF)
+	conn    net.Conn         // the connection it reads from
+	stop    func() bool      // unregisters the context's close of conn
+	release func(reuse bool) // hands conn and its reader back, or closes conn
+	mu      sync.Mutex       // held by Read
+	closed  atomic.Bool      // Close ran or began
+	aborted atomic.Bool      // the context closed conn
+	eof     bool             // the body was read to its end
+	once    sync.Once
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx := r.Context()
+	if err := ctx.Err(); err != nil {
+		closeBody(r)
+		return nil, err
+	}
+	hc := t.host(r.URL.Scheme, r.URL.Host)
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	// Neither side gets a Content-Type the engine or client did not send.
+	req.Header.SetNoDefaultContentType(true)
+	resp.Header.SetNoDefaultContentType(true)
+	req.Header.SetMethod(r.Method)
+	u := req.URI()
+	u.SetScheme(r.URL.Scheme)
+	u.SetHost(r.URL.Host)
+	u.SetPath(r.URL.Path)
+	if r.URL.RawQuery != "" {
+		u.SetQueryString(r.URL.RawQuery)
+	}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	c := &call{ctx: ctx, resp: resp, resend: noBody}
+	if r.Body != nil && r.Body != http.NoBody {
+		c.resend = nil
+		c.n = int(r.ContentLength)
+		switch b := r.Body.(type) {
+		case *splicedBody:
+			c.spliced = *b
+			c.resend = c.respliced
+		default:
+			if r.GetBody != nil {
+				c.resend = func() (io.Reader, bool) {
+					b, err := r.GetBody()
+					return b, err == nil
+				}
+			}
+		}
+		req.SetBodyStream(r.Body, c.n)
+	}
+	req.SetUserValue(callKey, callRef{c})
+	err := hc.Do(req, resp)
+	fasthttp.ReleaseRequest(req)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	return c.response(r), nil
+}
+
+// noBody is the resend of a request without a body (a health probe).
+func noBody() (io.Reader, bool) { return nil, true }
+
+func (c *call) respliced() (io.Reader, bool) {
+	b := c.spliced
+	return &b, true
+}
+
+func closeBody(r *http.Request) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+}
+
+// Close lets the router's body be an http.Request's Body as it is (not
+// wrapped), so RoundTrip recognises it and can resend it.
+func (b *splicedBody) Close() error { return nil }
+
+// roundTripInCaller writes req on a pooled connection of hc and reads
+// the response header; the body is left on the connection for the
+// http.Response's Body. The request's context closes the connection
+// until that Body is closed.
+func roundTripInCaller(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+	c := req.UserValue(callKey).(callRef).c
+	retry, err := c.try(hc, req, resp)
+	if !retry || c.resend == nil {
+		return false, err
+	}
+	// A pooled connection the engine had closed: send once more on a new
+	// one, with a fresh copy of the body.
+	b, ok := c.resend()
+	if !ok {
+		return false, err
+	}
+	if b != nil {
+		req.SetBodyStream(b, c.n)
+	}
+	_, err = c.try(hc, req, resp)
+	return false, err
+}
+
+// try is one try of roundTripInCaller. retry reports a connection that
+// had served requests before and gave nothing back for this one: the
+// engine closed it while it was idle.
+func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
+	cc, err := hc.AcquireConn(0, false)
+	if err != nil {
+		return false, err
+	}
+	reused := !cc.LastUseTime().IsZero()
+	c.conn = cc.Conn()
+	c.aborted.Store(false)
+	c.stop = context.AfterFunc(c.ctx, c.abort)
+	bw := hc.AcquireWriter(c.conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err == nil {
+		br := hc.AcquireReader(c.conn)
+		resp.StreamBody = true
+		if err = resp.ReadLimitBody(br, 0); err == nil {
+			c.body, c.br, c.chunked = resp.BodyStream(), br, resp.Header.ContentLength() == -1
+			c.release = func(reuse bool) {
+				_ = resp.CloseBodyStream()
+				hc.ReleaseReader(br)
+				if reuse {
+					hc.ReleaseConn(cc)
+				} else {
+					hc.CloseConn(cc)
+				}
+			}
+			return false, nil
+		}
+		hc.ReleaseReader(br)
+	}
+	c.stop()
+	hc.CloseConn(cc)
+	if c.aborted.Load() {
+		return false, c.ctx.Err()
+	}
+	return reused && staleConn(err), err
+}
+
+// abort closes the connection when the request's context ends.
+func (c *call) abort() {
+	c.aborted.Store(true)
+	_ = c.conn.Close()
+}
+
+// staleConn reports an error a keep-alive connection closed by its peer
+// gives before any response byte.
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, fasthttp.ErrConnectionClosed)
+}
+
+// statusLines are "200 OK" and the like, made once.
+var statusLines = func() (l [600]string) {
+	for code := range l {
+		if t := http.StatusText(code); t != "" {
+			l[code] = strconv.Itoa(code) + " " + t
+		}
+	}
+	return l
+}()
+
+// response converts fasthttp's response header into an http.Response
+// whose Body is c (header keys canonical, as net/http's would be). The
+// header's keys and values share one string.
+func (c *call) response(r *http.Request) *http.Response {
+	h := &c.resp.Header
+	code := h.StatusCode()
+	out := &http.Response{
+		StatusCode: code,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		ContentLength: int64(h.ContentLength()),
+		Request:       r,
+		Body:          c,
+	}
+	if code >= 0 && code < len(statusLines) && statusLines[code] != "" {
+		out.Status = statusLines[code]
+	} else {
+		out.Status = strconv.Itoa(code)
+	}
+	if out.ContentLength < 0 {
+		out.ContentLength = -1
+	}
+	size, count := 0, 0
+	for k, v := range h.All() {
+		size += len(k) + len(v)
+		count++
+	}
+	all := make([]byte, 0, size)
+	for k, v := range h.All() {
+		all = append(append(all, k...), v...)
+	}
+	text := string(all)
+	values := make([]string, count)
+	out.Header = make(http.Header, count)
+	i, at := 0, 0
+	for k, v := range h.All() {
+		key := text[at : at+len(k)]
+		at += len(k)
+		values[i] = text[at : at+len(v)]
+		at += len(v)
+		if prev, ok := out.Header[key]; ok {
+			out.Header[key] = append(prev, values[i])
+		} else {
+			out.Header[key] = values[i : i+1 : i+1]
+		}
+		i++
+	}
+	return out
+}
+
+// more reports whether the next Read of the body returns without
+// waiting for the network: after a Read that left p room, the stream is
+// at a chunk boundary, and the next chunk (its size line, data and CRLF;
+// or the last chunk with no trailer) is buffered whole.
+func (c *call) more() bool {
+	b, _ := c.br.Peek(c.br.Buffered())
+	if len(b) == 0 {
+		return false
+	}
+	if !c.chunked {
+		return true
+	}
+	size, i := 0, 0
+	for ; i < len(b) && i < 8; i++ {
+		d := hexDigit(b[i])
+		if d < 0 {
+			break
+		}
+		size = size<<4 | d
+	}
+	if i == 0 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+		return false // no size line yet, or one with extensions: let fasthttp wait
+	}
+	return len(b) >= i+2+size+2 && b[i+2+size] == '\r' && b[i+2+size+1] == '\n'
+}
+
+func hexDigit(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+var errBodyClosed = errors.New("router: read on a closed upstream body")
+
+// Read reads the response body from the upstream connection.
+func (c *call) Read(p []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, errBodyClosed
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return 0, errBodyClosed
+	}
+	n, err := c.body.Read(p)
+	// fasthttp's stream returns one chunk per Read; go on while what is
+	// buffered can be read without waiting, so a burst of events is one
+	// write to the client, as net/http's chunked reader makes it.
+	for err == nil && n < len(p) && c.more() {
+		var m int
+		m, err = c.body.Read(p[n:])
+		n += m
+	}
+	if err == io.EOF {
+		c.eof = true
+	} else if err != nil && c.aborted.Load() {
+		if cerr := c.ctx.Err(); cerr != nil {
+			err = cerr
+		}
+	}
+	return n, err
+}
+
+// Close hands the connection back to the pool when the body was read to
+// its end, and closes it otherwise (the engine sees the request end). It
+// may run while a Read is blocked (a timer cutting a silent stream): it
+// closes the connection, which ends the Read, and releases the
+// connection once the Read returned.
+func (c *call) Close() error {
+	c.once.Do(func() {
+		c.closed.Store(true)
+		if !c.mu.TryLock() {
+			_ = c.conn.Close()
+			c.mu.Lock()
+		}
+		// A context that fired may still be closing conn.
+		stopped := c.stop()
+		c.release(c.eof && stopped && !c.aborted.Load() && !c.resp.ConnectionClose())
+		c.mu.Unlock()
+		fasthttp.ReleaseResponse(c.resp)
+	})
+	return nil
+}
+
+// CloseIdleConnections closes every pooled connection that no request
+// holds (as http.Transport's method of the name). fasthttp's per-host
+// cleaner goroutine exits on its next wake, at most upstreamIdle later.
+func (t *fastTransport) CloseIdleConnections() {
+	for _, m := range []*sync.Map{&t.plain, &t.secure} {
+		m.Range(func(_, hc any) bool {
+			hc.(*fasthttp.HostClient).CloseIdleConnections()
+			return true
+		})
+	}
+}
