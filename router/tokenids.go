@@ -130,9 +130,8 @@ func digits(b []byte, i int) (v uint64, n int) {
 	return v, n
 }
 
-// zeros turns each ASCII digit of a word into its value (by xor); highs
-// holds each byte's high bit.
-const zeros, highs = 0x3030303030303030, 0x8080808080808080
+// zeros turns each ASCII digit of a word into its value (by xor).
+const zeros = 0x3030303030303030
 
 // swarValue is the number written by the n (1-7) digit values in the low
 // bytes of a, first digit lowest: the digits are shifted to the top bytes
@@ -185,22 +184,29 @@ func scanTokenIDHeader(hs string) (ids []uint32, ok bool) {
 	}
 }
 
-// ids adds a field of token ids to the digest, one multiply per id (a
-// long prompt's ids are most of its bytes; byte-wise FNV over their
-// decimal text cost more than reading them).
+// ids adds a field of token ids to the digest: like bytes of the ids'
+// four-byte little-endian forms, so a long prompt's ids enter it as one
+// contentSum.
 func (d *digest) ids(tag byte, ids []uint32) {
-	d.byte1(tag)
-	n := len(ids)
-	d.byte1(byte(n))
-	d.byte1(byte(n >> 8))
-	d.byte1(byte(n >> 16))
-	d.byte1(byte(n >> 24))
-	h := *d
-	for _, id := range ids {
-		h = (h ^ digest(id)) * fnvPrime
+	if len(ids) == 0 {
+		d.bytes(tag, nil)
+		return
 	}
-	*d = h
+	if littleEndian {
+		// The ids' memory is their little-endian bytes: read in place.
+		d.bytes(tag, unsafe.Slice((*byte)(unsafe.Pointer(&ids[0])), 4*len(ids)))
+		return
+	}
+	b := make([]byte, 4*len(ids))
+	for i, id := range ids {
+		binary.LittleEndian.PutUint32(b[4*i:], id)
+	}
+	d.bytes(tag, b)
 }
+
+// littleEndian reports whether this machine stores integers lowest byte
+// first (amd64, arm64 and most others).
+var littleEndian = func() bool { x := uint16(1); return *(*byte)(unsafe.Pointer(&x)) == 1 }()
 
 // errTokenIDs is the error for a malformed x-rolter-vllm-token-ids value.
 func errTokenIDs(field string) error {
