@@ -174,8 +174,8 @@ const (
 // scanValidString checks the string starting at b[i] == '"' and returns
 // the index after its closing quote. The quotes and backslashes are found
 // with bytes.IndexByte (vector instructions on amd64 and arm64), and the
-// plain spans between them are checked for control characters sixteen
-// bytes at a time: a long message is mostly one span.
+// plain spans between them are checked for control characters 32 bytes
+// at a time: a long message is mostly one span.
 func scanValidString(b []byte, i int) (int, bool) {
 	i++
 	// Keys and short values end within a few words: those are read
@@ -242,9 +242,11 @@ func controlByte(s []byte) int {
 	// (w - ones*0x20) &^ w marks the bytes below 0x20; the lowest mark is
 	// exact (borrows may add marks above it, never below).
 	i := 0
-	for ; i+16 <= len(s); i += 16 {
-		w, v := binary.LittleEndian.Uint64(s[i:i+8]), binary.LittleEndian.Uint64(s[i+8:i+16])
-		if ((w-ones*0x20)&^w|(v-ones*0x20)&^v)&highs != 0 {
+	for ; i+32 <= len(s); i += 32 {
+		w := (*[32]byte)(s[i : i+32])
+		a, b := binary.LittleEndian.Uint64(w[0:]), binary.LittleEndian.Uint64(w[8:])
+		c, d := binary.LittleEndian.Uint64(w[16:]), binary.LittleEndian.Uint64(w[24:])
+		if ((a-ones*0x20)&^a|(b-ones*0x20)&^b|(c-ones*0x20)&^c|(d-ones*0x20)&^d)&highs != 0 {
 			break
 		}
 	}
