@@ -162,6 +162,12 @@ func scanTokenIDHeader(hs string) (ids []uint32, ok bool) {
 	ids = make([]uint32, 0, n)
 	i := 0
 	for {
+		// The usual "12,345," run, as in a body's list (idRun).
+		if room := cap(ids) - len(ids); room > 0 {
+			var k int
+			i, k = idRun(h, i, ids[len(ids):cap(ids)])
+			ids = ids[:len(ids)+k]
+		}
 		for i < len(h) && (h[i] == ' ' || h[i] == '\t') {
 			i++
 		}

@@ -253,3 +253,37 @@ func firstDiff(a, b []uint32) int {
 	}
 	return min(len(a), len(b))
 }
+
+// The header reader takes ids of every length, with or without spaces,
+// as strconv does, and leaves every value it cannot take to the slow
+// reading, which then decides.
+func TestTokenIDHeaderMatchesStrconvOnEveryLength(t *testing.T) {
+	rng := uint64(7)
+	next := func() uint64 { rng = rng*6364136223846793005 + 1442695040888963407; return rng >> 33 }
+	pow := []uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10}
+	var ids []uint32
+	for range 2000 {
+		d := 1 + next()%10
+		ids = append(ids, uint32(min(pow[d-1]+next()%(pow[d]-pow[d-1]), 1<<32-1)))
+	}
+	edits := []string{" ", "0", "-", ".5", ",", "\t", "00", "x", ", ,"}
+	for _, sep := range []string{"", " "} {
+		full := idsText(ids, sep)
+		clean := string(full[1 : len(full)-1])
+		for trial := range 300 {
+			h := clean
+			if trial > 0 {
+				at := int(next() % uint64(len(h)))
+				h = h[:at] + edits[next()%uint64(len(edits))] + h[at:]
+			}
+			fast, ok := scanTokenIDHeader(h)
+			if trial == 0 && (!ok || !slices.Equal(fast, ids)) {
+				t.Fatalf("sep %q: the clean header read as %d ids (ok %v)", sep, len(fast), ok)
+			}
+			slow, err := splitTokenIDs(h)
+			if ok && (err != nil || !slices.Equal(fast, slow)) {
+				t.Fatalf("sep %q trial %d: fast read %d ids, strconv %d (%v); first difference at %d", sep, trial, len(fast), len(slow), err, firstDiff(fast, slow))
+			}
+		}
+	}
+}
