@@ -65,6 +65,31 @@ func TestKeysStable(t *testing.T) {
 	}
 }
 
+// The router keys a prompt with Keys, the sidecar an engine's stored
+// blocks with Next one block at a time: for every block size, with and
+// without extra keys, the two chains agree.
+func TestKeysMatchNextChain(t *testing.T) {
+	toks := make([]uint32, 16*64+5)
+	for i := range toks {
+		toks[i] = uint32(i*2654435761) >> 7
+	}
+	for _, bs := range []int{1, 8, 15, 16, 17, 32} {
+		for _, extra := range []uint64{0, Extra("adapter-a", "salt")} {
+			keys := Keys(nil, toks, bs, extra)
+			if len(keys) != len(toks)/bs {
+				t.Fatalf("block size %d: %d keys for %d tokens", bs, len(keys), len(toks))
+			}
+			parent := Root
+			for i, k := range keys {
+				parent = Next(parent, extra, toks[i*bs:(i+1)*bs])
+				if k != parent {
+					t.Fatalf("block size %d, extra %#x: key %d is %#x, the Next chain %#x", bs, extra, i, k, parent)
+				}
+			}
+		}
+	}
+}
+
 func BenchmarkKeys1024Blocks(b *testing.B) {
 	toks := seq(1024*16, 3)
 	dst := make([]uint64, 0, 1024)

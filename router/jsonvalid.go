@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 )
@@ -163,62 +164,104 @@ func hasLiteral(b []byte, i int, lit string) bool {
 	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
 }
 
-// scanValidString checks the string starting at b[i] == '"' and returns
-// the index after its closing quote.
-func scanValidString(b []byte, i int) (int, bool) {
-	for i++; i < len(b); i++ {
-		i = nextStringSpecial(b, i)
-		if i == len(b) {
-			break
-		}
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1, true
-		case c < 0x20:
-			return i, false
-		case c == '\\':
-			i++
-			if i >= len(b) {
-				return i, false
-			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if len(b)-i <= 4 {
-					return i, false
-				}
-				for _, h := range b[i+1 : i+5] {
-					if !isHex(h) {
-						return i, false
-					}
-				}
-				i += 4
-			default:
-				return i, false
-			}
-		}
-	}
-	return i, false
-}
+// ones and highs hold each byte's lowest and highest bit; shortString is
+// how far scanValidString looks word by word before calling IndexByte.
+const (
+	ones, highs = 0x0101010101010101, 0x8080808080808080
+	shortString = 32
+)
 
-// nextStringSpecial returns the index of the first byte at or after i that
-// ends a string or needs a look inside one (a quote, a backslash, a control
-// character), or len(b); eight bytes at a time.
-func nextStringSpecial(b []byte, i int) int {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	for ; i+8 <= len(b); i += 8 {
-		w := binary.LittleEndian.Uint64(b[i:])
+// scanValidString checks the string starting at b[i] == '"' and returns
+// the index after its closing quote. The quotes and backslashes are found
+// with bytes.IndexByte (vector instructions on amd64 and arm64), and the
+// plain spans between them are checked for control characters 32 bytes
+// at a time: a long message is mostly one span.
+func scanValidString(b []byte, i int) (int, bool) {
+	i++
+	// Keys and short values end within a few words: those are read
+	// eight bytes at a time without a call.
+	for end := min(i+shortString, len(b)); i+8 <= end; i += 8 {
+		w := binary.LittleEndian.Uint64(b[i : i+8])
 		q, bs := w^(ones*'"'), w^(ones*'\\')
 		// Each term's lowest mark is exact: (x - ones) &^ x marks zero
 		// bytes of x, (w - ones*0x20) &^ w bytes below 0x20.
 		if m := ((q-ones)&^q | (bs-ones)&^bs | (w-ones*0x20)&^w) & highs; m != 0 {
+			i += bits.TrailingZeros64(m) / 8
+			if b[i] == '"' {
+				return i + 1, true
+			}
+			break
+		}
+	}
+	quote := -1 // the first '"' at or after i once looked for
+	for {
+		if quote < i {
+			q := bytes.IndexByte(b[i:], '"')
+			if q < 0 {
+				return len(b), false
+			}
+			quote = i + q
+		}
+		span := b[i:quote]
+		esc := bytes.IndexByte(span, '\\')
+		if esc >= 0 {
+			span = span[:esc]
+		}
+		if j := controlByte(span); j >= 0 {
+			return i + j, false
+		}
+		if esc < 0 {
+			return quote + 1, true
+		}
+		i += esc + 1 // the escaped character
+		if i >= len(b) {
+			return i, false
+		}
+		switch b[i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			if len(b)-i <= 4 {
+				return i, false
+			}
+			for _, h := range b[i+1 : i+5] {
+				if !isHex(h) {
+					return i, false
+				}
+			}
+			i += 4
+		default:
+			return i, false
+		}
+		i++
+	}
+}
+
+// controlByte returns the index of the first byte of s below 0x20 (a
+// control character, which a JSON string may not hold unescaped), or -1.
+func controlByte(s []byte) int {
+	// (w - ones*0x20) &^ w marks the bytes below 0x20; the lowest mark is
+	// exact (borrows may add marks above it, never below).
+	i := 0
+	for ; i+32 <= len(s); i += 32 {
+		w := (*[32]byte)(s[i : i+32])
+		a, b := binary.LittleEndian.Uint64(w[0:]), binary.LittleEndian.Uint64(w[8:])
+		c, d := binary.LittleEndian.Uint64(w[16:]), binary.LittleEndian.Uint64(w[24:])
+		if ((a-ones*0x20)&^a|(b-ones*0x20)&^b|(c-ones*0x20)&^c|(d-ones*0x20)&^d)&highs != 0 {
+			break
+		}
+	}
+	for ; i+8 <= len(s); i += 8 {
+		w := binary.LittleEndian.Uint64(s[i : i+8])
+		if m := (w - ones*0x20) &^ w & highs; m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
-	for i < len(b) && b[i] >= 0x20 && b[i] != '"' && b[i] != '\\' {
-		i++
+	for ; i < len(s); i++ {
+		if s[i] < 0x20 {
+			return i
+		}
 	}
-	return i
+	return -1
 }
 
 func isHex(c byte) bool {

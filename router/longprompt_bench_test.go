@@ -71,6 +71,47 @@ func BenchmarkLongPrompt(b *testing.B) {
 	}
 }
 
+// chatWordsBody is a chat request whose one user message is n words
+// ("word0 word1 …", as `rolter bench overhead --prompt-words` sends).
+func chatWordsBody(n int) []byte {
+	b := []byte(`{"model":"llama","messages":[{"role":"user","content":"`)
+	for i := range n {
+		b = append(b, "word"...)
+		b = strconv.AppendUint(b, uint64(i), 10)
+		b = append(b, ' ')
+	}
+	return append(b, `"}],"max_tokens":8}`...)
+}
+
+// BenchmarkLongChat is the router's reading of a chat with one long user
+// message: validation, the model's span, the bounded prompt text and the
+// digest of the whole conversation (what cache_aware and consistent_hash
+// route on). MB/s is of the body.
+func BenchmarkLongChat(b *testing.B) {
+	for _, words := range []int{10_000, 100_000} {
+		body := chatWordsBody(words)
+		b.Run(fmt.Sprintf("%dk-words", words/1000), func(b *testing.B) {
+			var rc strategies.RouteContext
+			hdr := http.Header{}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				req, err := parseRequest(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := fillFromRequest(&rc, hdr, &req, ""); err != nil {
+					b.Fatal(err)
+				}
+				if rc.PromptLen != len(body)-len(`{"model":"llama","messages":[{"role":"user","content":""}],"max_tokens":8}`) {
+					b.Fatalf("prompt of %d bytes", rc.PromptLen)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkLongPromptRequest is a whole request with a 100k-token-id
 // prompt through a precise_cache_aware route, in process (an in-memory
 // upstream): everything the router does for it but the sockets.

@@ -1,9 +1,12 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -191,5 +194,59 @@ func TestModelRewriteKeepsTheRestOfTheBody(t *testing.T) {
 	want := `{ "stream" : true , "model" : "meta/\"8b\"", "stream_options":{"include_usage":true},"messages":[{"role":"user","content":"model"}]}`
 	if got != want {
 		t.Fatalf("rewritten body\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A long message or a long token-id prompt enters the digest as a sum of
+// its bytes: changing any one byte or id, wherever it sits, or moving a
+// byte from one message to the next, still changes the digest, and the
+// same content gives the same digest from the body and from the decoder.
+func TestLongFieldDigestSeesEveryByte(t *testing.T) {
+	text := []byte(strings.Repeat("the quick brown fox ", 4000))
+	chat := func(a, b []byte) []byte {
+		msgs, _ := json.Marshal([]map[string]string{{"role": "user", "content": string(a)}, {"role": "user", "content": string(b)}})
+		return chatBody(string(msgs))
+	}
+	base := extractPrompt(chat(text, []byte("tail of the second message, long enough")))
+	seen := map[uint64]string{base.digest: "base"}
+	for _, at := range []int{0, 1, longField - 1, longField, 4096, len(text) / 2, len(text) - 1} {
+		edited := bytes.Clone(text)
+		edited[at] ^= 1
+		name := fmt.Sprintf("byte %d", at)
+		d := extractPrompt(chat(edited, []byte("tail of the second message, long enough"))).digest
+		if prev, dup := seen[d]; dup {
+			t.Errorf("%s and %s share digest %x", name, prev, d)
+		}
+		seen[d] = name
+	}
+	moved := extractPrompt(chat(text[:len(text)-1], append(text[len(text)-1:len(text):len(text)], "tail of the second message, long enough"...))).digest
+	if _, dup := seen[moved]; dup {
+		t.Error("moving a byte between messages kept the digest")
+	}
+
+	ids := make([]uint32, 5000)
+	for i := range ids {
+		ids[i] = uint32(i * 7919 % 128000)
+	}
+	prompt := func(ids []uint32) []byte {
+		return []byte(`{"model":"m","prompt":` + string(idsText(ids, "")) + `}`)
+	}
+	idSeen := map[uint64]int{extractPrompt(prompt(ids)).digest: -1}
+	for _, at := range []int{0, 7, 8, 2500, len(ids) - 1} {
+		edited := slices.Clone(ids)
+		edited[at]++
+		d := extractPrompt(prompt(edited)).digest
+		if prev, dup := idSeen[d]; dup {
+			t.Errorf("ids edited at %d and %d share digest %x", at, prev, d)
+		}
+		idSeen[d] = at
+	}
+	// The decoder's reading (spaces send the ids to it) digests the same.
+	spaced := []byte(`{"model":"m","prompt":` + string(idsText(ids, " ")) + `}`)
+	var x extractor
+	x.d = newDigest()
+	x.decode(spaced)
+	if got := extractPrompt(prompt(ids)).digest; uint64(x.d) != got {
+		t.Fatalf("decoder digest %x, scanner %x", uint64(x.d), got)
 	}
 }

@@ -192,3 +192,22 @@ func TestModelSplice(t *testing.T) {
 		}
 	}
 }
+
+// A string of any length up to past the word-at-a-time prefix and the
+// 32-byte control check, with a control character, an escape, a bad
+// escape or a quote placed at any position, is valid exactly when
+// encoding/json says so.
+func TestValidStringEveryPosition(t *testing.T) {
+	for n := range 100 {
+		for at := range n {
+			for _, ins := range []string{"\x01", "\x1f", "\t", `\n`, `\"`, `\u00e9`, `\x`, `\u12`, `"`, "é", "\x7f"} {
+				s := strings.Repeat("a", at) + ins + strings.Repeat("b", n-at)
+				for _, doc := range []string{`"` + s + `"`, `{"k":"` + s + `","m":1}`, `["` + s + `"]`} {
+					if got, want := validJSON([]byte(doc)), json.Valid([]byte(doc)); got != want {
+						t.Fatalf("validJSON(%q) = %v, json.Valid %v", doc, got, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -193,3 +193,97 @@ func TestCanonicalHeaderNames(t *testing.T) {
 		}
 	}
 }
+
+// A list of ids of every length from one digit to ten, with or without
+// spaces, with a leading zero, a sign, a fraction or a stray separator
+// spliced in anywhere, followed by whatever the body holds next, is read
+// exactly as encoding/json reads it, or left to it: the eight-bytes-at-a-
+// time run hands every element it does not take to the general reading.
+func TestTokenIDsMatchDecoderOnEveryLength(t *testing.T) {
+	rng := uint64(1)
+	next := func() uint64 { rng = rng*6364136223846793005 + 1442695040888963407; return rng >> 33 }
+	pow := []uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10}
+	var ids []uint32
+	for range 2000 {
+		d := 1 + next()%10
+		ids = append(ids, uint32(min(pow[d-1]+next()%(pow[d]-pow[d-1]), 1<<32-1)))
+	}
+	edits := []string{"", " ", "0", "-", ".5", ",", "]", "00", "\n", "e1"}
+	tails := []string{"", `,"max_tokens":8}`, `}`, "  ]"}
+	for _, sep := range []string{"", " "} {
+		clean := idsText(ids, sep)
+		for trial := range 400 {
+			raw := slices.Clone(clean)
+			if trial > 0 {
+				at := 1 + int(next()%uint64(len(raw)-2))
+				e := edits[next()%uint64(len(edits))]
+				raw = slices.Insert(raw, at, []byte(e)...)
+			}
+			body := append(slices.Clone(raw), tails[trial%len(tails)]...)
+			got, end, ok := readTokenIDs(nil, body, 0)
+			var want []uint32
+			werr := json.Unmarshal(raw, &want)
+			if trial == 0 && (!ok || end != len(raw) || !slices.Equal(got, ids)) {
+				t.Fatalf("sep %q: the clean list read as %d ids (ok %v, end %d of %d)", sep, len(got), ok, end, len(raw))
+			}
+			if !ok {
+				continue
+			}
+			if end != len(raw) {
+				// The edit closed the list early: what was read is a
+				// shorter valid list.
+				if err := json.Unmarshal(body[:end], &want); err != nil {
+					t.Fatalf("read %q as a list of ids: %v", body[:end], err)
+				}
+			} else if werr != nil {
+				t.Fatalf("read %d ids from a list encoding/json rejects (%v)", len(got), werr)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("sep %q trial %d: read %d ids, encoding/json %d; first difference at %d", sep, trial, len(got), len(want), firstDiff(got, want))
+			}
+		}
+	}
+}
+
+func firstDiff(a, b []uint32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// The header reader takes ids of every length, with or without spaces,
+// as strconv does, and leaves every value it cannot take to the slow
+// reading, which then decides.
+func TestTokenIDHeaderMatchesStrconvOnEveryLength(t *testing.T) {
+	rng := uint64(7)
+	next := func() uint64 { rng = rng*6364136223846793005 + 1442695040888963407; return rng >> 33 }
+	pow := []uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10}
+	var ids []uint32
+	for range 2000 {
+		d := 1 + next()%10
+		ids = append(ids, uint32(min(pow[d-1]+next()%(pow[d]-pow[d-1]), 1<<32-1)))
+	}
+	edits := []string{" ", "0", "-", ".5", ",", "\t", "00", "x", ", ,"}
+	for _, sep := range []string{"", " "} {
+		full := idsText(ids, sep)
+		clean := string(full[1 : len(full)-1])
+		for trial := range 300 {
+			h := clean
+			if trial > 0 {
+				at := int(next() % uint64(len(h)))
+				h = h[:at] + edits[next()%uint64(len(edits))] + h[at:]
+			}
+			fast, ok := scanTokenIDHeader(h)
+			if trial == 0 && (!ok || !slices.Equal(fast, ids)) {
+				t.Fatalf("sep %q: the clean header read as %d ids (ok %v)", sep, len(fast), ok)
+			}
+			slow, err := splitTokenIDs(h)
+			if ok && (err != nil || !slices.Equal(fast, slow)) {
+				t.Fatalf("sep %q trial %d: fast read %d ids, strconv %d (%v); first difference at %d", sep, trial, len(fast), len(slow), err, firstDiff(fast, slow))
+			}
+		}
+	}
+}

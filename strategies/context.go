@@ -1,5 +1,7 @@
 package strategies
 
+import "unsafe"
+
 // MaxPromptBytes bounds RouteContext.Prompt: the router passes the
 // conversation's first 32 KiB of text, and the whole prompt's size and
 // identity in PromptLen and PromptDigest.
@@ -78,13 +80,21 @@ const TokenKeyBytes = 6
 // any prompt text.
 func TokenPrompt(ids []uint32) string {
 	n := min(len(ids), MaxPromptBytes/TokenKeyBytes)
+	if n == 0 {
+		return ""
+	}
 	b := make([]byte, TokenKeyBytes*n)
 	for i, id := range ids[:n] {
+		d := (*[TokenKeyBytes]byte)(b[TokenKeyBytes*i:])
 		v := uint64(id)
-		for k := TokenKeyBytes - 1; k >= 0; k-- {
-			b[TokenKeyBytes*i+k] = tokenDigits[v&63]
-			v >>= 6
-		}
+		d[0] = tokenDigits[v>>30&63]
+		d[1] = tokenDigits[v>>24&63]
+		d[2] = tokenDigits[v>>18&63]
+		d[3] = tokenDigits[v>>12&63]
+		d[4] = tokenDigits[v>>6&63]
+		d[5] = tokenDigits[v&63]
 	}
-	return string(b)
+	// b is written once, here, and never again: the string is its bytes,
+	// not a second 32 KiB copy.
+	return unsafe.String(&b[0], len(b))
 }

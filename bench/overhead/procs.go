@@ -36,12 +36,20 @@ func (c column) name() string { return Row{Path: c.path, Strategy: c.strategy}.n
 // model is the model name the sim serves and the router's route uses.
 const model = "bench-model"
 
+// simModelLen is the benchmark sim's model length in tokens; its default
+// KV cache (28 000 blocks of 16 tokens) holds two 100 000-word chats.
+const simModelLen = 1 << 18
+
 // startSims runs one instant-mode sim engine serving n loopback ports
 // until ctx ends.
 func startSims(ctx context.Context, n int) ([]string, error) {
 	cfg := sim.DefaultConfig()
 	cfg.Model = model
 	cfg.Engine.Instant = true
+	// Long-prompt runs must be answered, not refused: a 100 000-word
+	// chat is about 190 000 of the sim's tokens, past the default
+	// 131 072-token model length.
+	cfg.Engine.MaxModelLen = simModelLen
 	s := sim.New(cfg, slog.New(slog.DiscardHandler), nil, nil)
 	go s.Run(ctx)
 	h := s.Handler()
