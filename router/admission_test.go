@@ -334,8 +334,9 @@ fill = 0.5
 	out := make(chan reply, 8)
 	ctx := t.Context()
 	h.send(ctx, "shed-1", "sheddable", out)
+	testwait.For(t, 5*time.Second, "shed-1 on the engine", func() bool { return len(eng.order()) == 1 })
 	h.send(ctx, "shed-2", "sheddable", out)
-	testwait.For(t, 5*time.Second, "two sheddable on the engine", func() bool { return len(eng.order()) == 2 })
+	testwait.For(t, 5*time.Second, "shed-2 on the engine", func() bool { return len(eng.order()) == 2 })
 	// The engine holds 2 of 4: full for sheddable (fill 0.5), not for
 	// critical.
 	h.send(ctx, "shed-3", "sheddable", out)

@@ -59,7 +59,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Mesh, "mesh", true, "replicas share learned prefixes, session pins and in-flight counts as rolter's mesh does (false: engine state only)")
 	fs.BoolVar(&o.SpreadBatches, "spread-batches", false, "spread trace requests that share a timestamp uniformly (seeded) up to the next timestamp, instead of arriving at one instant")
 	fs.BoolVar(&o.Burst, "burst", false, "admission benchmark: load 0.5 → 1.5 → 0.5 of capacity, a third of the requests per priority band, admission off and on (synthetic workloads; --workload burst is chat)")
-	fs.Uint64Var(&o.AdmitMaxLoad, "admit-max-load", 0, "with --burst: [admission] max_engine_load the replicas run with (0: off)")
+	fs.Uint64Var(&o.AdmitMaxLoad, "admit-max-load", 144, "with --burst: [admission] max_engine_load the replicas run with "+
+		"(0: off; 144 is 9/16 of the simulated engines' max_num_seqs 256, as docs/admission.md advises)")
 	fs.Uint64Var(&o.AdmitMaxPrefill, "admit-max-prefill", admission.DefaultMaxQueuedPrefill,
 		"with --burst: [admission] max_queued_prefill_tokens the replicas run with (0: off)")
 	fs.StringVar(&o.AdmitFills, "admit-fills", fmt.Sprintf("%g,%g,%g", admission.DefaultCriticalFill, admission.DefaultStandardFill,

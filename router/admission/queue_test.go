@@ -192,7 +192,7 @@ func TestRemoveLeavesAtOnce(t *testing.T) {
 }
 
 func TestHeadroom(t *testing.T) {
-	th := Thresholds{MaxLoad: 10, MaxWaiting: 4, MaxKVUsage: 0.9, MaxQueuedPrefill: 8000}
+	th := Thresholds{MaxLoad: 10, MaxWaiting: 4, MaxKVUsage: 0.9}
 	cases := []struct {
 		name string
 		e    Engine
@@ -205,7 +205,6 @@ func TestHeadroom(t *testing.T) {
 		{"load full", Engine{Load: 12}, 0},
 		{"kv full", Engine{KVUsage: 0.95, KVOK: true}, 0},
 		{"kv unknown", Engine{KVUsage: 0.95}, 10},
-		{"prefill full", Engine{QueuedPrefill: 8000}, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -216,6 +215,15 @@ func TestHeadroom(t *testing.T) {
 				t.Fatalf("saturated %v with headroom %d", th.Saturated(c.e), c.want)
 			}
 		})
+	}
+	// A queued-prefill threshold admits one per look below it, none at it.
+	pf := th
+	pf.MaxQueuedPrefill = 8000
+	if got := pf.Headroom(Engine{Load: 2, QueuedPrefill: 7000}); got != 1 {
+		t.Fatalf("below the prefill threshold: headroom %d, want 1", got)
+	}
+	if got := pf.Headroom(Engine{QueuedPrefill: 8000}); got != 0 {
+		t.Fatalf("at the prefill threshold: headroom %d, want 0", got)
 	}
 	// Without a count threshold an unsaturated engine takes one per update.
 	if got := (Thresholds{MaxKVUsage: 0.9}).Headroom(Engine{KVUsage: 0.5, KVOK: true}); got != 1 {

@@ -68,9 +68,12 @@ func (t Thresholds) Scaled(f float64) Thresholds {
 func (t Thresholds) Saturated(e Engine) bool { return t.Headroom(e) == 0 }
 
 // Headroom is how many more requests e takes before it is saturated: the
-// smallest gap under a count threshold (load, waiting). An engine below
-// every threshold with no count threshold enabled has a headroom of 1:
-// one request per state update, whose effect the next update shows.
+// smallest gap under a count threshold (load, waiting), and at most 1
+// while a queued-prefill threshold is enabled (how many requests fit
+// under it depends on their prompts, which count once they are picked).
+// An engine below every threshold with no count threshold enabled has a
+// headroom of 1 too: one request per look, whose effect the next look
+// shows.
 func (t Thresholds) Headroom(e Engine) int {
 	if t.MaxKVUsage > 0 && e.KVOK && e.KVUsage >= t.MaxKVUsage {
 		return 0
@@ -84,6 +87,9 @@ func (t Thresholds) Headroom(e Engine) int {
 	}
 	if t.MaxWaiting > 0 && e.WaitingOK {
 		room, counted = min(room, gap(t.MaxWaiting, e.Waiting)), true
+	}
+	if t.MaxQueuedPrefill > 0 {
+		room = min(room, 1)
 	}
 	if !counted {
 		return 1
