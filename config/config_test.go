@@ -74,6 +74,10 @@ func TestParseErrorsNameFileEntryAndField(t *testing.T) {
 		want       []string
 	}{
 		{"unknown key", "[retry]\nattempt = 3\n", []string{"rolter.toml", "retry.attempt", "unknown key"}},
+		{"unknown key in the third provider", good + "\n[[providers]]\nname = \"b\"\napi_base = \"http://127.0.0.1:9\"\nbogus = 1\n",
+			[]string{"rolter.toml: providers[2]: bogus: unknown key"}},
+		{"unknown key in a provider's sub-table", good + "\n[providers.lmcache]\nurl = \"http://127.0.0.1:9\"\ncapcity = 1\n",
+			[]string{"rolter.toml: providers[1]: lmcache.capcity: unknown key"}},
 		{"unknown strategy", good + "\n[[routes]]\nmodel = \"x\"\nstrategy = \"fastest_ever\"\ntargets = [{provider = \"vllm-a\"}]\n",
 			[]string{`routes[1] (model "x")`, "strategy", `unknown strategy "fastest_ever"`}},
 		{"missing provider", "[[routes]]\nmodel = \"x\"\ntargets = [{provider = \"nope\"}]\n",

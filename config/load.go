@@ -53,6 +53,38 @@ func Load(path string) (*Config, error) {
 	return Parse(filepath.Base(path), data, os.Getenv)
 }
 
+// unknownKeys is an error for every key of md nothing decoded (compat
+// keys aside), naming the array entry it sits in: "providers[1]", field
+// "bogus", rather than "providers.bogus", which does not say which one.
+func unknownKeys(file string, md toml.MetaData) []error {
+	unknown := map[string]bool{}
+	for _, k := range md.Undecoded() {
+		if !isCompatKey(k) {
+			unknown[k.String()] = true
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	var errs []error
+	entries := map[string]int{} // [[table]] headers met so far, by table
+	for _, k := range md.Keys() {
+		if len(k) == 1 && md.Type(k...) == "ArrayHash" {
+			entries[k[0]]++
+			continue
+		}
+		if !unknown[k.String()] {
+			continue
+		}
+		e := &FieldError{File: file, Field: k.String(), Msg: "unknown key"}
+		if n := entries[k[0]]; n > 0 && len(k) > 1 {
+			e.Entry, e.Field = fmt.Sprintf("%s[%d]", k[0], n-1), strings.Join(k[1:], ".")
+		}
+		errs = append(errs, e)
+	}
+	return errs
+}
+
 // Parse decodes data (named file in errors), applies defaults and
 // validates. getenv resolves api_key_env and secret_env references.
 func Parse(file string, data []byte, getenv func(string) string) (*Config, error) {
@@ -61,16 +93,10 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, file, err)
 	}
-	var errs []error
-	for _, k := range md.Undecoded() {
-		if !isCompatKey(k) {
-			errs = append(errs, &FieldError{File: file, Field: k.String(), Msg: "unknown key"})
-		}
-	}
-	if len(errs) > 0 {
+	if errs := unknownKeys(file, md); len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
-	errs = applyCompat(file, data, &cfg)
+	errs := applyCompat(file, data, &cfg)
 	// A declared [admission] is owned by the file (read-only in the admin
 	// API, synced like the declared entries).
 	cfg.Admission.ReadOnly = md.IsDefined("admission")
