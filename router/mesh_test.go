@@ -1,9 +1,11 @@
 package router
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,5 +180,77 @@ targets = [{provider = "a"}]
 	}
 	if d := queued - idle; d < 150 || d > 250 {
 		t.Errorf("predicted cost of a 20-deep queue %.0f ms (idle %.0f, queued %.0f), want about 200", d, idle, queued)
+	}
+}
+
+// holdingLearner is a recordingLearner with a pick hold (PickHold) that
+// holds until released or the request's context ends.
+type holdingLearner struct {
+	recordingLearner
+	held    chan struct{} // receives when a request is held
+	release chan struct{}
+}
+
+func (l *holdingLearner) Wait(ctx context.Context) error {
+	l.held <- struct{}{}
+	select {
+	case <-l.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A request waits on the mesh's pick hold before its first pick, goes to
+// the engine once released, and never reaches it when its client leaves
+// during the hold.
+func TestHeldRequestLeavesWithItsClient(t *testing.T) {
+	var served atomic.Int64
+	a := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+		served.Add(1)
+		okChat(w, r, b)
+	})
+	l := &holdingLearner{held: make(chan struct{}, 1), release: make(chan struct{})}
+	h := newHarnessWith(t, providers("a", a.URL)+`
+[[routes]]
+model = "m"
+strategy = "precise_cache_aware"
+targets = [{provider = "a"}]
+`, nil, func(o *Options) { o.Learn = l })
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.api.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := h.api.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	select {
+	case <-l.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request was never held")
+	}
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the cancelled request got a response")
+	}
+	go func() { <-l.held; close(l.release) }()
+	if code, _, body := h.chat("m"); code != http.StatusOK {
+		t.Fatalf("released request: %d %s", code, body)
+	}
+	if n := served.Load(); n != 1 {
+		t.Errorf("engine served %d requests, want 1: the one whose client left during the hold must not reach it", n)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.observed) != 1 {
+		t.Errorf("%d picks observed, want 1", len(l.observed))
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/rolter/rolter/dashboard"
 	"github.com/rolter/rolter/internal/cli"
 	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/router/meshstate"
 	"github.com/rolter/rolter/scrape"
 )
 
@@ -150,6 +151,7 @@ func (r *Router) openCluster(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return cli.Usage(err)
 		}
+		mcfg.Router.LearnedInterval = meshstate.LearnedGap
 		if r.node, err = mesh.StartJoining(stopped, mesh.StartRouter, mcfg, join.seeds, log, stop); errors.Is(err, mesh.ErrIdentity) {
 			return cli.Usage(err) // a --gossip-tls-cert for another role
 		} else if err != nil {

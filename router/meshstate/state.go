@@ -28,6 +28,12 @@ const (
 	// after it happened, together with every change made in the meantime.
 	// It bounds a router's load messages to one per PublishGap per peer.
 	PublishGap = 2 * time.Millisecond
+	// LearnedGap batches the learned records this router shares: they go
+	// to the other routers together every LearnedGap (a record costs
+	// bytes, not urgency: it matters for the next request of its prefix
+	// or session, seconds away). `rolter router` sets cluster/mesh's
+	// RouterConfig.LearnedInterval from it.
+	LearnedGap = 50 * time.Millisecond
 	// Heartbeat is the longest time between two publications, changed or
 	// not; the transport expires a peer's counts after a few heartbeats
 	// without one.

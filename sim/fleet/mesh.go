@@ -152,19 +152,30 @@ func (r *run) meshOn() bool { return !r.cfg.Isolated && r.cfg.Routers > 1 && !r.
 // exchange changes nothing and is skipped.
 func (r *run) shares(lb strategies.LoadBalancer) bool { return r.meshOn() && meshstate.Shares(lb) }
 
-// deliver files at replica k every record that has reached it by now.
+// deliver files at replica k every record that has reached it by now:
+// a record shared at t goes out with its replica's batch at the next
+// meshstate.LearnedGap boundary and arrives PeerDelay later.
 func (r *run) deliver(k int) {
 	rep := r.routers[k]
-	for rep.next < len(r.learned) && r.learned[rep.next].at+r.cfg.PeerDelay <= r.now {
+	for rep.next < len(r.learned) {
 		s := r.learned[rep.next]
+		at := learnedArrival(s.at, r.cfg.PeerDelay)
+		if at > r.now {
+			return
+		}
 		rep.next++
 		if s.from == k {
 			continue
 		}
 		rec := s.rec
-		rec.At = epoch.Add(s.at + r.cfg.PeerDelay)
+		rec.At = epoch.Add(at)
 		rep.state.File(rec)
 	}
+}
+
+// learnedArrival is when a record shared at t reaches the other replicas.
+func learnedArrival(t, peer time.Duration) time.Duration {
+	return (t/meshstate.LearnedGap+1)*meshstate.LearnedGap + peer
 }
 
 // publish has every replica's mesh state Tick at t, as the router's
