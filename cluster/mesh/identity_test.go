@@ -28,6 +28,7 @@ func rejected(c *core, reason int) uint64 { return c.stats.Rejected[reason].Load
 // certificate of its own) shares with the receiver, and the honest
 // member's view does not move; honest messages still flow.
 func TestIdentityRefusesMessagesInAnothersName(t *testing.T) {
+	const probeKey = 1 << 50 // the honest records sent before the forgeries
 	h := newIdentityHarness(t, 2, 2)
 	rt, honest, forger := h.Routers[0], h.Sidecars[0], h.Sidecars[1]
 	keys := randomKeys(rand.New(rand.NewPCG(3, 4)), 100)
@@ -37,6 +38,18 @@ func TestIdentityRefusesMessagesInAnothersName(t *testing.T) {
 	testwait.For(t, 10*time.Second, "honest signed residency and status applied", func() bool {
 		q, ok := tg.Load(0)
 		return viewMatches(rt, EngineURL(0), keys) && ok && q == 4
+	})
+	// The other router's certificate must be verified here too before the
+	// forgeries in its name are sent (on a loaded machine the pair's key
+	// can come after the sidecars'): one honest record from it arrives.
+	testwait.For(t, 20*time.Second, "an honest record from the other router", func() bool {
+		h.Routers[1].Share(Learned{Kind: LearnedPin, Model: "m", Target: EngineURL(0), Key: probeKey, TTL: time.Minute})
+		select {
+		case <-rt.Learned():
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
 	})
 	deliver := (*delegate)(rt.core).NotifyMsg
 	before := [numRejectReasons]uint64{}
@@ -74,24 +87,41 @@ func TestIdentityRefusesMessagesInAnothersName(t *testing.T) {
 	badSig := rejected(rt.core, rejectBadMAC) - before[rejectBadMAC]
 	t.Logf("%d forged messages: %d refused without a MAC, %d refused with a MAC under another key", len(forged), unsigned, badSig)
 	if int(unsigned+badSig) != len(forged) {
-		t.Errorf("refused %d of %d forged messages", unsigned+badSig, len(forged))
+		var all [numRejectReasons]uint64
+		for r := range all {
+			all[r] = rejected(rt.core, r) - before[r]
+		}
+		t.Errorf("refused %d of %d forged messages as no_mac or bad_mac; by reason %v", unsigned+badSig, len(forged), all)
 	}
 	if q, _ := tg.Load(0); q != 4 || !viewMatches(rt, EngineURL(0), keys) {
 		t.Errorf("the honest engine's view moved: load %d (want 4), residency matches %v", q, viewMatches(rt, EngineURL(0), keys))
 	}
-	if n := len(rt.Learned()); n != 0 {
-		t.Errorf("%d forged learned records reached the router", n)
+	forgedIn := 0
+	for len(rt.Learned()) > 0 {
+		if got := <-rt.Learned(); got.Key != probeKey { // a late repeat of the probe is honest
+			forgedIn++
+		}
+	}
+	if forgedIn != 0 {
+		t.Errorf("%d forged learned records reached the router", forgedIn)
 	}
 
 	// Honest router-to-router traffic still arrives.
 	h.Routers[1].Share(Learned{Kind: LearnedPin, Model: "m", Target: EngineURL(0), Key: 42, TTL: time.Minute})
-	select {
-	case got := <-rt.Learned():
-		if got.Key != 42 || got.From != h.Routers[1].Name() {
-			t.Errorf("received %+v", got)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-rt.Learned():
+			if got.Key == probeKey {
+				continue
+			}
+			if got.Key != 42 || got.From != h.Routers[1].Name() {
+				t.Errorf("received %+v", got)
+			}
+			return
+		case <-deadline:
+			t.Fatal("an honest signed learned record did not arrive")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("an honest signed learned record did not arrive")
 	}
 }
 
