@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -83,17 +84,27 @@ func writeError(w http.ResponseWriter, err error, retryAfter time.Duration) int 
 		h.Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
 	}
 	w.WriteHeader(status)
-	b, _ := json.Marshal(apiError{Error: apiErrorBody{Message: err.Error(), Type: typ, Code: code}})
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(errorJSON(err.Error(), typ, code))
 	return status
+}
+
+// errorJSON is the OpenAI error object for message, ending in a newline.
+// HTML is not escaped: a message that names `Bearer <key>` reads so in
+// the body, not as \u003ckey\u003e.
+func errorJSON(msg, typ, code string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: code}})
+	return b.Bytes()
 }
 
 // sseError is the terminal event of a stream that failed after bytes went
 // to the client: an OpenAI-shaped error and no [DONE].
 func sseError(msg string) []byte {
-	b, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: "server_error", Code: "upstream_stream_error"}})
+	b := errorJSON(msg, "server_error", "upstream_stream_error")
 	out := make([]byte, 0, len(b)+8)
 	out = append(out, "data: "...)
-	out = append(out, b...)
-	return append(out, '\n', '\n')
+	out = append(out, b...) // b ends in one newline
+	return append(out, '\n')
 }

@@ -67,6 +67,10 @@ secret_env = "ADMIN_KEY"
 			if tc.code != "" && errorCode(t, body) != tc.code {
 				t.Fatalf("body %s, want code %s", body, tc.code)
 			}
+			// The hint reads as written, not HTML-escaped.
+			if tc.name == "no key" && !strings.Contains(body, "Bearer <key>") {
+				t.Fatalf("body %s, want the hint `Bearer <key>`", body)
+			}
 		})
 	}
 	for _, auth := range eng.auth {
