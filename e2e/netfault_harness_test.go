@@ -476,12 +476,15 @@ func udpAddr(s string) *net.UDPAddr {
 // freeTCPUDP returns a loopback address whose port is free for TCP and
 // UDP alike (memberlist binds both on one port).
 func freeTCPUDP() (string, error) {
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// FreeAddrs' cursor: below the ephemeral range (a port released there
+	// can be handed to any outgoing connection before its process binds
+	// it) and never the same port twice before the walk goes round.
+	for range freePortMax - freePortMin {
+		addr := fmt.Sprintf("127.0.0.1:%d", nextFreePort())
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return "", err
+			continue
 		}
-		addr := ln.Addr().String()
 		pc, err := net.ListenPacket("udp", addr)
 		ln.Close()
 		if err == nil {
