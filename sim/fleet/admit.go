@@ -187,17 +187,14 @@ func (r *run) queued() bool {
 func (r *run) tick() {
 	a := r.adm
 	now := epoch.Add(r.now)
+	// Each waiter that leaves a queue changes the waiters replica k
+	// publishes (r.changed), as the router's gate observer signals.
 	for k, q := range a.queues {
-		before := q.Total()
-		defer func() {
-			if q.Total() != before {
-				r.changed(k, r.now)
-			}
-		}()
 		q.Expire(now, func(w *admission.Waiter) {
 			i := w.Value.(int)
 			r.fates[i] = expired
 			r.flights[i] = flight{router: k, at: r.now, first: -1, done: true}
+			r.changed(k, r.now)
 		})
 	}
 	for k, q := range a.queues {
@@ -208,6 +205,7 @@ func (r *run) tick() {
 		a.recent[k] = q.Release(now, r.probe(k), 0, func(w *admission.Waiter, as admission.Band) {
 			i := w.Value.(int)
 			r.adm.as[i] = as
+			r.changed(k, r.now)
 			r.send(i, k)
 		})
 	}
