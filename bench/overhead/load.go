@@ -64,7 +64,8 @@ func benchRequest(cfg Config, stream bool) request {
 type loadStats struct {
 	sent, errors   int
 	p50, p99, p999 time.Duration
-	behind         time.Duration // how late the generator ran at worst
+	behind         time.Duration   // how late the generator ran at worst
+	lat            []time.Duration // every request's latency, sorted
 }
 
 // sustained reports whether the run kept p99 under limit with fewer than
@@ -100,16 +101,39 @@ func openLoop(ctx context.Context, client *http.Client, base func(int) string, r
 		}()
 	}
 	wg.Wait()
-	s := loadStats{sent: n, behind: behind}
+	s := loadStats{sent: n, behind: behind, lat: lat}
 	for i := range failed {
 		if failed[i] {
 			s.errors++
 			lat[i] = client.Timeout
 		}
 	}
-	slices.Sort(lat)
-	q := func(p float64) time.Duration { return lat[min(int(p*float64(n)), n-1)] }
+	s.summarise()
+	return s
+}
+
+// summarise sorts s.lat and sets the percentiles from it.
+func (s *loadStats) summarise() {
+	slices.Sort(s.lat)
+	n := len(s.lat)
+	if n == 0 {
+		return
+	}
+	q := func(p float64) time.Duration { return s.lat[min(int(p*float64(n)), n-1)] }
 	s.p50, s.p99, s.p999 = q(0.50), q(0.99), q(0.999)
+}
+
+// pool merges the runs of one cell: their requests' latencies make one
+// distribution.
+func pool(runs []loadStats) loadStats {
+	var s loadStats
+	for _, r := range runs {
+		s.sent += r.sent
+		s.errors += r.errors
+		s.behind = max(s.behind, r.behind)
+		s.lat = append(s.lat, r.lat...)
+	}
+	s.summarise()
 	return s
 }
 

@@ -27,7 +27,15 @@ type Options struct {
 // RegisterFlags adds the command's flags, with their defaults, to fs.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Config.Rate, "rate", 1000, "fixed rate (requests/s) of the latency measurement")
-	fs.DurationVar(&o.Config.Duration, "duration", 3*time.Second, "length of the fixed-rate measurement")
+	fs.DurationVar(&o.Config.Duration, "duration", 3*time.Second, "length of one fixed-rate window")
+	fs.IntVar(&o.Config.Windows, "windows", 3, "fixed-rate windows per cell: CPU per request is their median, latency is over all of them")
+	fs.DurationVar(&o.Config.Idle, "idle", 5*time.Second, "read each proxy's CPU for this long with no request in flight (0: skip)")
+	fs.StringVar(&o.Config.Engine, "engine", EngineCanned, "canned (the sim's answers replayed, the body read but not decoded) or sim (the instant-mode sim decodes every request)")
+	fs.IntVar(&o.Config.Streams, "streams", 0, "open-streams mode: this many clients each keep one streamed request open (replaces the fixed-rate cells)")
+	fs.IntVar(&o.Config.StreamTokens, "stream-tokens", 64, "open-streams mode: token events per stream")
+	fs.DurationVar(&o.Config.StreamGap, "stream-gap", 25*time.Millisecond, "open-streams mode: the engine's pause between a stream's token events")
+	fs.DurationVar(&o.Config.StreamDuration, "stream-duration", 10*time.Second, "open-streams mode: measured length of each run")
+	fs.IntVar(&o.Config.StreamRounds, "stream-rounds", 3, "open-streams mode: runs per path, direct and the proxies alternating")
 	fs.Float64Var(&o.Config.SearchStart, "search-start", 250, "first rate of the max-rate step search")
 	fs.Float64Var(&o.Config.SearchFactor, "search-factor", 1.5, "each search step multiplies the rate by this")
 	fs.Float64Var(&o.Config.SearchMax, "search-max", 20000, "highest rate the search tries")
@@ -104,8 +112,14 @@ func (o Options) Run(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	cfg.Log = stdout
-	fmt.Fprintf(stdout, "open-loop constant rate, latency from each request's scheduled send time; fixed rate %.0f/s for %v; "+
-		"max rate: steps ×%.2f from %.0f/s, %v each, p99 < %v\n", cfg.Rate, cfg.Duration, cfg.SearchFactor, cfg.SearchStart, cfg.SearchDuration, cfg.P99Limit)
+	if cfg.Streams > 0 {
+		fmt.Fprintf(stdout, "open streams: %d closed-loop clients, %d token events %v apart per stream; %d rounds of %v per path, direct and proxies in turn; engine %s\n",
+			cfg.Streams, cfg.StreamTokens, cfg.StreamGap, cfg.StreamRounds, cfg.StreamDuration, cfg.Engine)
+	} else {
+		fmt.Fprintf(stdout, "open-loop constant rate, latency from each request's scheduled send time; fixed rate %.0f/s, %d windows of %v "+
+			"(CPU: median of the windows); idle CPU over %v; max rate: steps ×%.2f from %.0f/s, %v each, p99 < %v; engine %s\n",
+			cfg.Rate, cfg.Windows, cfg.Duration, cfg.Idle, cfg.SearchFactor, cfg.SearchStart, cfg.SearchDuration, cfg.P99Limit, cfg.Engine)
+	}
 	if cfg.Pin {
 		fmt.Fprintf(stdout, "pinned: each proxy on CPU %d, generator and engine on the other CPUs (taskset)\n", cfg.ProxyCPU)
 	} else {

@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -25,21 +27,37 @@ import (
 // Config is one benchmark run.
 type Config struct {
 	Rate     float64       // fixed rate (requests/s) of the latency measurement
-	Duration time.Duration // length of the fixed-rate measurement
+	Duration time.Duration // length of one fixed-rate window
+	// Windows is the number of fixed-rate windows per cell: CPU per
+	// request is their median, latency percentiles are over every
+	// request of them.
+	Windows int
+	// Idle is how long each proxy's CPU is read with no request in
+	// flight, after it answered its first and a second's settling; 0
+	// skips it.
+	Idle time.Duration
 	// The max-rate search: SearchStart × SearchFactor^k up to SearchMax,
 	// SearchDuration each, while p99 < P99Limit and errors < 0.1 %.
 	SearchStart, SearchFactor, SearchMax float64
 	SearchDuration, P99Limit             time.Duration
-	Targets                              []int    // ports of the one sim, per run
+	Targets                              []int    // ports of the one engine, per run
 	Strategies                           []string // router strategies, one column each
 	Modes                                []string // "plain" and/or "stream"
 	// PromptWords is the user message's length of the default chat
 	// request; PromptTokens > 0 sends /v1/completions requests whose
 	// prompt is that many token ids instead.
 	PromptWords, PromptTokens, MaxTokens int
-	Nginx                                string // nginx binary; "" skips the column
-	RouterBin                            string // rolter binary run as `rolter router`; "" skips the column
-	WorkDir                              string // generated configs and logs
+	Engine                               string // EngineCanned or EngineSim
+	// Streams > 0 runs the open-streams mode instead of the fixed-rate
+	// cells (streams.go): that many clients each keep one streamed
+	// request of StreamTokens tokens, StreamGap apart, open at a time,
+	// for StreamDuration per run, direct and through each proxy in turn,
+	// StreamRounds times.
+	Streams, StreamTokens, StreamRounds int
+	StreamGap, StreamDuration           time.Duration
+	Nginx                               string // nginx binary; "" skips the column
+	RouterBin                           string // rolter binary run as `rolter router`; "" skips the column
+	WorkDir                             string // generated configs and logs
 	// Pin runs each proxy on CPU ProxyCPU and this process (generator and
 	// engine) on the CPUs it may use apart from that one (needs taskset
 	// and at least two usable CPUs).
@@ -53,8 +71,9 @@ type Row struct {
 	Path         string  `json:"path"`     // "direct", "rolter router" or "nginx"
 	Strategy     string  `json:"strategy"` // the router's strategy, "round_robin" for nginx, "" direct
 	Targets      int     `json:"targets"`
-	Mode         string  `json:"mode"`
+	Mode         string  `json:"mode"`                    // plain, stream or streams (the open-streams mode)
 	PromptTokens int     `json:"prompt_tokens,omitempty"` // 0: the chat request
+	Engine       string  `json:"engine,omitempty"`
 	Pinned       bool    `json:"pinned"`
 	Sent         int     `json:"sent"`
 	Errors       int     `json:"errors"`
@@ -67,9 +86,29 @@ type Row struct {
 	AddedP99us  *float64 `json:"added_p99_us,omitempty"`
 	AddedP999us *float64 `json:"added_p99_9_us,omitempty"`
 	MaxRate     float64  `json:"max_rate"`
-	// CPU seconds of the proxy's processes per 1000 requests during the
-	// fixed-rate run; nil for direct.
+	// CPU seconds of the proxy's processes per 1000 requests: all the CPU
+	// they used in a fixed-rate window (background work included) over
+	// the window's requests, the median of the windows; nil for direct.
 	CPUPer1k *float64 `json:"cpu_s_per_1k,omitempty"`
+	Windows  int      `json:"windows,omitempty"`
+	// Each window's figure, and the median of the same from
+	// /proc/<pid>/stat clock ticks (the cross-check).
+	CPUPer1kWindows []float64 `json:"cpu_s_per_1k_windows,omitempty"`
+	CPUPer1kTicks   *float64  `json:"cpu_s_per_1k_ticks,omitempty"`
+	// The proxy's CPU with no request in flight, in ms per second, and
+	// that rate over a window's length as a share of the window's CPU:
+	// how much of CPUPer1k is background work.
+	IdleCPUmsPerS *float64 `json:"idle_cpu_ms_per_s,omitempty"`
+	IdleShare     *float64 `json:"idle_cpu_share,omitempty"`
+
+	// The open-streams mode (streams.go).
+	Streams         int       `json:"streams,omitempty"`
+	ReqPerS         *float64  `json:"req_per_s,omitempty"`      // median over the runs
+	ReqPerSRuns     []float64 `json:"req_per_s_runs,omitempty"` // each run, in order
+	ReqPerSVsDirect *float64  `json:"req_per_s_vs_direct,omitempty"`
+	RSSIdleKB       *float64  `json:"rss_idle_kb,omitempty"` // before the first run
+	RSSOpenKB       *float64  `json:"rss_open_kb,omitempty"` // median of the runs' medians while every stream is open
+	RSSPerStreamKB  *float64  `json:"rss_kb_per_stream,omitempty"`
 }
 
 // ErrConfig is returned for a Config that cannot run.
@@ -94,7 +133,13 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 	}
 	var rows []Row
 	for _, n := range cfg.Targets {
-		got, err := runTargets(ctx, cfg, n)
+		var got []Row
+		var err error
+		if cfg.Streams > 0 {
+			got, err = runStreams(ctx, cfg, n)
+		} else {
+			got, err = runTargets(ctx, cfg, n)
+		}
 		rows = append(rows, got...)
 		if err != nil {
 			return rows, err
@@ -104,8 +149,14 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 }
 
 func (c *Config) check() error {
-	if c.Rate <= 0 || c.SearchStart <= 0 || c.SearchFactor <= 1 || c.Duration <= 0 || c.SearchDuration <= 0 {
-		return fmt.Errorf("%w: rates and durations must be positive, the search factor > 1", ErrConfig)
+	if c.Rate <= 0 || c.SearchStart <= 0 || c.SearchFactor <= 1 || c.Duration <= 0 || c.SearchDuration <= 0 || c.Windows < 1 || c.Idle < 0 {
+		return fmt.Errorf("%w: rates, durations and windows must be positive, the search factor > 1", ErrConfig)
+	}
+	if c.Engine != EngineCanned && c.Engine != EngineSim {
+		return fmt.Errorf("%w: engines are %s and %s, not %q", ErrConfig, EngineCanned, EngineSim, c.Engine)
+	}
+	if c.Streams > 0 && (c.Engine != EngineCanned || c.StreamTokens < 1 || c.StreamRounds < 1 || c.StreamDuration <= 0 || c.StreamGap < 0) {
+		return fmt.Errorf("%w: the open-streams mode needs the %s engine, tokens, rounds and a duration", ErrConfig, EngineCanned)
 	}
 	for _, m := range c.Modes {
 		if m != "plain" && m != "stream" {
@@ -124,14 +175,84 @@ func (c *Config) check() error {
 	return nil
 }
 
-// runTargets measures every column against one sim on n ports.
+// runTargets measures every column against one engine on n ports. Every
+// column's proxy is started first and stays up (idle) while the others
+// are measured; each mode's fixed-rate windows go round the columns in
+// turn, so a change in what the machine's neighbours do lands on every
+// path's median alike, not on one path's whole cell.
 func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	addrs, err := startSims(ctx, n)
+	addrs, err := startEngine(ctx, cfg, n)
 	if err != nil {
 		return nil, err
 	}
+	cols, err := startColumns(ctx, cfg, addrs)
+	defer stopColumns(cols)
+	if err != nil {
+		return nil, err
+	}
+	idle := idleCPU(ctx, cols, cfg.Idle)
+	for i, c := range cols {
+		if idle[i] != nil {
+			fmt.Fprintf(cfg.Log, "  %d targets idle   %-34s %.3f ms CPU/s\n", n, c.name(), *idle[i])
+		}
+	}
+	var rows []Row
+	for _, mode := range cfg.Modes {
+		cells := measure(ctx, cfg, cols, mode)
+		if err := ctx.Err(); err != nil {
+			return rows, err
+		}
+		d := cells[0].fixed // direct is the first column
+		for i, col := range cols {
+			c, st := cells[i], cells[i].fixed
+			r := Row{Path: col.path, Strategy: col.strategy, Targets: n, Mode: mode, PromptTokens: cfg.PromptTokens,
+				Engine: cfg.Engine, Pinned: cfg.Pin && col.pid != nil, Sent: st.sent, Errors: st.errors,
+				P50us: us(st.p50), P99us: us(st.p99), P999us: us(st.p999), MaxRate: c.maxRate, Windows: cfg.Windows}
+			if col.pid != nil {
+				r.CPUPer1k, r.CPUPer1kTicks, r.CPUPer1kWindows = ptr(median(c.cpu)), ptr(median(c.ticks)), c.cpu
+				r.AddedP50us, r.AddedP99us, r.AddedP999us = ptr(us(st.p50-d.p50)), ptr(us(st.p99-d.p99)), ptr(us(st.p999-d.p999))
+				if idle[i] != nil && *r.CPUPer1k > 0 {
+					// idle ms in a window's length ÷ the window's CPU in ms
+					// (s per 1000 requests × requests = ms)
+					r.IdleCPUmsPerS = idle[i]
+					r.IdleShare = ptr(*idle[i] * cfg.Duration.Seconds() / (*r.CPUPer1k * float64(st.sent) / float64(cfg.Windows)))
+				}
+			}
+			fmt.Fprintf(cfg.Log, "  %d targets %-6s %-34s p50 %v p99 %v max %.0f/s%s\n", n, mode, col.name(),
+				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), c.maxRate, cpuNote(c.cpu))
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// startColumns starts every column's proxy; on an error the ones
+// started are returned with it, for stopColumns.
+func startColumns(ctx context.Context, cfg Config, addrs []string) ([]column, error) {
+	var cols []column
+	for _, mk := range columns(ctx, cfg, addrs) {
+		c, err := mk()
+		if err != nil {
+			return cols, err
+		}
+		cols = append(cols, c)
+	}
+	return cols, nil
+}
+
+func stopColumns(cols []column) {
+	for _, c := range cols {
+		if c.stop != nil {
+			c.stop()
+		}
+	}
+}
+
+// columns lists the paths to measure, direct first, each started when
+// called.
+func columns(ctx context.Context, cfg Config, addrs []string) []func() (column, error) {
 	cols := []func() (column, error){func() (column, error) { return directColumn(addrs), nil }}
 	if cfg.RouterBin != "" {
 		for _, s := range cfg.Strategies {
@@ -141,76 +262,159 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	if cfg.Nginx != "" {
 		cols = append(cols, func() (column, error) { return nginxColumn(ctx, cfg, addrs) })
 	}
-	var rows []Row
-	direct := map[string]loadStats{}
-	for _, mk := range cols {
-		col, err := mk()
-		if err != nil {
-			return rows, err
-		}
-		for _, mode := range cfg.Modes {
-			st, maxRate, cpu := measure(ctx, cfg, col, mode)
-			r := Row{Path: col.path, Strategy: col.strategy, Targets: n, Mode: mode, PromptTokens: cfg.PromptTokens,
-				Pinned: cfg.Pin && col.pid != nil, Sent: st.sent, Errors: st.errors,
-				P50us: us(st.p50), P99us: us(st.p99), P999us: us(st.p999), MaxRate: maxRate}
-			if col.pid == nil {
-				direct[mode] = st
-			} else {
-				r.CPUPer1k = &cpu
-				if d, ok := direct[mode]; ok {
-					r.AddedP50us, r.AddedP99us, r.AddedP999us = ptr(us(st.p50-d.p50)), ptr(us(st.p99-d.p99)), ptr(us(st.p999-d.p999))
-				}
-			}
-			fmt.Fprintf(cfg.Log, "  %d targets %-6s %-34s p50 %v p99 %v max %.0f/s\n", n, mode, col.name(),
-				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), maxRate)
-			rows = append(rows, r)
-		}
-		if col.stop != nil {
-			col.stop()
-		}
-		if err := ctx.Err(); err != nil {
-			return rows, err
-		}
+	return cols
+}
+
+func cpuNote(cpu []float64) string {
+	if len(cpu) == 0 {
+		return ""
 	}
-	return rows, nil
+	var b strings.Builder
+	b.WriteString(" CPU s/1k")
+	for _, v := range cpu {
+		fmt.Fprintf(&b, " %.4f", v)
+	}
+	return b.String()
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func ptr(v float64) *float64 { return &v }
 
-// measure runs the fixed-rate measurement and the max-rate search; cpu is
-// the proxy's CPU seconds per 1000 requests of the fixed-rate run.
-func measure(ctx context.Context, cfg Config, col column, mode string) (fixed loadStats, maxRate, cpu float64) {
-	client := newClient()
-	defer client.CloseIdleConnections()
-	rq := benchRequest(cfg, mode == "stream")
-	// Warm connections and caches at a modest rate.
-	openLoop(ctx, client, col.base, rq, min(cfg.Rate, 500), 500*time.Millisecond)
-	before := cpuTime(col.pid)
-	fixed = openLoop(ctx, client, col.base, rq, cfg.Rate, cfg.Duration)
-	if col.pid != nil && fixed.sent > 0 {
-		cpu = (cpuTime(col.pid) - before).Seconds() * 1000 / float64(fixed.sent)
+// idleSettle is how long proxies that have just answered their first
+// request are left before their idle CPU is read.
+const idleSettle = time.Second
+
+// idleCPU is the CPU each column's proxy uses with no request in flight,
+// in milliseconds per second, read over the same dur for all of them
+// after idleSettle; nil for direct, and for all when dur is 0.
+func idleCPU(ctx context.Context, cols []column, dur time.Duration) []*float64 {
+	out := make([]*float64, len(cols))
+	if dur <= 0 || !sleepCtx(ctx, idleSettle) {
+		return out
 	}
-	// A step that fails is run once more before the search stops, so one
-	// burst of noise from a neighbour on a shared machine does not end it.
-	for rate := cfg.SearchStart; rate <= cfg.SearchMax && ctx.Err() == nil; rate *= cfg.SearchFactor {
-		ok := false
-		for try := 0; try < 2 && !ok; try++ {
-			ok = openLoop(ctx, client, col.base, rq, rate, cfg.SearchDuration).sustained(cfg.P99Limit)
-		}
-		if !ok {
-			break
-		}
-		maxRate = rate
+	before, t0 := make([]cpuUse, len(cols)), time.Now()
+	for i, c := range cols {
+		before[i] = readCPU(c.pid)
 	}
-	return fixed, maxRate, cpu
+	if !sleepCtx(ctx, dur) {
+		return out
+	}
+	el := time.Since(t0)
+	for i, c := range cols {
+		if c.pid != nil {
+			out[i] = ptr(float64(readCPU(c.pid).sub(before[i]).Exact) / float64(time.Millisecond) / el.Seconds())
+		}
+	}
+	return out
 }
 
-// PrintTable writes rows as an aligned table.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// cell is one (column, mode) measured: the pooled fixed-rate windows,
+// each window's proxy CPU seconds per 1000 requests (exact and from
+// clock ticks) and the max-rate search's result.
+type cell struct {
+	fixed      loadStats
+	cpu, ticks []float64
+	maxRate    float64
+}
+
+// measure runs one mode's fixed-rate windows, round the columns
+// Windows times, then each column's max-rate search.
+func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell {
+	rq := benchRequest(cfg, mode == "stream")
+	clients := make([]*http.Client, len(cols))
+	for i, col := range cols {
+		clients[i] = newClient()
+		defer clients[i].CloseIdleConnections()
+		// Warm connections and caches at a modest rate.
+		openLoop(ctx, clients[i], col.base, rq, min(cfg.Rate, 500), 500*time.Millisecond)
+	}
+	cells := make([]cell, len(cols))
+	runs := make([][]loadStats, len(cols))
+	for range cfg.Windows {
+		for i, col := range cols {
+			before := readCPU(col.pid)
+			st := openLoop(ctx, clients[i], col.base, rq, cfg.Rate, cfg.Duration)
+			used := readCPU(col.pid).sub(before)
+			runs[i] = append(runs[i], st)
+			if col.pid != nil && st.sent > 0 {
+				cells[i].cpu = append(cells[i].cpu, used.Exact.Seconds()*1000/float64(st.sent))
+				cells[i].ticks = append(cells[i].ticks, used.Ticks.Seconds()*1000/float64(st.sent))
+			}
+		}
+	}
+	for i, col := range cols {
+		cells[i].fixed = pool(runs[i])
+		// A step that fails is run once more before the search stops, so
+		// one burst of noise from a neighbour does not end it.
+		for rate := cfg.SearchStart; rate <= cfg.SearchMax && ctx.Err() == nil; rate *= cfg.SearchFactor {
+			ok := false
+			for try := 0; try < 2 && !ok; try++ {
+				ok = openLoop(ctx, clients[i], col.base, rq, rate, cfg.SearchDuration).sustained(cfg.P99Limit)
+			}
+			if !ok {
+				break
+			}
+			cells[i].maxRate = rate
+		}
+	}
+	return cells
+}
+
+// PrintTable writes rows as an aligned table (the open-streams rows as
+// their own).
 func PrintTable(w io.Writer, rows []Row) {
+	var cells, streams []Row
+	for _, r := range rows {
+		if r.Mode == "streams" {
+			streams = append(streams, r)
+		} else {
+			cells = append(cells, r)
+		}
+	}
+	if len(cells) > 0 {
+		printCells(w, cells)
+	}
+	if len(streams) > 0 {
+		printStreams(w, streams)
+	}
+}
+
+func printStreams(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tCPU s/1k req\t")
+	fmt.Fprintln(tw, "targets\tstreams\tpath\tstreams/s (median)\truns\t÷ direct\tp50 ms\tp99 ms\terrors\tRSS idle MB\tRSS open MB\tKB per stream\t")
+	opt := func(v *float64, scale float64, prec int) string {
+		if v == nil {
+			return "-"
+		}
+		return strconv.FormatFloat(*v*scale, 'f', prec, 64)
+	}
+	for _, r := range rows {
+		runs := make([]string, len(r.ReqPerSRuns))
+		for i, v := range r.ReqPerSRuns {
+			runs[i] = strconv.FormatFloat(v, 'f', 1, 64)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%d\t%s\t%s\t%s\t\n", r.Targets, r.Streams, r.name(),
+			opt(r.ReqPerS, 1, 1), strings.Join(runs, " "), opt(r.ReqPerSVsDirect, 1, 3), r.P50us/1000, r.P99us/1000, r.Errors,
+			opt(r.RSSIdleKB, 1.0/1024, 1), opt(r.RSSOpenKB, 1.0/1024, 1), opt(r.RSSPerStreamKB, 1, 1))
+	}
+	tw.Flush()
+}
+
+func printCells(w io.Writer, rows []Row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tCPU s/1k req\tidle CPU ms/s\tidle share\t")
 	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 	opt := func(v *float64, prec int) string {
 		if v == nil {
@@ -219,9 +423,13 @@ func PrintTable(w io.Writer, rows []Row) {
 		return strconv.FormatFloat(*v, 'f', prec, 64)
 	}
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t\n", r.Targets, r.Mode, r.name(),
+		share := "-"
+		if r.IdleShare != nil {
+			share = strconv.FormatFloat(*r.IdleShare*100, 'f', 1, 64) + " %"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t\n", r.Targets, r.Mode, r.name(),
 			f0(r.P50us), f0(r.P99us), f0(r.P999us), opt(r.AddedP50us, 0), opt(r.AddedP99us, 0), opt(r.AddedP999us, 0),
-			r.Errors, r.MaxRate, opt(r.CPUPer1k, 3))
+			r.Errors, r.MaxRate, opt(r.CPUPer1k, 4), opt(r.IdleCPUmsPerS, 2), share)
 	}
 	tw.Flush()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/rolter/rolter/config"
-	"github.com/rolter/rolter/sim"
 	"github.com/rolter/rolter/supervise"
 )
 
@@ -35,40 +33,6 @@ func (c column) name() string { return Row{Path: c.path, Strategy: c.strategy}.n
 
 // model is the model name the sim serves and the router's route uses.
 const model = "bench-model"
-
-// simModelLen is the benchmark sim's model length in tokens; its default
-// KV cache (28 000 blocks of 16 tokens) holds two 100 000-word chats.
-const simModelLen = 1 << 18
-
-// startSims runs one instant-mode sim engine serving n loopback ports
-// until ctx ends.
-func startSims(ctx context.Context, n int) ([]string, error) {
-	cfg := sim.DefaultConfig()
-	cfg.Model = model
-	cfg.Engine.Instant = true
-	// Long-prompt runs must be answered, not refused: a 100 000-word
-	// chat is about 190 000 of the sim's tokens, past the default
-	// 131 072-token model length.
-	cfg.Engine.MaxModelLen = simModelLen
-	s := sim.New(cfg, slog.New(slog.DiscardHandler), nil, nil)
-	go s.Run(ctx)
-	h := s.Handler()
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("bench overhead: sim listen: %w", err)
-		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = hs.Serve(ln) }()
-		go func() {
-			<-ctx.Done()
-			_ = hs.Close()
-		}()
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, nil
-}
 
 func directColumn(addrs []string) column {
 	return column{path: "direct", base: func(i int) string { return "http://" + addrs[i%len(addrs)] }}
@@ -317,27 +281,6 @@ func allowedCPUs() ([]int, error) {
 		return cpus, nil
 	}
 	return nil, errors.New("bench overhead: no Cpus_allowed_list in /proc/self/status")
-}
-
-// clockTick is USER_HZ, the unit of /proc/<pid>/stat CPU times on Linux.
-const clockTick = 100
-
-// cpuTime sums user + system CPU time of the processes pids returns.
-func cpuTime(pids func() []int) time.Duration {
-	if pids == nil {
-		return 0
-	}
-	var total time.Duration
-	for _, pid := range pids() {
-		st, ok := procStat(pid)
-		if !ok || len(st) < 15 {
-			continue
-		}
-		u, _ := strconv.ParseInt(st[13], 10, 64)
-		s, _ := strconv.ParseInt(st[14], 10, 64)
-		total += time.Duration(u+s) * time.Second / clockTick
-	}
-	return total
 }
 
 // procStat returns the fields of /proc/<pid>/stat (field 1 is index 0;
