@@ -91,12 +91,12 @@ type answer struct {
 // record asks the sim h for its plain and streamed answer to the
 // benchmark's request and returns the engine that replays them.
 func record(ctx context.Context, h http.Handler, cfg Config) (*canned, error) {
-	c := &canned{next: h, gap: cfg.StreamGap}
+	c := &canned{next: h}
+	rc := cfg
+	if cfg.Streams > 0 {
+		c.gap, rc.MaxTokens = cfg.StreamGap, cfg.StreamTokens
+	}
 	for _, stream := range []bool{false, true} {
-		rc := cfg
-		if cfg.Streams > 0 {
-			rc.MaxTokens = cfg.StreamTokens
-		}
 		rq := benchRequest(rc, stream)
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, rq.path, bytes.NewReader(rq.body))
 		req.Header.Set("Content-Type", "application/json")

@@ -393,7 +393,7 @@ func PrintTable(w io.Writer, rows []Row) {
 
 func printStreams(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "targets\tstreams\tpath\tstreams/s (median)\truns\t÷ direct\tp50 ms\tp99 ms\terrors\tRSS idle MB\tRSS open MB\tKB per stream\t")
+	fmt.Fprintln(tw, "targets\tstreams\tpath\tstreams/s (median)\truns\t÷ direct\tp50 ms\tp99 ms\terrors\tRSS idle MB\tRSS open MB\tKB per stream\tCPU s/1k streams\t")
 	opt := func(v *float64, scale float64, prec int) string {
 		if v == nil {
 			return "-"
@@ -405,9 +405,9 @@ func printStreams(w io.Writer, rows []Row) {
 		for i, v := range r.ReqPerSRuns {
 			runs[i] = strconv.FormatFloat(v, 'f', 1, 64)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%d\t%s\t%s\t%s\t\n", r.Targets, r.Streams, r.name(),
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%d\t%s\t%s\t%s\t%s\t\n", r.Targets, r.Streams, r.name(),
 			opt(r.ReqPerS, 1, 1), strings.Join(runs, " "), opt(r.ReqPerSVsDirect, 1, 3), r.P50us/1000, r.P99us/1000, r.Errors,
-			opt(r.RSSIdleKB, 1.0/1024, 1), opt(r.RSSOpenKB, 1.0/1024, 1), opt(r.RSSPerStreamKB, 1, 1))
+			opt(r.RSSIdleKB, 1.0/1024, 1), opt(r.RSSOpenKB, 1.0/1024, 1), opt(r.RSSPerStreamKB, 1, 1), opt(r.CPUPer1k, 1, 3))
 	}
 	tw.Flush()
 }

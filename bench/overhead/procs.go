@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -248,7 +249,13 @@ func pinSelf(proxy int) (restore func(), err error) {
 	if err := set(rest); err != nil {
 		return nil, err
 	}
-	return func() { _ = set(all) }, nil
+	// As many Ps as CPUs left: with more, the runtime's Ps take turns on
+	// too few CPUs and wake-ups (timers, the netpoller) wait for a turn.
+	procs := runtime.GOMAXPROCS(len(rest))
+	return func() {
+		_ = set(all)
+		runtime.GOMAXPROCS(procs)
+	}, nil
 }
 
 // allowedCPUs reads this process's CPU list from /proc/self/status.

@@ -31,6 +31,7 @@ type streamsRun struct {
 	perSec  float64
 	rssKB   float64 // median of the samples; 0 for direct
 	openAvg float64 // mean open streams at the samples
+	cpu     float64 // the proxy's CPU seconds per 1000 streams completed in the measured part
 }
 
 func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
@@ -57,8 +58,8 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 		for i, c := range cols {
 			r := streamsOnce(ctx, cfg, c)
 			runs[i] = append(runs[i], r)
-			fmt.Fprintf(cfg.Log, "  %d targets streams round %d %-34s %.1f streams/s p50 %v, %.0f open, RSS %.1f MB\n",
-				n, round+1, c.name(), r.perSec, r.stats.p50.Round(time.Millisecond), r.openAvg, r.rssKB/1024)
+			fmt.Fprintf(cfg.Log, "  %d targets streams round %d %-34s %.1f streams/s p50 %v, %.0f open, RSS %.1f MB, CPU %.3f s/1k\n",
+				n, round+1, c.name(), r.perSec, r.stats.p50.Round(time.Millisecond), r.openAvg, r.rssKB/1024, r.cpu)
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -67,11 +68,12 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	var rows []Row
 	var directRate float64
 	for i, c := range cols {
-		var rates, rss []float64
+		var rates, rss, cpu []float64
 		var all []loadStats
 		for _, r := range runs[i] {
 			rates = append(rates, r.perSec)
 			rss = append(rss, r.rssKB)
+			cpu = append(cpu, r.cpu)
 			all = append(all, r.stats)
 		}
 		st := pool(all)
@@ -83,6 +85,7 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 			directRate = median(rates)
 		} else {
 			open := median(rss)
+			row.CPUPer1k, row.CPUPer1kWindows, row.Windows = ptr(median(cpu)), cpu, len(cpu)
 			row.RSSIdleKB, row.RSSOpenKB = ptr(idle[i]), ptr(open)
 			row.RSSPerStreamKB = ptr((open - idle[i]) / float64(cfg.Streams))
 			if directRate > 0 {
@@ -149,7 +152,9 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 		}()
 	}
 	var rss, opens []float64
+	var cpu0, cpu1 cpuUse
 	if sleepCtx(ctx, time.Until(from)) {
+		cpu0 = readCPU(col.pid)
 		t := time.NewTicker(rssSampleEvery)
 		for now := range t.C {
 			if ctx.Err() != nil || now.After(until) {
@@ -161,10 +166,14 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 			opens = append(opens, float64(open.Load()))
 		}
 		t.Stop()
+		cpu1 = readCPU(col.pid)
 	}
 	wg.Wait()
 	done.summarise()
 	r := streamsRun{stats: done, perSec: float64(done.sent-done.errors) / cfg.StreamDuration.Seconds(), rssKB: median(rss)}
+	if done.sent > 0 {
+		r.cpu = cpu1.sub(cpu0).Exact.Seconds() * 1000 / float64(done.sent)
+	}
 	for _, o := range opens {
 		r.openAvg += o / float64(len(opens))
 	}
