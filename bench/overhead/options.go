@@ -27,13 +27,13 @@ type Options struct {
 // RegisterFlags adds the command's flags, with their defaults, to fs.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Config.Rate, "rate", 1000, "fixed rate (requests/s) of the latency measurement")
-	fs.DurationVar(&o.Config.Duration, "duration", 3*time.Second, "length of one fixed-rate window")
-	fs.IntVar(&o.Config.Windows, "windows", 3, "fixed-rate windows per cell: CPU per request is their median, latency is over all of them")
+	fs.DurationVar(&o.Config.Duration, "duration", 2*time.Second, "length of one fixed-rate window")
+	fs.IntVar(&o.Config.Windows, "windows", 5, "fixed-rate windows per cell: CPU per request is their median, latency is over all of them")
 	fs.DurationVar(&o.Config.Idle, "idle", 5*time.Second, "read each proxy's CPU for this long with no request in flight (0: skip)")
 	fs.StringVar(&o.Config.Engine, "engine", EngineCanned, "canned (the sim's answers replayed, the body read but not decoded) or sim (the instant-mode sim decodes every request)")
 	fs.IntVar(&o.Config.Streams, "streams", 0, "open-streams mode: this many clients each keep one streamed request open (replaces the fixed-rate cells)")
 	fs.IntVar(&o.Config.StreamTokens, "stream-tokens", 64, "open-streams mode: token events per stream")
-	fs.DurationVar(&o.Config.StreamGap, "stream-gap", 25*time.Millisecond, "open-streams mode: the engine's pause between a stream's token events")
+	fs.DurationVar(&o.Config.StreamGap, "stream-gap", 50*time.Millisecond, "open-streams mode: the engine's pause between a stream's token events")
 	fs.DurationVar(&o.Config.StreamDuration, "stream-duration", 10*time.Second, "open-streams mode: measured length of each run")
 	fs.IntVar(&o.Config.StreamRounds, "stream-rounds", 3, "open-streams mode: runs per path, direct and the proxies alternating")
 	fs.Float64Var(&o.Config.SearchStart, "search-start", 250, "first rate of the max-rate step search")
