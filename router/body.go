@@ -25,6 +25,35 @@ type request struct {
 
 	promptIDs           []uint32
 	promptAt, promptEnd int
+
+	// known are the long values validation found the extent of, so
+	// extraction steps over them without reading them again.
+	known knownSpans
+}
+
+// longSpan is the length from which a string's extent is noted in
+// knownSpans: below it, reading the string again costs less than
+// looking it up.
+const longSpan = 256
+
+// knownSpans notes up to len(spans) values of a body by their byte
+// extent, in the order met: long strings (and whether they hold an
+// escape) and a token-id prompt. Past that many, the rest are read again.
+type knownSpans struct {
+	n     int
+	spans [8]knownSpan
+}
+
+type knownSpan struct {
+	at, end int // b[at] is the value's first byte, b[end-1] its last
+	esc     bool
+}
+
+func (k *knownSpans) add(at, end int, esc bool) {
+	if k.n < len(k.spans) {
+		k.spans[k.n] = knownSpan{at: at, end: end, esc: esc}
+		k.n++
+	}
 }
 
 // parseRequest validates body (UTF-8, one JSON object with a string
@@ -68,10 +97,11 @@ func parseRequest(body []byte) (request, error) {
 				var ids []uint32
 				if ids, i, read = readTokenIDs(nil, body, vs); read {
 					r.promptIDs, r.promptAt, r.promptEnd = ids, vs, i
+					r.known.add(vs, i, false)
 				}
 			}
 			if !read {
-				if i, ok = validValue(body, vs, 1); !ok {
+				if i, ok = validValue(body, vs, 1, &r.known); !ok {
 					return request{}, invalid
 				}
 			}

@@ -16,13 +16,14 @@ const maxJSONDepth = 10000
 // several times faster than json.Valid's state machine
 // (TestValidJSONMatchesStdlib, FuzzValidJSON).
 func validJSON(b []byte) bool {
-	end, ok := validValue(b, skipSpace(b, 0), 0)
+	end, ok := validValue(b, skipSpace(b, 0), 0, nil)
 	return ok && skipSpace(b, end) == len(b)
 }
 
 // validValue checks the one JSON value starting at b[i], nested in outer
-// levels, and returns the index just past it.
-func validValue(b []byte, i, outer int) (int, bool) {
+// levels, and returns the index just past it. Long strings inside it are
+// noted in known (when not nil).
+func validValue(b []byte, i, outer int, known *knownSpans) (int, bool) {
 	var small [4]uint64
 	objects := small[:] // bit d: level d is an object; grows past 256 levels
 	depth := 0
@@ -61,9 +62,13 @@ func validValue(b []byte, i, outer int) (int, bool) {
 				}
 				continue
 			case '"':
-				var ok bool
-				if i, ok = scanValidString(b, i); !ok {
+				start := i
+				var ok, esc bool
+				if i, esc, ok = scanString(b, i); !ok {
 					return i, false
+				}
+				if known != nil && i-start >= longSpan {
+					known.add(start, i, esc)
 				}
 			case 't':
 				if !hasLiteral(b, i, "true") {
@@ -172,11 +177,18 @@ const (
 )
 
 // scanValidString checks the string starting at b[i] == '"' and returns
-// the index after its closing quote. The quotes and backslashes are found
-// with bytes.IndexByte (vector instructions on amd64 and arm64), and the
-// plain spans between them are checked for control characters 32 bytes
-// at a time: a long message is mostly one span.
+// the index after its closing quote.
 func scanValidString(b []byte, i int) (int, bool) {
+	end, _, ok := scanString(b, i)
+	return end, ok
+}
+
+// scanString is scanValidString that also reports whether the string
+// holds an escape. The quotes and backslashes are found with
+// bytes.IndexByte (vector instructions on amd64 and arm64), and the plain
+// spans between them are checked for control characters 32 bytes at a
+// time: a long message is mostly one span.
+func scanString(b []byte, i int) (end int, escaped, ok bool) {
 	i++
 	// Keys and short values end within a few words: those are read
 	// eight bytes at a time without a call.
@@ -188,7 +200,7 @@ func scanValidString(b []byte, i int) (int, bool) {
 		if m := ((q-ones)&^q | (bs-ones)&^bs | (w-ones*0x20)&^w) & highs; m != 0 {
 			i += bits.TrailingZeros64(m) / 8
 			if b[i] == '"' {
-				return i + 1, true
+				return i + 1, false, true
 			}
 			break
 		}
@@ -198,7 +210,7 @@ func scanValidString(b []byte, i int) (int, bool) {
 		if quote < i {
 			q := bytes.IndexByte(b[i:], '"')
 			if q < 0 {
-				return len(b), false
+				return len(b), escaped, false
 			}
 			quote = i + q
 		}
@@ -208,29 +220,30 @@ func scanValidString(b []byte, i int) (int, bool) {
 			span = span[:esc]
 		}
 		if j := controlByte(span); j >= 0 {
-			return i + j, false
+			return i + j, escaped, false
 		}
 		if esc < 0 {
-			return quote + 1, true
+			return quote + 1, escaped, true
 		}
+		escaped = true
 		i += esc + 1 // the escaped character
 		if i >= len(b) {
-			return i, false
+			return i, escaped, false
 		}
 		switch b[i] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 		case 'u':
 			if len(b)-i <= 4 {
-				return i, false
+				return i, escaped, false
 			}
 			for _, h := range b[i+1 : i+5] {
 				if !isHex(h) {
-					return i, false
+					return i, escaped, false
 				}
 			}
 			i += 4
 		default:
-			return i, false
+			return i, escaped, false
 		}
 		i++
 	}

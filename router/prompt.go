@@ -230,9 +230,12 @@ func extractValidated(body []byte, valid bool) promptInfo {
 func extract(body []byte, valid bool, req *request) promptInfo {
 	e := extractions.Get().(*extraction)
 	defer extractions.Put(e)
-	e.s.known, e.s.knownIDs = nil, nil
-	if req != nil && req.promptIDs != nil {
-		e.s.known, e.s.knownIDs = body[req.promptAt:req.promptEnd], req.promptIDs
+	e.s.known, e.s.knownIDs, e.s.body, e.s.spans = nil, nil, body, knownSpans{}
+	if req != nil {
+		e.s.spans = req.known
+		if req.promptIDs != nil {
+			e.s.known, e.s.knownIDs = body[req.promptAt:req.promptEnd], req.promptIDs
+		}
 	}
 	x := &e.x
 	*x = extractor{prompt: x.prompt[:0], d: newDigest()}
@@ -245,7 +248,7 @@ func extract(body []byte, valid bool, req *request) promptInfo {
 		*x = extractor{prompt: x.prompt[:0], d: newDigest()}
 		ids = x.decode(body)
 	}
-	e.s.known, e.s.knownIDs = nil, nil
+	e.s.known, e.s.knownIDs, e.s.body = nil, nil, nil
 	p := promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}
 	if cap(e.s.scratch) > 64<<10 {
 		e.s.scratch = nil // do not keep one huge message's buffer
