@@ -13,7 +13,7 @@ import (
 func decoded(body []byte) promptInfo {
 	x := extractor{d: newDigest()}
 	ids := x.decode(body)
-	return promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}
+	return promptInfo{prompt: string(x.prompt), n: x.n, digest: x.d.sum(), tokenIDs: ids}
 }
 
 // scanned is the scanner's extraction and whether it needed the decoder.
@@ -21,7 +21,7 @@ func scanned(body []byte) (promptInfo, bool) {
 	x := extractor{d: newDigest()}
 	s := scanner{x: &x}
 	ids, ok := s.scanConversation(body)
-	return promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}, ok
+	return promptInfo{prompt: string(x.prompt), n: x.n, digest: x.d.sum(), tokenIDs: ids}, ok
 }
 
 func samePrompt(a, b promptInfo) bool {
@@ -114,7 +114,7 @@ func FuzzScanMatchesDecoder(f *testing.F) {
 		if r, err := parseRequest(body); err == nil {
 			// The router's own path: the values validation noted are
 			// stepped over.
-			if got, want := extract(body, true, &r), decoded(body); !samePrompt(got, want) {
+			if got, want := extract(body, true, &r, true), decoded(body); !samePrompt(got, want) {
 				t.Fatalf("body %q\nwith noted spans %+v\ndecoder %+v", body, got, want)
 			}
 		}
@@ -233,7 +233,7 @@ func requested(t *testing.T, body []byte) promptInfo {
 	if err != nil {
 		t.Fatalf("parseRequest: %v\n%s", err, body)
 	}
-	return extract(body, true, &r)
+	return extract(body, true, &r, true)
 }
 
 // asRequest gives body (a JSON object) a model, and when pad is not

@@ -114,7 +114,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		defer open.Add(-1)
 	}
 	t0 = time.Now()
-	if err := fillFromRequest(a.rc, r.Header, req, res.adapter); err != nil {
+	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, strategies.ReadsPromptDigest(res.pool.strategy)); err != nil {
 		fail(err, 0)
 		return
 	}
