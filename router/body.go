@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -25,24 +26,54 @@ type request struct {
 
 	promptIDs           []uint32
 	promptAt, promptEnd int
+
+	// known are the long values validation found the extent of, so
+	// extraction steps over them without reading them again.
+	known knownSpans
+}
+
+// longSpan is the length from which a string's extent is noted in
+// knownSpans: below it, reading the string again costs less than
+// looking it up.
+const longSpan = 256
+
+// knownSpans notes up to len(spans) values of a body by their byte
+// extent, in the order met: long strings (and whether they hold an
+// escape) and a token-id prompt. Past that many, the rest are read again.
+type knownSpans struct {
+	n     int
+	spans [8]knownSpan
+}
+
+type knownSpan struct {
+	at, end int // b[at] is the value's first byte, b[end-1] its last
+	esc     bool
+}
+
+func (k *knownSpans) add(at, end int, esc bool) {
+	if k.n < len(k.spans) {
+		k.spans[k.n] = knownSpan{at: at, end: end, esc: esc}
+		k.n++
+	}
 }
 
 // parseRequest validates body (UTF-8, one JSON object with a string
 // "model") and locates the model value, in one pass over the bytes.
 // Errors wrap ErrBadRequest.
 func parseRequest(body []byte) (request, error) {
-	if !utf8.Valid(body) {
-		return request{}, fmt.Errorf("%w: body is not valid UTF-8", ErrBadRequest)
-	}
-	invalid := fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
 	r := request{body: body, modelStart: -1}
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
-		if !validJSON(body) {
-			return request{}, invalid
+		if err := unreadable(body); err != nil || !validJSON(body) {
+			return request{}, cmp.Or(err, errNotJSON)
 		}
 		return request{}, fmt.Errorf("%w: body must be a JSON object", ErrBadRequest)
 	}
+	// The object is read checking its strings for UTF-8 as well (every
+	// byte outside a string is ASCII, or the grammar refuses it): once
+	// it is read, the body is valid UTF-8. When it is not read, which
+	// of the two it is not is told apart afterwards.
+	invalid := func() (request, error) { return request{}, cmp.Or(unreadable(body), errNotJSON) }
 	var modelErr error // reported once the body is known to be valid JSON
 	i = skipSpace(body, i+1)
 	if i < len(body) && body[i] == '}' {
@@ -50,17 +81,17 @@ func parseRequest(body []byte) (request, error) {
 	} else {
 		for {
 			if i >= len(body) || body[i] != '"' {
-				return request{}, invalid
+				return invalid()
 			}
 			ks := i
 			var ok bool
-			if i, ok = scanValidString(body, i); !ok {
-				return request{}, invalid
+			if i, _, ok = scanString(body, i, true); !ok {
+				return invalid()
 			}
 			key := body[ks:i]
 			i = skipSpace(body, i)
 			if i >= len(body) || body[i] != ':' {
-				return request{}, invalid
+				return invalid()
 			}
 			vs := skipSpace(body, i+1)
 			read := false
@@ -68,11 +99,12 @@ func parseRequest(body []byte) (request, error) {
 				var ids []uint32
 				if ids, i, read = readTokenIDs(nil, body, vs); read {
 					r.promptIDs, r.promptAt, r.promptEnd = ids, vs, i
+					r.known.add(vs, i, false)
 				}
 			}
 			if !read {
-				if i, ok = validValue(body, vs, 1); !ok {
-					return request{}, invalid
+				if i, ok = validValue(body, vs, 1, &r.known); !ok {
+					return invalid()
 				}
 			}
 			switch {
@@ -97,11 +129,11 @@ func parseRequest(body []byte) (request, error) {
 				i++
 				break
 			}
-			return request{}, invalid
+			return invalid()
 		}
 	}
 	if skipSpace(body, i) != len(body) {
-		return request{}, invalid
+		return invalid()
 	}
 	if modelErr != nil {
 		return request{}, modelErr
@@ -110,6 +142,17 @@ func parseRequest(body []byte) (request, error) {
 		return request{}, fmt.Errorf("%w: \"model\" is required", ErrBadRequest)
 	}
 	return r, nil
+}
+
+// errNotJSON refuses a body that is UTF-8 but not JSON.
+var errNotJSON = fmt.Errorf("%w: body is not valid JSON", ErrBadRequest)
+
+// unreadable is the error for a body that is not UTF-8, nil for one that is.
+func unreadable(body []byte) error {
+	if !utf8.Valid(body) {
+		return fmt.Errorf("%w: body is not valid UTF-8", ErrBadRequest)
+	}
+	return nil
 }
 
 // withModel returns the body with the top-level model replaced by model.

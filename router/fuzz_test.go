@@ -36,11 +36,16 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model":"m","prompt":[ 0 , 4294967295 ],"prompt":[7]}`,
 		`{"model":"m","prompt":[1,02]}`,
 		"{\"model\":\"\xff\"}",
+		`{"model":"m","x":"` + strings.Repeat("é ", 40) + "\xc3(\"}",
+		`{"model":"m","x":"` + strings.Repeat("ab", 40) + "\xff\"}",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := parseRequest(body)
+		if want := refusalOf(body); want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Fatalf("answered %v, want %q", err, want)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error %v does not wrap ErrBadRequest", err)

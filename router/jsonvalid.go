@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
+	"unicode/utf8"
 )
 
 // maxJSONDepth is encoding/json's nesting limit: deeper documents are not
@@ -16,13 +17,16 @@ const maxJSONDepth = 10000
 // several times faster than json.Valid's state machine
 // (TestValidJSONMatchesStdlib, FuzzValidJSON).
 func validJSON(b []byte) bool {
-	end, ok := validValue(b, skipSpace(b, 0), 0)
+	end, ok := validValue(b, skipSpace(b, 0), 0, nil)
 	return ok && skipSpace(b, end) == len(b)
 }
 
 // validValue checks the one JSON value starting at b[i], nested in outer
-// levels, and returns the index just past it.
-func validValue(b []byte, i, outer int) (int, bool) {
+// levels, and returns the index just past it. With known (a request
+// body's reading, parseRequest), its strings must be valid UTF-8 too, and
+// long ones are noted in known.
+func validValue(b []byte, i, outer int, known *knownSpans) (int, bool) {
+	text := known != nil
 	var small [4]uint64
 	objects := small[:] // bit d: level d is an object; grows past 256 levels
 	depth := 0
@@ -55,15 +59,19 @@ func validValue(b []byte, i, outer int) (int, bool) {
 				}
 				if c == '{' {
 					var ok bool
-					if i, ok = objectKey(b, i); !ok {
+					if i, ok = objectKey(b, i, text); !ok {
 						return i, false
 					}
 				}
 				continue
 			case '"':
-				var ok bool
-				if i, ok = scanValidString(b, i); !ok {
+				start := i
+				var ok, esc bool
+				if i, esc, ok = scanString(b, i, text); !ok {
 					return i, false
+				}
+				if known != nil && i-start >= longSpan {
+					known.add(start, i, esc)
 				}
 			case 't':
 				if !hasLiteral(b, i, "true") {
@@ -110,7 +118,7 @@ func validValue(b []byte, i, outer int) (int, bool) {
 			i = skipSpace(b, i+1)
 			if object {
 				var ok bool
-				if i, ok = objectKey(b, i); !ok {
+				if i, ok = objectKey(b, i, text); !ok {
 					return i, false
 				}
 			}
@@ -144,12 +152,13 @@ func numberRun(b []byte, i int) (int, bool) {
 	}
 }
 
-// objectKey reads `"key" :` at i and returns where the value starts.
-func objectKey(b []byte, i int) (int, bool) {
+// objectKey reads `"key" :` at i and returns where the value starts;
+// with text, the key must be valid UTF-8.
+func objectKey(b []byte, i int, text bool) (int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return i, false
 	}
-	i, ok := scanValidString(b, i)
+	i, _, ok := scanString(b, i, text)
 	if !ok {
 		return i, false
 	}
@@ -172,12 +181,25 @@ const (
 )
 
 // scanValidString checks the string starting at b[i] == '"' and returns
-// the index after its closing quote. The quotes and backslashes are found
-// with bytes.IndexByte (vector instructions on amd64 and arm64), and the
-// plain spans between them are checked for control characters 32 bytes
-// at a time: a long message is mostly one span.
+// the index after its closing quote.
 func scanValidString(b []byte, i int) (int, bool) {
+	end, _, ok := scanString(b, i, false)
+	return end, ok
+}
+
+// scanString is scanValidString that also reports whether the string
+// holds an escape and, with text, checks that it is valid UTF-8. The
+// quotes and backslashes are found with bytes.IndexByte (vector
+// instructions on amd64 and arm64), and the plain spans between them are
+// checked for control characters (and, with text, non-ASCII bytes) 32
+// bytes at a time: a long message is mostly one span, and read once for
+// both checks unless it holds non-ASCII text (textByte).
+func scanString(b []byte, i int, text bool) (end int, escaped, ok bool) {
 	i++
+	var high uint64 // with text, a byte's top bit ends the word-wise read
+	if text {
+		high = highs
+	}
 	// Keys and short values end within a few words: those are read
 	// eight bytes at a time without a call.
 	for end := min(i+shortString, len(b)); i+8 <= end; i += 8 {
@@ -185,10 +207,10 @@ func scanValidString(b []byte, i int) (int, bool) {
 		q, bs := w^(ones*'"'), w^(ones*'\\')
 		// Each term's lowest mark is exact: (x - ones) &^ x marks zero
 		// bytes of x, (w - ones*0x20) &^ w bytes below 0x20.
-		if m := ((q-ones)&^q | (bs-ones)&^bs | (w-ones*0x20)&^w) & highs; m != 0 {
+		if m := ((q-ones)&^q | (bs-ones)&^bs | (w-ones*0x20)&^w | w&high) & highs; m != 0 {
 			i += bits.TrailingZeros64(m) / 8
 			if b[i] == '"' {
-				return i + 1, true
+				return i + 1, false, true
 			}
 			break
 		}
@@ -198,7 +220,7 @@ func scanValidString(b []byte, i int) (int, bool) {
 		if quote < i {
 			q := bytes.IndexByte(b[i:], '"')
 			if q < 0 {
-				return len(b), false
+				return len(b), escaped, false
 			}
 			quote = i + q
 		}
@@ -207,33 +229,74 @@ func scanValidString(b []byte, i int) (int, bool) {
 		if esc >= 0 {
 			span = span[:esc]
 		}
-		if j := controlByte(span); j >= 0 {
-			return i + j, false
+		j := -1
+		if text {
+			j = textByte(span)
+		} else {
+			j = controlByte(span)
+		}
+		if j >= 0 {
+			return i + j, escaped, false
 		}
 		if esc < 0 {
-			return quote + 1, true
+			return quote + 1, escaped, true
 		}
+		escaped = true
 		i += esc + 1 // the escaped character
 		if i >= len(b) {
-			return i, false
+			return i, escaped, false
 		}
 		switch b[i] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 		case 'u':
 			if len(b)-i <= 4 {
-				return i, false
+				return i, escaped, false
 			}
 			for _, h := range b[i+1 : i+5] {
 				if !isHex(h) {
-					return i, false
+					return i, escaped, false
 				}
 			}
 			i += 4
 		default:
-			return i, false
+			return i, escaped, false
 		}
 		i++
 	}
+}
+
+// textByte returns the index of a byte of s that is a control character
+// or part of invalid UTF-8, or -1 when there is none (the index of the
+// first such byte when it is ASCII; some index otherwise). ASCII text is
+// read once, 32 bytes at a time; from its first non-ASCII byte on, s is
+// read twice, by utf8.Valid and controlByte.
+func textByte(s []byte) int {
+	i := 0
+	for ; i+32 <= len(s); i += 32 {
+		w := (*[32]byte)(s[i : i+32])
+		a, b := binary.LittleEndian.Uint64(w[0:]), binary.LittleEndian.Uint64(w[8:])
+		c, d := binary.LittleEndian.Uint64(w[16:]), binary.LittleEndian.Uint64(w[24:])
+		// (w - ones*0x20) | w has a byte's top bit set for a byte below
+		// 0x20 or from 0x80.
+		if ((a-ones*0x20)|a|(b-ones*0x20)|b|(c-ones*0x20)|c|(d-ones*0x20)|d)&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(s) && s[i] >= 0x20 && s[i] < utf8.RuneSelf; i++ {
+	}
+	if i == len(s) {
+		return -1
+	}
+	if s[i] < 0x20 {
+		return i
+	}
+	if !utf8.Valid(s[i:]) {
+		return i
+	}
+	if j := controlByte(s[i:]); j >= 0 {
+		return i + j
+	}
+	return -1
 }
 
 // controlByte returns the index of the first byte of s below 0x20 (a

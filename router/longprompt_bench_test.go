@@ -43,7 +43,7 @@ func BenchmarkLongPrompt(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := fillFromRequest(&rc, hdr, &req, ""); err != nil {
+				if err := fillFromRequest(&rc, hdr, &req, "", true); err != nil {
 					b.Fatal(err)
 				}
 				if len(rc.TokenIDs) != n || len(rc.BlockKeys) != n/blockSize {
@@ -101,7 +101,7 @@ func BenchmarkLongChat(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := fillFromRequest(&rc, hdr, &req, ""); err != nil {
+				if err := fillFromRequest(&rc, hdr, &req, "", true); err != nil {
 					b.Fatal(err)
 				}
 				if rc.PromptLen != len(body)-len(`{"model":"llama","messages":[{"role":"user","content":""}],"max_tokens":8}`) {

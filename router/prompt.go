@@ -88,8 +88,13 @@ type contentPart struct {
 // ("a","bc"). A field of longField bytes or more enters it as the 64-bit
 // sum of its bytes (contentSum) rather than byte by byte: a long prompt's
 // text is most of its request, and byte-wise FNV over it (one dependent
-// multiply per byte) was the router's largest cost on a long chat.
-type digest uint64
+// multiply per byte) was the router's largest cost on a long chat. A
+// digest made with skipLong (for a strategy that does not read it, see
+// strategies.ReadsPromptDigest) leaves long fields out and its sum is 0.
+type digest struct {
+	h        uint64
+	skipLong bool
+}
 
 const (
 	fnvOffset = 14695981039346656037
@@ -101,9 +106,17 @@ const (
 // instructions than FNV's three per byte (callgrind, 52-byte message).
 const longField = 512
 
-func newDigest() digest { return fnvOffset }
+func newDigest() digest { return digest{h: fnvOffset} }
 
-func (d *digest) byte1(c byte) { *d = (*d ^ digest(c)) * fnvPrime }
+// sum is the digest's value: 0 when long fields were left out.
+func (d *digest) sum() uint64 {
+	if d.skipLong {
+		return 0
+	}
+	return d.h
+}
+
+func (d *digest) byte1(c byte) { d.h = (d.h ^ uint64(c)) * fnvPrime }
 
 // word adds v's eight bytes, lowest first.
 func (d *digest) word(v uint64) {
@@ -116,16 +129,24 @@ func (d *digest) word(v uint64) {
 func (d *digest) field(tag byte, s string) { d.bytes(tag, stringBytes(s)) }
 
 func (d *digest) bytes(tag byte, b []byte) {
-	d.byte1(tag)
 	n := len(b)
+	if n >= longField {
+		if d.skipLong {
+			return
+		}
+		d.byte1(tag)
+		d.byte1(byte(n))
+		d.byte1(byte(n >> 8))
+		d.byte1(byte(n >> 16))
+		d.byte1(byte(n >> 24))
+		d.word(contentSum(b))
+		return
+	}
+	d.byte1(tag)
 	d.byte1(byte(n))
 	d.byte1(byte(n >> 8))
 	d.byte1(byte(n >> 16))
 	d.byte1(byte(n >> 24))
-	if n >= longField {
-		d.word(contentSum(b))
-		return
-	}
 	for _, c := range b {
 		d.byte1(c)
 	}
@@ -222,31 +243,37 @@ type extraction struct {
 // (promptscan.go), which hands the shapes it does not mirror to the
 // decoder.
 func extractValidated(body []byte, valid bool) promptInfo {
-	return extract(body, valid, nil)
+	return extract(body, valid, nil, true)
 }
 
 // extract is extractValidated; a non-nil req is body's parseRequest,
-// whose token-id prompt is taken as read.
-func extract(body []byte, valid bool, req *request) promptInfo {
+// whose token-id prompt and noted values are taken as read. Without
+// digest, the digest is not made (promptInfo.digest is 0).
+func extract(body []byte, valid bool, req *request, digest bool) promptInfo {
 	e := extractions.Get().(*extraction)
 	defer extractions.Put(e)
-	e.s.known, e.s.knownIDs = nil, nil
-	if req != nil && req.promptIDs != nil {
-		e.s.known, e.s.knownIDs = body[req.promptAt:req.promptEnd], req.promptIDs
+	e.s.known, e.s.knownIDs, e.s.body, e.s.spans = nil, nil, body, knownSpans{}
+	if req != nil {
+		e.s.spans = req.known
+		if req.promptIDs != nil {
+			e.s.known, e.s.knownIDs = body[req.promptAt:req.promptEnd], req.promptIDs
+		}
 	}
 	x := &e.x
-	*x = extractor{prompt: x.prompt[:0], d: newDigest()}
+	d := newDigest()
+	d.skipLong = !digest
+	*x = extractor{prompt: x.prompt[:0], d: d}
 	var ids []uint32
 	ok := false
 	if valid {
 		ids, ok = e.s.scanConversation(body)
 	}
 	if !ok {
-		*x = extractor{prompt: x.prompt[:0], d: newDigest()}
+		*x = extractor{prompt: x.prompt[:0], d: d}
 		ids = x.decode(body)
 	}
-	e.s.known, e.s.knownIDs = nil, nil
-	p := promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}
+	e.s.known, e.s.knownIDs, e.s.body = nil, nil, nil
+	p := promptInfo{prompt: string(x.prompt), n: x.n, digest: x.d.sum(), tokenIDs: ids}
 	if cap(e.s.scratch) > 64<<10 {
 		e.s.scratch = nil // do not keep one huge message's buffer
 	}
@@ -409,21 +436,23 @@ func buildRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte
 // fillRouteContext is buildRouteContext for a body whose validity as UTF-8
 // JSON is known (parseRequest checked it).
 func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, model, adapter string) error {
-	return fill(rc, hdr, body, valid, nil, model, adapter)
+	return fill(rc, hdr, body, valid, nil, model, adapter, true)
 }
 
 // fillFromRequest is fillRouteContext for a body parseRequest read (and
-// so validated) as req.
-func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string) error {
-	return fill(rc, hdr, req.body, true, req, req.model, adapter)
+// so validated) as req. digest says whether the pool's strategy reads
+// PromptDigest (strategies.ReadsPromptDigest); without it PromptDigest is
+// left 0.
+func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string, digest bool) error {
+	return fill(rc, hdr, req.body, true, req, req.model, adapter, digest)
 }
 
-func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string) error {
+func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string, digest bool) error {
 	ids, err := parseTokenIDs(firstValue(hdr, canonTokenIDs))
 	if err != nil {
 		return err
 	}
-	p := extract(body, valid, req)
+	p := extract(body, valid, req, digest)
 	if ids == nil {
 		ids = p.tokenIDs
 	}

@@ -45,14 +45,7 @@ func fieldIndex(key []byte, names []string) int {
 // member of the JSON object obj (valid JSON, starting with '{'). It
 // reports false when fn does, when a key needs the decoder, or when a
 // named key appears twice.
-func members(obj []byte, names []string, fn func(field int, val []byte) bool) bool {
-	return membersKnown(obj, names, nil, fn)
-}
-
-// membersKnown is members where known, when not empty, is one value's
-// span inside obj already read (a long token-id prompt): it is stepped
-// over, not scanned again.
-func membersKnown(obj []byte, names []string, known []byte, fn func(field int, val []byte) bool) bool {
+func (s *scanner) members(obj []byte, names []string, fn func(field int, val []byte) bool) bool {
 	var seen uint32
 	i := 1
 	for {
@@ -69,11 +62,7 @@ func membersKnown(obj []byte, names []string, known []byte, fn func(field int, v
 		i = skipSpace(obj, i)
 		i = skipSpace(obj, i+1) // ':'
 		vs := i
-		if len(known) > 0 && len(obj)-vs >= len(known) && &obj[vs] == &known[0] {
-			i = vs + len(known)
-		} else {
-			i = skipValue(obj, i)
-		}
+		i = s.skipValue(obj, i)
 		switch {
 		case f == -2:
 			return false
@@ -91,7 +80,7 @@ func membersKnown(obj []byte, names []string, known []byte, fn func(field int, v
 
 // elements calls fn with every element of the JSON array arr (valid JSON,
 // starting with '['); it stops and reports false when fn does.
-func elements(arr []byte, fn func(el []byte) bool) bool {
+func (s *scanner) elements(arr []byte, fn func(el []byte) bool) bool {
 	i := 1
 	for {
 		i = skipSpace(arr, i)
@@ -101,11 +90,69 @@ func elements(arr []byte, fn func(el []byte) bool) bool {
 		if arr[i] == ',' {
 			i = skipSpace(arr, i+1)
 		}
-		s := i
-		i = skipValue(arr, i)
-		if !fn(arr[s:i]) {
+		st := i
+		i = s.skipValue(arr, i)
+		if !fn(arr[st:i]) {
 			return false
 		}
+	}
+}
+
+// knownAt returns the span validation noted for the value starting at
+// b[i] (b is the body or a part of it), or nil.
+func (s *scanner) knownAt(b []byte, i int) *knownSpan {
+	if s.spans.n == 0 {
+		return nil
+	}
+	p := &b[i]
+	for k := range s.spans.n {
+		if sp := &s.spans.spans[k]; &s.body[sp.at] == p {
+			return sp
+		}
+	}
+	return nil
+}
+
+// skipValue is skipValue (body.go) stepping over the values validation
+// noted, at any depth, without reading them.
+func (s *scanner) skipValue(b []byte, i int) int {
+	if sp := s.knownAt(b, i); sp != nil {
+		return i + sp.end - sp.at
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		if s.spans.n == 0 {
+			return skipValue(b, i)
+		}
+		depth := 0
+		for i < len(b) {
+			i = nextStructural(b, i)
+			if i == len(b) {
+				break
+			}
+			switch b[i] {
+			case '"':
+				if sp := s.knownAt(b, i); sp != nil {
+					i += sp.end - sp.at
+				} else {
+					i = skipString(b, i)
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default:
+		return skipValue(b, i)
 	}
 }
 
@@ -121,6 +168,10 @@ type scanner struct {
 	// already (knownIDs); nil: none.
 	known    []byte
 	knownIDs []uint32
+	// body and spans are the body being read and the values parseRequest
+	// noted in it.
+	body  []byte
+	spans knownSpans
 }
 
 // str decodes a raw JSON string or null as encoding/json would into a Go
@@ -131,7 +182,7 @@ func (s *scanner) str(raw []byte) []byte {
 		return nil
 	}
 	in := raw[1 : len(raw)-1]
-	if bytes.IndexByte(in, '\\') < 0 {
+	if sp := s.knownAt(raw, 0); sp != nil && !sp.esc || bytes.IndexByte(in, '\\') < 0 {
 		return in
 	}
 	s.scratch = unescapeJSON(s.scratch[:0], in)
@@ -220,7 +271,7 @@ func (s *scanner) scanConversation(body []byte) (ids []uint32, ok bool) {
 		return nil, false
 	}
 	var msgs, prompt, input []byte
-	if !membersKnown(body[i:], topFields, s.known, func(f int, v []byte) bool {
+	if !s.members(body[i:], topFields, func(f int, v []byte) bool {
 		switch f {
 		case 0:
 			if v[0] == 'n' {
@@ -242,7 +293,7 @@ func (s *scanner) scanConversation(body []byte) (ids []uint32, ok bool) {
 		x.d.bytes('B', body)
 		return nil, true
 	}
-	if msgs != nil && !elements(msgs, s.message) {
+	if msgs != nil && !s.elements(msgs, s.message) {
 		return nil, false
 	}
 	ids = s.promptField(prompt)
@@ -256,7 +307,7 @@ func (s *scanner) message(m []byte) bool {
 	switch m[0] {
 	case 'n':
 	case '{':
-		if !members(m, messageFields, func(f int, v []byte) bool {
+		if !s.members(m, messageFields, func(f int, v []byte) bool {
 			switch f {
 			case 0:
 				role = v
@@ -286,7 +337,7 @@ func (s *scanner) message(m []byte) bool {
 	if len(calls) == 0 || calls[0] == 'n' {
 		return true
 	}
-	return elements(calls, s.toolCall)
+	return s.elements(calls, s.toolCall)
 }
 
 // toolCall hashes one tool call's id, function name and arguments.
@@ -295,7 +346,7 @@ func (s *scanner) toolCall(c []byte) bool {
 	switch c[0] {
 	case 'n':
 	case '{':
-		if !members(c, toolCallFields, func(f int, v []byte) bool {
+		if !s.members(c, toolCallFields, func(f int, v []byte) bool {
 			if f == 0 {
 				id = v
 				return isStringOrNull(v)
@@ -308,7 +359,7 @@ func (s *scanner) toolCall(c []byte) bool {
 	default:
 		return false
 	}
-	if len(fn) > 0 && fn[0] == '{' && !members(fn, functionFields, func(f int, v []byte) bool {
+	if len(fn) > 0 && fn[0] == '{' && !s.members(fn, functionFields, func(f int, v []byte) bool {
 		if f == 0 {
 			name = v
 		} else {
@@ -333,7 +384,7 @@ func (s *scanner) content(raw []byte) {
 	case raw[0] == '"':
 		textOf(s.x, s.str(raw))
 	case raw[0] == '[':
-		elements(raw, func(p []byte) bool { s.part(p); return true })
+		s.elements(raw, func(p []byte) bool { s.part(p); return true })
 	default:
 		s.x.d.bytes('X', raw)
 	}
@@ -350,7 +401,7 @@ func (s *scanner) part(p []byte) {
 		return
 	}
 	var typ, text, image []byte
-	if !members(p, partFields, func(f int, v []byte) bool {
+	if !s.members(p, partFields, func(f int, v []byte) bool {
 		switch f {
 		case 0:
 			typ = v
@@ -374,7 +425,7 @@ func (s *scanner) part(p []byte) {
 		case '"':
 			url = image
 		case '{':
-			if !members(image, imageFields, func(_ int, v []byte) bool { url = v; return true }) {
+			if !s.members(image, imageFields, func(_ int, v []byte) bool { url = v; return true }) {
 				x.part(p)
 				return
 			}
@@ -394,8 +445,8 @@ func (s *scanner) promptField(raw []byte) []uint32 {
 	case raw[0] == '"':
 		textOf(s.x, s.str(raw))
 		return nil
-	case raw[0] == '[' && elements(raw, isStringOrNull):
-		elements(raw, func(v []byte) bool { textOf(s.x, s.str(v)); return true })
+	case raw[0] == '[' && s.elements(raw, isStringOrNull):
+		s.elements(raw, func(v []byte) bool { textOf(s.x, s.str(v)); return true })
 		return nil
 	}
 	if len(s.known) > 0 && len(raw) == len(s.known) && &raw[0] == &s.known[0] {

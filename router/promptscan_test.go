@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +13,7 @@ import (
 func decoded(body []byte) promptInfo {
 	x := extractor{d: newDigest()}
 	ids := x.decode(body)
-	return promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}
+	return promptInfo{prompt: string(x.prompt), n: x.n, digest: x.d.sum(), tokenIDs: ids}
 }
 
 // scanned is the scanner's extraction and whether it needed the decoder.
@@ -20,7 +21,7 @@ func scanned(body []byte) (promptInfo, bool) {
 	x := extractor{d: newDigest()}
 	s := scanner{x: &x}
 	ids, ok := s.scanConversation(body)
-	return promptInfo{prompt: string(x.prompt), n: x.n, digest: uint64(x.d), tokenIDs: ids}, ok
+	return promptInfo{prompt: string(x.prompt), n: x.n, digest: x.d.sum(), tokenIDs: ids}, ok
 }
 
 func samePrompt(a, b promptInfo) bool {
@@ -97,14 +98,25 @@ func TestScanMatchesDecoder(t *testing.T) {
 }
 
 // FuzzScanMatchesDecoder: for every valid UTF-8 JSON body the scanner
-// either defers to the decoder or agrees with it exactly.
+// either defers to the decoder or agrees with it exactly, on its own and
+// after parseRequest noted the body's long values.
 func FuzzScanMatchesDecoder(f *testing.F) {
 	for _, tc := range scanCases {
 		f.Add([]byte(tc.body))
+		if body, ok := asRequest(tc.body, strings.Repeat("p", longSpan)); ok {
+			f.Add([]byte(body))
+		}
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if !utf8.Valid(body) || !json.Valid(body) {
 			return
+		}
+		if r, err := parseRequest(body); err == nil {
+			// The router's own path: the values validation noted are
+			// stepped over.
+			if got, want := extract(body, true, &r, true), decoded(body); !samePrompt(got, want) {
+				t.Fatalf("body %q\nwith noted spans %+v\ndecoder %+v", body, got, want)
+			}
 		}
 		got, ok := scanned(body)
 		if !ok {
@@ -209,5 +221,80 @@ func TestValidStringEveryPosition(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// requested is the router's extraction of a request body: parseRequest
+// validates it and notes its long values, and the scanner steps over
+// them.
+func requested(t *testing.T, body []byte) promptInfo {
+	t.Helper()
+	r, err := parseRequest(body)
+	if err != nil {
+		t.Fatalf("parseRequest: %v\n%s", err, body)
+	}
+	return extract(body, true, &r, true)
+}
+
+// asRequest gives body (a JSON object) a model, and when pad is not
+// empty puts pad at the start of every string value, so that each is long
+// enough for validation to note it.
+func asRequest(body, pad string) (string, bool) {
+	if !strings.HasPrefix(body, "{") {
+		return "", false
+	}
+	if pad != "" {
+		body = strings.ReplaceAll(body, `":"`, `":"`+pad)
+		body = strings.ReplaceAll(body, `["`, `["`+pad)
+		body = strings.ReplaceAll(body, `,"`, `,"`+pad) // keys too, after a comma: a key is never noted
+	}
+	rest := strings.TrimPrefix(body, "{")
+	if strings.TrimSpace(rest) != "}" {
+		rest = "," + rest
+	}
+	body = `{"model":"m"` + rest
+	return body, json.Valid([]byte(body))
+}
+
+// TestNotedSpansMatchDecoder checks the extraction of request bodies whose
+// long values validation noted (so the scanner steps over them) against
+// the decoder: the same text, length, digest and token ids, for every
+// shape the scanner reads and every one it hands to the decoder.
+func TestNotedSpansMatchDecoder(t *testing.T) {
+	long := strings.Repeat("long text ", 40)
+	esc := strings.Repeat(`a\"b\\c\n\u00e9 `, 30)
+	cases := map[string]string{
+		"content":         `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`,
+		"escaped content": `{"model":"m","messages":[{"role":"user","content":"` + esc + `"}]}`,
+		"both":            `{"model":"m","messages":[{"role":"system","content":"` + esc + `"},{"role":"user","content":"` + long + `"}]}`,
+		"nested unknown":  `{"model":"m","metadata":{"k":"` + long + `","l":["` + esc + `",{"m":"` + long + `"}]},"messages":[{"role":"user","content":"` + long + `","name":"` + long + `"}],"tools":[{"description":"` + long + `"}]}`,
+		"long key":        `{"model":"m","` + long + `":"` + long + `","messages":[{"role":"user","content":"x"}]}`,
+		"many": `{"model":"m","messages":[` + strings.Repeat(`{"role":"user","content":"`+long+`"},{"role":"assistant","content":"`+esc+`"},`, 9) +
+			`{"role":"user","content":"end"}]}`,
+		"prompt":         `{"model":"m","prompt":"` + long + `","input":["` + esc + `","` + long + `"]}`,
+		"ids and text":   `{"model":"m","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"suffix":"` + long + `","input":"` + esc + `"}`,
+		"duplicate long": `{"model":"m","prompt":"` + long + `","prompt":"` + esc + `"}`,
+		"key case long":  `{"model":"m","Messages":[{"role":"user","content":"` + long + `"}]}`,
+		"parts":          `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"` + esc + `"},{"type":"image_url","image_url":{"url":"` + long + `"}},{"type":"input_audio","input_audio":{"data":"` + long + `"}}]}]}`,
+		"tools":          `{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"` + long + `","function":{"name":"f","arguments":"` + esc + `"}}]},{"role":"tool","tool_call_id":"` + long + `","content":"` + long + `"}]}`,
+	}
+	for _, tc := range scanCases {
+		for _, pad := range []string{"", strings.Repeat("p", longSpan)} {
+			if body, ok := asRequest(tc.body, pad); ok {
+				cases[fmt.Sprintf("%s, padded %d", tc.name, len(pad))] = body
+			}
+		}
+	}
+	for name, body := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := []byte(body)
+			if !json.Valid(b) {
+				t.Fatalf("test body is not valid JSON: %s", b)
+			}
+			want := decoded(b)
+			if got := requested(t, b); !samePrompt(got, want) {
+				t.Fatalf("with noted spans %+v\ndecoder %+v", got, want)
+			}
+		})
 	}
 }

@@ -36,11 +36,13 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	a.begin()
 	label, code := "", 0
 	var counted *pool
+	var body *bodyBuf // released once the request is over: nothing uses it then
 	defer func() {
 		if code != 0 {
 			s.metrics.request(counted, label, code)
 		}
 		a.finish(code)
+		body.release()
 	}()
 	fail := func(err error, retryAfter time.Duration) { code = writeError(w, err, retryAfter) }
 
@@ -64,10 +66,10 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	ctl := a.ctl
 	t0 := time.Now()
 	_ = ctl.SetReadDeadline(t0.Add(sn.cfg.Timeouts.ReadBody.Duration))
-	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	body, err = readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
 	_ = ctl.SetReadDeadline(time.Time{})
 	t0 = a.stage(stageBodyRead, t0)
-	a.obs.bytesIn = int64(len(body))
+	a.obs.bytesIn = int64(len(body.b))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			fail(fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit), 0)
@@ -76,7 +78,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		fail(fmt.Errorf("%w: reading body: %v", ErrBadRequest, err), 0)
 		return
 	}
-	a.reqv, err = parseRequest(body)
+	a.reqv, err = parseRequest(body.b)
 	req := a.req
 	if err != nil {
 		fail(err, 0)
@@ -112,7 +114,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		defer open.Add(-1)
 	}
 	t0 = time.Now()
-	if err := fillFromRequest(a.rc, r.Header, req, res.adapter); err != nil {
+	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, strategies.ReadsPromptDigest(res.pool.strategy)); err != nil {
 		fail(err, 0)
 		return
 	}
@@ -124,37 +126,6 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	s.budget.Load().deposit()
 	code = a.run()
 	s.metrics.requestLatency(res.pool).Observe(ms(s.clock.Now().Sub(start)))
-}
-
-// maxBodyHint bounds the buffer readBody allocates before data arrives.
-const maxBodyHint = 256 << 10
-
-// readBody reads r to its end like io.ReadAll, sized for a body of
-// declared length n (-1: unknown) so the usual body is read without
-// regrowing the buffer.
-func readBody(r io.Reader, n int64) ([]byte, error) {
-	// The hint is capped: a client declaring a large body and sending
-	// nothing must not make the router allocate it up front.
-	b := make([]byte, 0, min(max(n, 511), maxBodyHint)+1)
-	for {
-		m, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+m]
-		if err != nil {
-			if err == io.EOF {
-				err = nil
-			}
-			return b, err
-		}
-		if len(b) == cap(b) {
-			if int64(len(b)) < n {
-				// The client sent what the hint allowed: size for the
-				// length it declared (bounded by max_body_bytes).
-				b = append(make([]byte, 0, n+1), b...)
-			} else {
-				b = append(b, 0)[:len(b)]
-			}
-		}
-	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

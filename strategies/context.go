@@ -26,7 +26,9 @@ type RouteContext struct {
 	PromptLen int
 	// PromptDigest is a stable 64-bit digest of the whole conversation: its
 	// text plus the identity of its images, tool calls and tool results, or
-	// of the raw body when the router could not read one.
+	// of the raw body when the router could not read one. The router makes
+	// it only for strategies that ReadsPromptDigest lists; for the others
+	// it is 0.
 	PromptDigest uint64
 	// PromptTokens estimates the prompt's token count (exact when TokenIDs
 	// is set); predicted_latency reads it.

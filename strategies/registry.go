@@ -96,6 +96,14 @@ var weightReaders = map[string]bool{"weighted": true, "pipeline": true, "adaptiv
 // every other strategy a configured weight is stored and never consulted.
 func UsesWeights(name string) bool { return weightReaders[name] }
 
+// digestReaders are the strategies that read RouteContext.PromptDigest.
+var digestReaders = map[string]bool{"consistent_hash": true}
+
+// ReadsPromptDigest reports whether strategy name reads
+// RouteContext.PromptDigest: for the others the router leaves it 0 and
+// does not hash a long prompt's whole text for it.
+func ReadsPromptDigest(name string) bool { return digestReaders[name] }
+
 // Names lists the registered strategy names, sorted.
 func Names() []string {
 	out := make([]string, 0, len(registry))

@@ -1,0 +1,108 @@
+package router
+
+import (
+	"io"
+	"math/bits"
+	"sync"
+)
+
+// Request bodies are read into buffers recycled across requests, one
+// sync.Pool per power-of-two size class. A 100k-token prompt is most of a
+// megabyte: allocated per request, each one was zeroed by the allocator
+// and, every few requests, made the collector run a cycle over the whole
+// heap, which cost the router as much CPU as reading the prompt. A
+// buffer goes back to its pool when the request's last use of it has
+// ended: serveInference releases it after every attempt, retry and
+// stream resume is over (each attempt's upstream body is written, in the
+// handler's goroutine, from the request's buffer in place; see bodyFor).
+//
+// A request's buffer holds its body and at most as many bytes again (the
+// class's rounding), and never more than max_body_bytes + 1: a class
+// larger than that is not used; the buffer is then allocated at the exact
+// size and left to the collector. Pooled buffers are freed by the
+// collector over two cycles once unused (sync.Pool), so an idle router
+// gives the memory of a burst of long prompts back.
+
+// Body buffer classes: 2^minBodyClass bytes to 2^maxBodyClass.
+const (
+	minBodyClass = 10 // 1 KiB: a short chat request
+	maxBodyClass = 30 // 1 GiB, past any sensible max_body_bytes
+)
+
+var bodyPools [maxBodyClass - minBodyClass + 1]sync.Pool
+
+// bodyBuf is one request body's buffer: b[:len(b)] is the body read so
+// far. Nothing may keep b, or a slice of it, past release.
+type bodyBuf struct {
+	b     []byte
+	class int // index into bodyPools; -1: not pooled
+}
+
+// bodyClass is the index of the smallest class whose buffers hold n
+// bytes (n ≥ 1).
+func bodyClass(n int) int {
+	if n <= 1<<minBodyClass {
+		return 0
+	}
+	return bits.Len(uint(n-1)) - minBodyClass
+}
+
+// newBodyBuf returns an empty buffer with room for at least n bytes, and
+// for no more than room bytes unless n is more.
+func newBodyBuf(n int, room int64) *bodyBuf {
+	c := bodyClass(n)
+	if c >= len(bodyPools) || int64(1)<<(c+minBodyClass) > max(room, int64(n)) {
+		return &bodyBuf{b: make([]byte, 0, n), class: -1}
+	}
+	if v, ok := bodyPools[c].Get().(*bodyBuf); ok {
+		v.b = v.b[:0]
+		return v
+	}
+	return &bodyBuf{b: make([]byte, 0, 1<<(c+minBodyClass)), class: c}
+}
+
+// release hands bb's buffer back to its pool; bb must not be used again.
+func (bb *bodyBuf) release() {
+	if bb != nil && bb.class >= 0 {
+		bodyPools[bb.class].Put(bb)
+	}
+}
+
+// maxBodyHint bounds the buffer readBody takes before data arrives.
+const maxBodyHint = 256 << 10
+
+// readBody reads r to its end into a pooled buffer sized for a body of
+// declared length n (-1: unknown), so the usual body is read with one
+// buffer and no copy; limit is max_body_bytes, which r enforces. The
+// caller releases the buffer once nothing uses the body any more, on
+// error too.
+func readBody(r io.Reader, n, limit int64) (*bodyBuf, error) {
+	// The hint is capped: a client declaring a large body and sending
+	// nothing must not make the router hold it up front. One byte more
+	// than the body lets the read that finds its end land in room.
+	bb := newBodyBuf(int(min(max(n, 511), maxBodyHint)+1), limit+1)
+	for {
+		m, err := r.Read(bb.b[len(bb.b):cap(bb.b)])
+		bb.b = bb.b[:len(bb.b)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return bb, err
+		}
+		if len(bb.b) == cap(bb.b) {
+			// Full: the client sent what the hint allowed (size for the
+			// length it declared, bounded by max_body_bytes) or, without
+			// a length, more than it had: double.
+			want := min(2*int64(cap(bb.b)), limit+1)
+			if int64(len(bb.b)) < n {
+				want = n + 1
+			}
+			want = max(want, int64(len(bb.b))+1)
+			next := newBodyBuf(int(want), limit+1)
+			next.b = append(next.b, bb.b...)
+			bb.release()
+			bb = next
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package router
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// rawEngine records each POST body it gets, byte for byte, and answers
+// with answer.
+func rawEngine(t *testing.T, answer func(http.ResponseWriter)) (*httptest.Server, func() map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			return
+		}
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("engine read: %v", err)
+		}
+		mu.Lock()
+		got[string(b)]++
+		mu.Unlock()
+		answer(w)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string]int, len(got))
+		for k, v := range got {
+			out[k] = v
+		}
+		return out
+	}
+}
+
+// Bodies of every size, sent at once and each retried on a second engine,
+// reach both engines byte for byte: a recycled buffer is never handed to
+// another request while its own still uses it, and never lends a request
+// bytes of an earlier, longer one.
+func TestRecycledBodiesReachEveryAttemptWhole(t *testing.T) {
+	bad, badGot := rawEngine(t, func(w http.ResponseWriter) {
+		http.Error(w, `{"error":{"message":"busy"}}`, http.StatusServiceUnavailable)
+	})
+	good, goodGot := rawEngine(t, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","choices":[]}`)
+	})
+	h := newHarness(t, providers("bad", bad.URL, "good", good.URL)+`
+[[routes]]
+model = "m"
+strategy = "round_robin"
+targets = [{provider = "bad", model = "up"}, {provider = "good", model = "up"}]
+[retry]
+attempts = 1
+budget = 1.0
+[breaker]
+failures = 1000
+`, nil)
+	// Long and short bodies interleaved, so that a short one is likely to
+	// get a buffer a long one used; half are sent chunked (no length).
+	sizes := []int{300 << 10, 10, 2 << 10, 700 << 10, 100, 64 << 10, 1 << 20, 3}
+	const rounds = 3
+	type sent struct {
+		body    string
+		chunked bool
+	}
+	var reqs []sent
+	for r := range rounds {
+		for i, n := range sizes {
+			text := strings.Repeat(fmt.Sprintf("r%d-%d ", r, i), n/8+1)
+			reqs = append(reqs, sent{`{"model":"m","messages":[{"role":"user","content":"` + text + `"}]}`, (r+i)%2 == 1})
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, len(reqs))
+	for _, rq := range reqs {
+		wg.Go(func() {
+			var body io.Reader = strings.NewReader(rq.body)
+			if rq.chunked {
+				body = io.MultiReader(body) // hides the length: sent chunked
+			}
+			req, _ := http.NewRequest(http.MethodPost, h.api.URL+"/v1/chat/completions", body)
+			resp, err := h.api.Client().Do(req)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				errs <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	// round_robin sends every other request to the failing engine first,
+	// and it is then retried on the answering one.
+	want := map[string]bool{}
+	for _, rq := range reqs {
+		want[strings.Replace(rq.body, `"model":"m"`, `"model":"up"`, 1)] = true
+	}
+	retried := badGot()
+	if len(retried) < len(reqs)/4 {
+		t.Errorf("the failing engine got %d requests of %d: the retry path was not exercised", len(retried), len(reqs))
+	}
+	for b, n := range retried {
+		if !want[b] || n != 1 {
+			t.Errorf("the failing engine got a %d-byte body %d times that no client sent once", len(b), n)
+		}
+	}
+	answered := goodGot()
+	for b := range want {
+		if answered[b] != 1 {
+			t.Errorf("the answering engine got a %d-byte body %d times, want once", len(b), answered[b])
+		}
+	}
+	if len(answered) != len(want) {
+		t.Errorf("the answering engine got %d distinct bodies, want %d", len(answered), len(want))
+	}
+}
+
+// The buffer a body is read into holds the body and at most as much
+// again, never more than max_body_bytes + 1 (docs/operations.md).
+func TestBodyBufferIsBoundedByTheBodyAndTheLimit(t *testing.T) {
+	const limit = 3 << 20
+	for _, c := range []struct {
+		name     string
+		n        int
+		declared bool
+	}{
+		{"empty", 0, true},
+		{"short", 200, true},
+		{"past the hint", 600 << 10, true},
+		{"just under a class", 1<<20 - 1, true},
+		{"at the limit", limit, true},
+		{"chunked short", 200, false},
+		{"chunked long", 900 << 10, false},
+		{"chunked at the limit", limit, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := bytes.Repeat([]byte{'x'}, c.n)
+			length := int64(-1)
+			if c.declared {
+				length = int64(c.n)
+			}
+			bb, err := readBody(io.MultiReader(bytes.NewReader(body)), length, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bb.release()
+			if !bytes.Equal(bb.b, body) {
+				t.Fatalf("read %d bytes, want the %d sent", len(bb.b), c.n)
+			}
+			if cap(bb.b) > limit+1 || cap(bb.b) > 2*c.n+2<<minBodyClass {
+				t.Errorf("a %d-byte body holds a %d-byte buffer", c.n, cap(bb.b))
+			}
+		})
+	}
+}
