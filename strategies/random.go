@@ -29,11 +29,16 @@ func (r *Random) PickEligible(_ *RouteContext, _ []uint64, eligible Eligible) (i
 func (*Random) Observe(int, *RouteContext) {}
 
 // PowerOfTwo draws two distinct eligible targets uniformly at random and
-// returns the one with the smaller load; on equal loads the first draw
-// wins. With a single eligible target it returns that one. Inputs: loads
-// (the router's in-flight count folded with engine queue depth), the
-// eligibility mask and Spec.Rand. Ineligible targets are never drawn, so
-// they never take part in the comparison.
+// returns the less loaded one. Load is first the prefill work queued on
+// each (RouteContext.QueuedPrefill, when the router supplies it): the
+// prompt tokens waiting for a first token there, which is what a new
+// request's first token waits behind, so one 30k-token prompt weighs as
+// much as thirty 1k-token ones. Between equal queues (both idle, or no
+// signal) the request load decides, and on equal loads the first draw
+// wins. With a single eligible target it returns that one. Inputs:
+// QueuedPrefill, loads (the router's in-flight count folded with engine
+// queue depth), the eligibility mask and Spec.Rand. Ineligible targets
+// are never drawn, so they never take part in the comparison.
 type PowerOfTwo struct {
 	n   int
 	rnd Rand
@@ -54,7 +59,7 @@ func (p *PowerOfTwo) Pick(ctx *RouteContext, loads []uint64) (int, bool) {
 }
 
 // PickEligible implements LoadBalancer.
-func (p *PowerOfTwo) PickEligible(_ *RouteContext, loads []uint64, eligible Eligible) (int, bool) {
+func (p *PowerOfTwo) PickEligible(ctx *RouteContext, loads []uint64, eligible Eligible) (int, bool) {
 	a, ok := pickUniform(p.rnd, p.n, eligible, -1)
 	if !ok {
 		return 0, false
@@ -62,6 +67,14 @@ func (p *PowerOfTwo) PickEligible(_ *RouteContext, loads []uint64, eligible Elig
 	b, ok := pickUniform(p.rnd, p.n, eligible, a)
 	if !ok {
 		return a, true
+	}
+	if ctx != nil && len(ctx.QueuedPrefill) >= p.n {
+		if qa, qb := ctx.QueuedPrefill[a], ctx.QueuedPrefill[b]; qa != qb {
+			if qb < qa {
+				return b, true
+			}
+			return a, true
+		}
 	}
 	if loadOf(loads, b) < loadOf(loads, a) {
 		return b, true

@@ -117,19 +117,29 @@ func TestPowerOfTwo(t *testing.T) {
 		name   string
 		script []int
 		loads  []uint64
+		queued []uint64 // RouteContext.QueuedPrefill; nil: no signal
 		el     Eligible
 		want   int
 	}{
-		{"second draw less loaded", []int{0, 2}, []uint64{5, 0, 1, 9}, nil, 2},
-		{"first draw less loaded", []int{1, 3}, []uint64{5, 0, 1, 9}, nil, 1},
-		{"equal loads keep first draw", []int{3, 0}, []uint64{4, 0, 0, 4}, nil, 3},
-		{"ineligible idle target never drawn", []int{1, 1, 1, 1, 1, 1, 1, 1, 0, 3}, []uint64{7, 0, 9, 3}, only(0, 2, 3), 3},
-		{"one eligible", nil, []uint64{7, 0, 9, 3}, only(2), 2},
+		{"second draw less loaded", []int{0, 2}, []uint64{5, 0, 1, 9}, nil, nil, 2},
+		{"first draw less loaded", []int{1, 3}, []uint64{5, 0, 1, 9}, nil, nil, 1},
+		{"equal loads keep first draw", []int{3, 0}, []uint64{4, 0, 0, 4}, nil, nil, 3},
+		{"ineligible idle target never drawn", []int{1, 1, 1, 1, 1, 1, 1, 1, 0, 3}, []uint64{7, 0, 9, 3}, nil, only(0, 2, 3), 3},
+		{"one eligible", nil, []uint64{7, 0, 9, 3}, nil, only(2), 2},
+		// One long prompt queued on 2 outweighs three short ones on 0.
+		{"shorter prefill queue wins over fewer requests", []int{0, 2}, []uint64{3, 0, 1, 0}, []uint64{3000, 0, 30000, 0}, nil, 0},
+		{"shorter prefill queue on the second draw", []int{2, 0}, []uint64{3, 0, 1, 0}, []uint64{3000, 0, 30000, 0}, nil, 0},
+		{"equal queues: the request load decides", []int{0, 2}, []uint64{3, 0, 1, 0}, []uint64{0, 0, 0, 0}, nil, 2},
+		{"a signal shorter than the targets is ignored", []int{0, 2}, []uint64{3, 0, 1, 0}, []uint64{0, 0}, nil, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			lb := mustBuild(t, "power_of_two", Spec{Targets: targets(4), Rand: script(tc.script...)})
-			if got := pickOK(t, lb, nil, tc.loads, tc.el); got != tc.want {
+			var ctx *RouteContext
+			if tc.queued != nil {
+				ctx = &RouteContext{QueuedPrefill: tc.queued}
+			}
+			if got := pickOK(t, lb, ctx, tc.loads, tc.el); got != tc.want {
 				t.Errorf("pick = %d, want %d", got, tc.want)
 			}
 		})

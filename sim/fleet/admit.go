@@ -39,6 +39,7 @@ type admitState struct {
 	queues []*admission.Queue // by replica
 	recent []int              // admissions this tick, by replica
 	as     []admission.Band   // by request: the band it was admitted under
+	let    []time.Duration    // by request: when admission let it through (its arrival when at once)
 	bands  [admission.NumBands]struct{ Admitted, Overfull int }
 	next   time.Duration // next tick
 }
@@ -51,7 +52,8 @@ func (r *run) initAdmission() {
 	if !r.admissionOn() {
 		return
 	}
-	a := &admitState{recent: make([]int, r.cfg.Routers), as: make([]admission.Band, len(r.flights))}
+	a := &admitState{recent: make([]int, r.cfg.Routers), as: make([]admission.Band, len(r.flights)),
+		let: make([]time.Duration, len(r.flights))}
 	for range r.cfg.Routers {
 		a.queues = append(a.queues, admission.NewQueue(*r.cfg.Admission))
 	}
@@ -125,9 +127,7 @@ func (r *run) roomy(i, k int) strategies.Eligible {
 func (r *run) arrive(i, k int) {
 	r.arrived[i] = r.now
 	if !r.admissionOn() {
-		if !r.hold(i, k) {
-			r.route(i, k)
-		}
+		r.send(i, k)
 		return
 	}
 	q := r.adm.queues[k]
@@ -135,7 +135,7 @@ func (r *run) arrive(i, k int) {
 	pr := r.probe(k)
 	if q.AdmitsNow(p.Band, pr, r.adm.recent[k]) {
 		r.adm.recent[k]++
-		r.adm.as[i] = p.Band
+		r.adm.as[i], r.adm.let[i] = p.Band, r.now
 		r.send(i, k)
 		return
 	}
@@ -147,15 +147,27 @@ func (r *run) arrive(i, k int) {
 	r.changed(k, r.now) // the waiters go out with the loads, as the router's gate observer signals
 }
 
-// send routes admitted request i from replica k and counts it, overfull
-// when the engine it went to was saturated for its band by the counts of
-// every replica together (the truth no single replica sees), before it.
+// send routes request i from replica k once admission let it through
+// (at once, or released from the queue; every request when admission is
+// off), as the router does: a request that passes its gate goes through
+// the mesh's hold (PickHold.Wait) before its first pick, whichever way it
+// passed. The pick happens now, or when meshstate lets the held request
+// go (releaseHeld).
 func (r *run) send(i, k int) {
-	r.route(i, k)
-	f := &r.flights[i]
-	if f.done {
+	if !r.hold(i, k) {
+		r.route(i, k)
+	}
+}
+
+// admitted counts request i, just routed by its replica, when admission
+// let it through: overfull when the engine it went to was saturated for
+// its band by the counts of every replica together (the truth no single
+// replica sees), before it.
+func (r *run) admitted(i int) {
+	if r.adm == nil {
 		return
 	}
+	f := &r.flights[i]
 	b := &r.adm.bands[r.w.reqs[i].Band]
 	b.Admitted++
 	var truth admission.Engine
@@ -204,15 +216,18 @@ func (r *run) tick() {
 		}
 		a.recent[k] = q.Release(now, r.probe(k), 0, func(w *admission.Waiter, as admission.Band) {
 			i := w.Value.(int)
-			r.adm.as[i] = as
+			r.adm.as[i], r.adm.let[i] = as, r.now
 			r.changed(k, r.now)
 			r.send(i, k)
 		})
 	}
 }
 
-// admitUntil runs the admission ticks up to t; a tick with nothing queued
-// anywhere does nothing.
+// admitUntil runs the admission ticks up to t. A tick with nothing queued
+// anywhere only ends the replicas' window of recent admissions: the
+// Gate counts as recent what it admitted within the last tick, whether
+// or not anything waits, so admissions at once long ago do not count
+// against the headroom of a later arrival.
 func (r *run) admitUntil(t time.Duration) {
 	if r.adm == nil {
 		return
@@ -221,12 +236,15 @@ func (r *run) admitUntil(t time.Duration) {
 		if r.queued() {
 			r.stepTo(r.adm.next)
 			r.tick()
+		} else {
+			clear(r.adm.recent)
 		}
 	}
 }
 
 // finishQueues keeps ticking after the last arrival until every queue
-// has emptied (released or expired).
+// has emptied (released or expired); what the last ticks released may
+// still be held (simulate picks those next).
 func (r *run) finishQueues() {
 	for ; r.queued(); r.adm.next += admission.DefaultTick {
 		r.stepTo(r.adm.next)

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -96,5 +97,83 @@ func TestPublishedQueuesKeepRoutersFromStampeding(t *testing.T) {
 		if r.Served+r.Rejected+r.Expired != r.Requests {
 			t.Errorf("%s: %d requests, %d served + %d rejected + %d expired", admission.Band(b), r.Requests, r.Served, r.Rejected, r.Expired)
 		}
+	}
+}
+
+// A request admission lets through at once reaches its pick as the
+// router's does after its gate: through the mesh's hold. With room for
+// every request, each one waits before its pick exactly as long as it
+// does with admission off (the hold of same-instant picks, R=2), and not
+// at all when the replica routes alone.
+func TestAdmittedAtOnceHeldAsWithoutAdmission(t *testing.T) {
+	w := mustPrepare(t, []Request{
+		{At: 0, Tokens: seqTokens(0, 64), MaxTokens: 1},
+		{At: 0, Tokens: seqTokens(100, 164), MaxTokens: 1},
+		{At: 0, Tokens: seqTokens(200, 264), MaxTokens: 1},
+		{At: 0, Tokens: seqTokens(300, 364), MaxTokens: 1},
+		{At: time.Second, Tokens: seqTokens(400, 464), MaxTokens: 1},
+	})
+	waits := func(routers int, acfg *admission.Config) []time.Duration {
+		r, err := simulate(t.Context(), Config{Strategy: "precise_cache_aware", Engines: 4, Routers: routers,
+			Arrival: RoundRobinArrival, PeerDelay: time.Millisecond, Seed: 1, Admission: acfg}, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var at []time.Duration
+		for i := range r.flights {
+			if acfg != nil && r.adm.let[i] != r.arrived[i] {
+				t.Fatalf("R=%d: request %d queued in admission; the test wants room for every request", routers, i)
+			}
+			at = append(at, r.flights[i].at-r.arrived[i])
+		}
+		return at
+	}
+	acfg := admission.DefaultConfig()
+	for _, routers := range []int{1, 2} {
+		off, on := waits(routers, nil), waits(routers, &acfg)
+		if !slices.Equal(on, off) {
+			t.Errorf("R=%d: waits before the pick %v with admission, %v without", routers, on, off)
+		}
+		held := slices.ContainsFunc(off, func(d time.Duration) bool { return d > 0 })
+		if held != (routers > 1) {
+			t.Errorf("R=%d: waits %v: a pick held %v, want %v", routers, off, held, routers > 1)
+		}
+	}
+}
+
+// A request admission releases from its queue is held like any other
+// before its pick: with two routers some released requests wait between
+// their release and their pick (a release follows that router's picks
+// of the same tick), none is picked before its release, and none is left
+// held when the run ends.
+func TestReleasedRequestsGoThroughTheHold(t *testing.T) {
+	acfg := admission.DefaultConfig()
+	r, err := simulate(t.Context(), Config{Strategy: "power_of_two", Engines: 2, Routers: 2,
+		GossipDelay: 250 * time.Millisecond, Arrival: RandomArrival, Seed: 1, Admission: &acfg}, burstWorkload(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, held := 0, 0
+	for i := range r.flights {
+		if r.fates[i] != served || r.adm.let[i] == r.arrived[i] {
+			continue
+		}
+		released++
+		wait := r.flights[i].at - r.adm.let[i]
+		if wait < 0 {
+			t.Fatalf("request %d picked %v before admission released it", i, -wait)
+		}
+		if wait > 0 {
+			held++
+		}
+	}
+	if released == 0 {
+		t.Fatal("admission released nothing from its queues; the burst should queue")
+	}
+	if held == 0 {
+		t.Errorf("none of %d released requests was held before its pick", released)
+	}
+	if len(r.held) != 0 {
+		t.Errorf("%d requests still held when the run ended", len(r.held))
 	}
 }

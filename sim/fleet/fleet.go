@@ -263,12 +263,12 @@ func simulate(ctx context.Context, cfg Config, w *Workload) (*run, error) {
 		}
 		r.arrive(i, router)
 	}
+	if r.adm != nil {
+		r.finishQueues()
+	}
 	for len(r.held) > 0 {
 		next, _ := r.nextEvent(1 << 62)
 		r.stepTo(next)
-	}
-	if r.adm != nil {
-		r.finishQueues()
 	}
 	r.drain()
 	return r, nil
@@ -475,6 +475,7 @@ func (r *run) route(i, k int) {
 	}
 	n.lag.submits = append(n.lag.submits, r.now)
 	n.outstanding = append(n.outstanding, f)
+	r.admitted(i)
 }
 
 // drain runs every engine dry and reports the remaining completions.
