@@ -51,11 +51,17 @@ type PeerPick struct {
 // at once (not after PublishGap) and carried by every publication after
 // it; at zero withdraws it, and the next message (at once) carries none.
 //
+// Resolve says the next Publish carries the pick that followed the
+// pending intent: that publication goes without the intent, in the same
+// message as the loads (a peer must not see the intent resolved before
+// the loads it waited for).
+//
 // PeerPicks appends to buf, for every other router it has heard an intent
 // from, what its newest message says (a router's messages are taken in
 // the order it made them).
 type Intents interface {
 	Intend(rank int, at time.Time)
+	Resolve()
 	PeerPicks(buf []PeerPick) []PeerPick
 }
 
@@ -86,6 +92,9 @@ type Pick struct {
 	// (Release); zero: none.
 	intent time.Time
 }
+
+// IntentsSent returns how many intents this router announced.
+func (s *State) IntentsSent() uint64 { return s.intentsSent.Load() }
 
 // At is when p's request arrived (Arrive's now).
 func (p Pick) At() time.Time { return p.at }
@@ -151,8 +160,10 @@ func (s *State) ready(p Pick, now time.Time) (wait time.Duration, reason string,
 		return 0, "", false
 	}
 	bound := p.at.Add(IntentBound(p.rank))
-	var buf [16]PeerPick
-	peers := s.tr.(Intents).PeerPicks(buf[:0])
+	s.peerMu.Lock()
+	defer s.peerMu.Unlock()
+	s.peerBuf = s.tr.(Intents).PeerPicks(s.peerBuf[:0])
+	peers := s.peerBuf
 	until := time.Time{}
 	listen := p.at.Add(IntentWindow)
 	for r := range p.rank {
@@ -216,24 +227,17 @@ func (s *State) picked(now time.Time) {
 	s.pubMu.Unlock()
 }
 
-// resolvingLocked runs before a publication, pubMu held: it reports
-// whether this router's pending intent was followed by a pick, so the
-// publication is that pick's and the intent is to be withdrawn after it
-// (resolved: the withdrawal must not reach a peer before the loads).
-func (s *State) resolvingLocked() bool {
+// resolveLocked runs before a publication, pubMu held: when this
+// router's pending intent was followed by a pick, the publication is that
+// pick's, and it goes without the intent (Intents.Resolve).
+func (s *State) resolveLocked() {
 	s.urgent = false
 	if s.intentAt.IsZero() || s.lastPick.Load() < s.intentAt.UnixNano() {
-		return false
+		return
 	}
 	s.intentAt = time.Time{}
-	return true
-}
-
-// resolved withdraws the intent a publication just resolved.
-func (s *State) resolved() {
 	if it, ok := s.tr.(Intents); ok {
-		_, rank := s.Routers()
-		it.Intend(rank, time.Time{})
+		it.Resolve()
 	}
 }
 

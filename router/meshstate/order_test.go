@@ -45,7 +45,7 @@ type orderTransport struct {
 	omu     sync.Mutex
 	peers   []PeerPick
 	news    chan struct{}
-	intends []string // "intent" / "withdraw" / "publish", in call order
+	intends []string // "intent" / "withdraw" / "resolve" / "publish", in call order
 }
 
 func newOrderTransport(live, rank int) *orderTransport {
@@ -69,6 +69,12 @@ func (o *orderTransport) Intend(rank int, at time.Time) {
 		return
 	}
 	o.intends = append(o.intends, "intent")
+}
+
+func (o *orderTransport) Resolve() {
+	o.omu.Lock()
+	defer o.omu.Unlock()
+	o.intends = append(o.intends, "resolve")
 }
 
 func (o *orderTransport) PeerPicks(buf []PeerPick) []PeerPick {
@@ -220,8 +226,8 @@ func TestAClientLeavingEndsTheWaitAndWithdrawsTheIntent(t *testing.T) {
 }
 
 // A pick after this router's intent is published at once, not PublishGap
-// later, and the intent is withdrawn after that publication (so no peer
-// lets a pick go before the loads it waited for have arrived).
+// later, and that publication resolves the intent (in one message, so no
+// peer lets a pick go before the loads it waited for have arrived).
 func TestAPickAfterAnIntentIsPublishedAtOnce(t *testing.T) {
 	tr := newOrderTransport(2, 0)
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -240,8 +246,8 @@ func TestAPickAfterAnIntentIsPublishedAtOnce(t *testing.T) {
 	if !s.Tick(c.t, []EngineLoad{{Engine: "a", Inflight: 1}}) {
 		t.Fatal("the pick was not published at once")
 	}
-	if got := tr.calls(); got != "publish,intent,publish,withdraw" {
-		t.Errorf("calls %q, want the intent, then the pick's publication, then the withdrawal", got)
+	if got := tr.calls(); got != "publish,intent,resolve,publish" {
+		t.Errorf("calls %q, want the intent, then the pick's publication resolving it", got)
 	}
 	// The next change, with no intent pending, waits PublishGap again.
 	c.t = c.t.Add(time.Second)

@@ -195,6 +195,8 @@ type State struct {
 	urgent         bool
 	intentsSent    atomic.Uint64
 	intentTimeouts prometheus.Counter
+	peerMu         sync.Mutex // Ready's scratch of the other routers' picks
+	peerBuf        []PeerPick
 
 	// The router inventory as last read (Inventory): live routers and
 	// this one's rank, packed live<<32 | rank; invAt is when.
@@ -602,7 +604,7 @@ func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 	if !beat && !due {
 		return false
 	}
-	resolved := s.resolvingLocked()
+	s.resolveLocked()
 	clear(s.last)
 	own := make(map[string]uint64, len(loads))
 	for _, l := range loads {
@@ -615,9 +617,6 @@ func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 	s.pending = time.Time{}
 	s.scratch = append(s.scratch[:0], loads...)
 	s.tr.Publish(s.scratch, since)
-	if resolved {
-		s.resolved()
-	}
 	s.published.Add(1)
 	return true
 }

@@ -173,8 +173,10 @@ type replica struct {
 	state  *meshstate.State
 	next   int           // first shared record not yet delivered
 	pubs   []publication // what it published, in time order
-	// intents are its intent messages (meshstate.Intents), in time order.
+	// intents are its intent messages (meshstate.Intents), in time order;
+	// resolve: the next publication withdraws the pending one.
 	intents []intentMsg
+	resolve bool
 	pub     []meshstate.EngineLoad // scratch
 }
 

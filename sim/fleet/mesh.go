@@ -80,7 +80,15 @@ func (g gossip) Publish(loads []meshstate.EngineLoad, _ time.Time) {
 	}
 	rep := g.r.routers[g.k]
 	rep.pubs = append(rep.pubs, p)
+	if rep.resolve {
+		rep.resolve = false
+		g.Intend(g.k, time.Time{})
+	}
 }
+
+// Resolve implements meshstate.Intents: the next publication withdraws
+// the replica's intent, at the same virtual instant.
+func (g gossip) Resolve() { g.r.routers[g.k].resolve = true }
 
 // Engine implements meshstate.Transport: the engine's queue as its sidecar
 // reported it GossipDelay ago, and the other replicas' latest
