@@ -260,9 +260,8 @@ func (s *State) readInventory(now time.Time) {
 
 // Routers returns how many routers the mesh has (this one included) and
 // this router's rank among them, as the transport's Inventory last said
-// (1, 0 without one): RouteContext.Routers and Rank, with which the
-// strategies spread what several routers place at one instant (see
-// strategies.HomeShare). It does not allocate.
+// (1, 0 without one): the rank orders the first picks of an instant
+// (Arrive, Ready); admission reads the count. It does not allocate.
 func (s *State) Routers() (live, rank int) {
 	v := s.inv.Load()
 	return int(v >> 32), int(v & (1<<32 - 1))

@@ -449,9 +449,6 @@ func (r *run) route(i, k int) {
 		}
 		rc := p.rc
 		rc.QueuedPrefill = rep.queued
-		if r.meshOn() {
-			rc.Routers, rc.Rank = rep.state.Routers()
-		}
 		if rep.share {
 			r.deliver(k)
 			rep.state.Recall(meshPool, rep.lb, r.keyOf, &rc)

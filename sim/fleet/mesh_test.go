@@ -209,17 +209,16 @@ func TestReplicasOrderTheFirstPicksOfAnInstant(t *testing.T) {
 
 // Two replicas receiving one request each at the same instant, on an idle
 // fleet where every engine is equally good, no longer pick the same
-// engine: the second picks after the first's pick reached it. The
-// strategy is one without a home share (predicted_latency: least queued
-// prefill, ties drawn at random), so nothing else keeps them apart: with
-// the peer's news too late for the order, some seeds do herd.
+// engine: the second picks after the first's pick reached it. With the
+// peer's news too late for the order, some seeds do herd: nothing else
+// keeps them apart.
 func TestSameInstantPicksOfTwoReplicasSpread(t *testing.T) {
 	w := mustPrepare(t, []Request{
 		{At: 0, Tokens: seqTokens(0, 512), MaxTokens: 64},
 		{At: 0, Tokens: seqTokens(1000, 1512), MaxTokens: 64},
 	})
 	herded := func(seed uint64, peer time.Duration) bool {
-		r, err := simulate(t.Context(), Config{Strategy: "predicted_latency", Engines: 2, Routers: 2,
+		r, err := simulate(t.Context(), Config{Strategy: "precise_cache_aware", Engines: 2, Routers: 2,
 			Arrival: RoundRobinArrival, PeerDelay: peer, GossipDelay: 250 * time.Millisecond, Seed: seed}, w)
 		if err != nil {
 			t.Fatal(err)
