@@ -37,9 +37,9 @@ type PrefillView interface {
 
 // MeshRank is an optional capability of an EngineView, checked by type
 // assertion: how many routers the mesh has, this one included, and this
-// router's rank among them (RouteContext.Routers and Rank, with which the
-// strategies keep routers that pick at one instant from all choosing the
-// same engine; see strategies.HomeShare). Same contract as Load: hot path,
+// router's rank among them (admission spreads the pool's waiters over the
+// live count; the order of same-instant picks by rank is
+// router/meshstate's, behind PickHold). Same contract as Load: hot path,
 // in-process state only, no blocking, no allocation.
 type MeshRank interface {
 	Routers() (live, rank int)

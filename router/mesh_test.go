@@ -74,9 +74,6 @@ members = [{provider = "b"}, {provider = "a"}]
 	if q := at.rc.QueuedPrefill; len(q) != 2 || q[0] != 7000 || q[1] != 2300 {
 		t.Fatalf("QueuedPrefill %v, want [7000 (peers) 2300 (peers 2000 + own 300)]", q)
 	}
-	if at.rc.Routers != 3 || at.rc.Rank != 1 {
-		t.Fatalf("RouteContext Routers, Rank = %d, %d, want the mesh's 3, 1", at.rc.Routers, at.rc.Rank)
-	}
 	if got := h.srv.LoadsByBase(); got[b.URL] != (BaseLoad{Inflight: 1, Prefill: 300}) || got[a.URL] != (BaseLoad{}) {
 		t.Fatalf("LoadsByBase %v, want %s: {1 300} (counted once though b is in the route, the group and its pin)", got, b.URL)
 	}

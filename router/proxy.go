@@ -328,9 +328,6 @@ func (a *attempt) pick(retry bool) (int, bool) {
 		}
 	}
 	a.rc.QueuedPrefill = a.queued
-	if mr, ok := a.s.engine.(MeshRank); ok {
-		a.rc.Routers, a.rc.Rank = mr.Routers()
-	}
 	eligible := func(i int) bool {
 		return !a.tried[i] && a.key.allowsProvider(p.targets[i].provider.name) && p.targets[i].unavailable(now, a.res.requested) == ""
 	}

@@ -152,7 +152,11 @@ type viewTransport struct {
 	now  func() time.Time
 }
 
-var _ meshstate.Transport = viewTransport{}
+var (
+	_ meshstate.Transport       = viewTransport{}
+	_ meshstate.Intents         = viewTransport{}
+	_ meshstate.IntentsReceived = viewTransport{}
+)
 
 // Share implements meshstate.Transport.
 func (t viewTransport) Share(r meshstate.Record) {
@@ -173,6 +177,25 @@ func (t viewTransport) PeerPublished() time.Time { return t.node.PeerPublished()
 
 // PeerNews implements meshstate.PeerNews.
 func (t viewTransport) PeerNews() <-chan struct{} { return t.node.PeerNews() }
+
+// Intend implements meshstate.Intents: the intent goes to the other
+// routers at once (cluster/mesh's Router.Intend).
+func (t viewTransport) Intend(rank int, at time.Time) { t.node.Intend(rank, at) }
+
+// Resolve implements meshstate.Intents.
+func (t viewTransport) Resolve() { t.node.ResolveIntent() }
+
+// PeerPicks implements meshstate.Intents.
+func (t viewTransport) PeerPicks(buf []meshstate.PeerPick) []meshstate.PeerPick {
+	var in [16]mesh.PeerIntent
+	for _, p := range t.node.PeerIntents(in[:0]) {
+		buf = append(buf, meshstate.PeerPick{Rank: p.Rank, Intent: p.Intent, Pending: p.Pending})
+	}
+	return buf
+}
+
+// IntentsReceived implements meshstate.IntentsReceived.
+func (t viewTransport) IntentsReceived() uint64 { return t.node.IntentsReceived() }
 
 // Routers implements meshstate.Inventory: the router members gossip
 // knows, this one included, ranked by node id (the node's name is its

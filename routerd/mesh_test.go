@@ -329,8 +329,8 @@ func TestInventoryForgetsRoutersADayAfterTheyLeft(t *testing.T) {
 }
 
 // TestMeshRanksRouters: every router of a pool learns how many routers the
-// mesh has and takes a distinct rank among them (what the strategies'
-// home share is keyed by), all agreeing on the order.
+// mesh has and takes a distinct rank among them (what meshstate orders
+// the first picks of an instant by), all agreeing on the order.
 func TestMeshRanksRouters(t *testing.T) {
 	h := startPool(t, 3, 0)
 	ranks := make([]int, 3)

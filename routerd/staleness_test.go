@@ -13,6 +13,7 @@ import (
 
 	"github.com/rolter/rolter/cluster/mesh"
 	"github.com/rolter/rolter/router"
+	"github.com/rolter/rolter/router/meshstate"
 )
 
 // BenchmarkPeerLoadStaleness measures how stale one router's view of
@@ -101,7 +102,17 @@ func BenchmarkPeerLoadStaleness(b *testing.B) {
 // records).
 //
 //	go test -run '^$' -bench PeerLoadBytes -benchtime 3000x ./routerd/
-func BenchmarkPeerLoadBytes(b *testing.B) {
+func BenchmarkPeerLoadBytes(b *testing.B) { peerLoadBytes(b, false) }
+
+// BenchmarkPeerLoadBytesIntents is BenchmarkPeerLoadBytes with the order
+// of first picks on: every third change is a request's pick, which first
+// waits as meshstate says (the sender is rank 0 of 2: its intent goes out
+// at once, it never waits) and is then published at once.
+//
+//	go test -run '^$' -bench PeerLoadBytesIntents -benchtime 3000x ./routerd/
+func BenchmarkPeerLoadBytesIntents(b *testing.B) { peerLoadBytes(b, true) }
+
+func peerLoadBytes(b *testing.B, intents bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	h, err := mesh.NewHarness(ctx, mesh.HarnessConfig{Routers: 2, Seed: 12})
@@ -116,6 +127,28 @@ func BenchmarkPeerLoadBytes(b *testing.B) {
 	}
 	ra := newMeshHooks(h.Routers[0], time.Now)
 	rb := newMeshHooks(h.Routers[1], time.Now)
+	sender := 0
+	if intents {
+		// The sender is the rank-0 router: the one that announces intents
+		// and never waits.
+		deadline := time.Now().Add(20 * time.Second)
+		for ra.state.Tick(time.Now(), nil); ; ra.state.Tick(time.Now(), nil) {
+			if live, rank := ra.Routers(); live == 2 {
+				if rank != 0 {
+					ra, rb, sender = rb, ra, 1
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatal("the routers never saw each other")
+			}
+			time.Sleep(meshstate.Heartbeat)
+		}
+		ra.state.Tick(time.Now(), nil)
+		if live, rank := ra.Routers(); live != 2 || rank != 0 {
+			b.Fatalf("sender is rank %d of %d, want 0 of 2", rank, live)
+		}
+	}
 	ra.Sources(bases)
 	rb.Sources(bases)
 	var mu sync.Mutex
@@ -138,13 +171,20 @@ func BenchmarkPeerLoadBytes(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	sent0, msgs0 := h.Routers[0].Stats().AppBytesSent.Load(), h.Routers[0].Stats().MsgsSent.Load()
+	st := h.Routers[sender].Stats()
+	sent0, msgs0 := st.AppBytesSent.Load(), st.MsgsSent.Load()
 	start := time.Now()
 	b.ResetTimer()
 	next := time.Now()
-	for range b.N {
+	for i := range b.N {
 		next = next.Add(1100 * time.Microsecond)
 		time.Sleep(time.Until(next))
+		if intents && i%3 == 0 {
+			if err := ra.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			ra.state.Picked(time.Now())
+		}
 		mu.Lock()
 		base := bases[rng.IntN(engines)]
 		l := loads[base]
@@ -159,9 +199,12 @@ func BenchmarkPeerLoadBytes(b *testing.B) {
 	}
 	b.StopTimer()
 	elapsed := time.Since(start).Seconds()
-	sent := float64(h.Routers[0].Stats().AppBytesSent.Load() - sent0)
-	msgs := float64(h.Routers[0].Stats().MsgsSent.Load() - msgs0)
+	sent := float64(st.AppBytesSent.Load() - sent0)
+	msgs := float64(st.MsgsSent.Load() - msgs0)
 	b.ReportMetric(sent/elapsed, "B/s")
 	b.ReportMetric(msgs/elapsed, "msgs/s")
 	b.ReportMetric(float64(b.N)/elapsed, "changes/s")
+	if intents {
+		b.ReportMetric(float64(ra.state.IntentsSent())/elapsed, "intents/s")
+	}
 }

@@ -57,14 +57,6 @@ type RouteContext struct {
 	// weighs load as prefill work rather than request counts. nil: unknown
 	// (loads alone measure load).
 	QueuedPrefill []uint64
-	// Routers is how many routers of a mesh share the targets, this one
-	// included (0 or 1: it routes alone), and Rank is this router's
-	// position among them, 0 ≤ Rank < Routers, in an order every router of
-	// the mesh agrees on. Strategies whose load term is prefill work use
-	// them to prefer this router's share of the targets (HomeShare), so
-	// routers deciding at the same instant on the same picture of the
-	// fleet do not all send to the engine that looks emptiest.
-	Routers, Rank int
 }
 
 // tokenDigits is the alphabet TokenPrompt writes ids in: 64 ASCII digits.

@@ -221,11 +221,8 @@ func (s PredictedLatency) Score(c *Cycle, cands []int, out []float64) {
 // none has any), where queued_i is RouteContext.QueuedPrefill[i], the
 // prompt tokens waiting for prefill on target i. Without that signal (nil
 // or shorter than the target list) it is LeastLoad over request counts.
-// With Home, a router of a mesh adds to each target outside its home
-// share the away cost of the request's prompt (HomeShare), so routers
-// picking at one instant do not all take the same least-loaded target.
-// Inputs: RouteContext.QueuedPrefill, else loads; Routers and Rank.
-type LeastPrefill struct{ Home bool }
+// Inputs: RouteContext.QueuedPrefill, else loads.
+type LeastPrefill struct{}
 
 // Score implements Scorer.
 func (l LeastPrefill) Score(c *Cycle, cands []int, out []float64) {
@@ -234,14 +231,10 @@ func (l LeastPrefill) Score(c *Cycle, cands []int, out []float64) {
 		LeastLoad{}.Score(c, cands, out)
 		return
 	}
-	// out holds each candidate's queued work (plus, in a mesh, the cost of
-	// leaving this router's home; see HomeShare) until it is a score.
+	// out holds each candidate's queued work until it is a score.
 	var mx float64
 	for k, t := range cands {
 		out[k] = float64(q[t])
-		if l.Home {
-			out[k] += awayCost(c, t, float64(c.Ctx.PromptTokens))
-		}
 		mx = max(mx, out[k])
 	}
 	for k := range cands {

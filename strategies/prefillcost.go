@@ -58,17 +58,11 @@ func (s PrefillWait) Score(c *Cycle, cands []int, out []float64) {
 			}
 		}
 	}
-	// out holds each candidate's wait until it is turned into a score;
-	// least is the request's own prefill where it is cheapest (what a
-	// target outside this router's home is charged a share of).
-	least := prompt
-	for _, t := range cands {
-		least = min(least, max(prompt-min(max(resident[t], 0), len(keys))*kvblock.DefaultBlockSize, 0))
-	}
+	// out holds each candidate's wait until it is turned into a score.
 	lo := -1.0
 	for k, t := range cands {
 		own := prompt - min(max(resident[t], 0), len(keys))*kvblock.DefaultBlockSize
-		out[k] = float64(q[t]) + float64(max(own, 0)) + awayCost(c, t, float64(least))
+		out[k] = float64(q[t]) + float64(max(own, 0))
 		if lo < 0 || out[k] < lo {
 			lo = out[k]
 		}
@@ -100,45 +94,11 @@ func (w withoutPrefill) Score(c *Cycle, cands []int, out []float64) {
 	w.Scorer.Score(c, cands, out)
 }
 
-// Herding across routers. Routers of a mesh see each other's picks only
-// after a publish interval and a gossip hop (tens of milliseconds), so
-// requests that reach several routers at the same instant (a client's
-// batch, a trace replayed in batches) are all placed on one shared picture
-// of the fleet, and every router sends its request to the engine that
-// looks emptiest there. Nothing a router learns later can undo that; only
-// routers that prefer different engines to begin with avoid it. So each
-// router of a mesh has a share of the targets, its home, and an engine
-// outside it costs a request homePreference of its own prefill more: a
-// resident prefix, or a queue shorter by more than that, still wins, but
-// among engines that are about equal for the request each router takes its
-// own, and a burst spreads over the fleet instead of piling onto the
-// engine that looked emptiest. PrefillWait and LeastPrefill{Home: true}
-// apply it. Measured in BENCHMARKS.md §1 (with the alternatives tried).
-
-// homePreference is the extra wait, as a fraction of the request's own
-// uncached prompt tokens, an engine outside a router's home costs.
-const homePreference = 0.5
-
-// HomeShare reports whether target t of n is in the home of router rank
-// among routers: targets t ≡ rank (mod routers) when there are at least as
-// many targets as routers, else target rank mod n (several routers share
-// one). Alone (routers ≤ 1) every target is home.
-func HomeShare(t, n, routers, rank int) bool {
-	if routers <= 1 || n <= 0 {
-		return true
-	}
-	if routers <= n {
-		return t%routers == rank%routers
-	}
-	return t == rank%n
-}
-
-// awayCost is the extra wait target t costs in cycle c for a request
-// whose own prefill is own tokens: homePreference·own outside this
-// router's home, 0 inside it or when the router routes alone.
-func awayCost(c *Cycle, t int, own float64) float64 {
-	if c.Ctx.Routers <= 1 || HomeShare(t, c.n, c.Ctx.Routers, c.Ctx.Rank) {
-		return 0
-	}
-	return homePreference * own
-}
+// Herding across routers. Routers of a mesh that receive requests at one
+// instant would all place them on one shared picture of the fleet and send
+// them to the engine that looks emptiest there. The mesh, not the
+// scorers, keeps them apart: router/meshstate orders the first picks of an
+// instant by router rank, so each router picks after the lower-ranked
+// routers' picks of that instant are in its QueuedPrefill. (A per-router
+// "home share" of the targets did this here before; with the order it
+// cost hit rate and queueing, BENCHMARKS.md §1.)

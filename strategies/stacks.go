@@ -31,7 +31,7 @@ func DefaultPipeline(name string, s Spec) *Pipeline {
 	return NewPipeline(name, n, nil, []WeightedScorer{
 		{NewSessionAffinity(s.Clock, SessionTTL), 1},
 		{w, 1},
-		{LeastPrefill{Home: true}, 1},
+		{LeastPrefill{}, 1},
 		{NewPrefixAffinity(n, s.PrefixCacheBytes), 1},
 	}, MaxScorePicker{s.Rand})
 }
@@ -77,7 +77,7 @@ func newPreciseCacheAware(s Spec) (LoadBalancer, error) {
 	return NewPipeline("precise_cache_aware", len(s.Targets), nil, []WeightedScorer{
 		{PrefillWait{res: s.Residency, Slack: prefillSlack}, 1},
 		{withoutPrefill{PreciseResidency{s.Residency}}, 1},
-		{withoutPrefill{LeastPrefill{Home: true}}, loadBehindWeight},
+		{withoutPrefill{LeastPrefill{}}, loadBehindWeight},
 	}, MaxScorePicker{s.Rand}), nil
 }
 

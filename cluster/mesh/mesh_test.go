@@ -816,3 +816,53 @@ func TestRoutersSendLoadChangesAlone(t *testing.T) {
 		t.Errorf("age histogram has %d samples, want one per change message (2)", n)
 	}
 }
+
+// A router's intent reaches the others at once, without a load change,
+// and stays pending there until a message of that router without it (the
+// pick's publication, or a withdrawal) arrives; PeerNews moves on each.
+func TestRoutersSendIntents(t *testing.T) {
+	h := newHarness(t, HarnessConfig{Routers: 2, Sidecars: 1, Seed: 15})
+	a, b := h.Routers[0], h.Routers[1]
+	testwait.For(t, 10*time.Second, "the routers know each other", func() bool {
+		return len(a.Snapshot().Routers) == 2 && len(b.Snapshot().Routers) == 2
+	})
+	peer := func() (PeerIntent, bool) {
+		got := b.PeerIntents(nil)
+		if len(got) != 1 {
+			return PeerIntent{}, false
+		}
+		return got[0], true
+	}
+	news := b.PeerNews()
+	at := time.Now()
+	a.Intend(0, at)
+	testwait.For(t, 5*time.Second, "b sees a's pending intent", func() bool {
+		p, ok := peer()
+		return ok && p.Pending && p.Intent.Equal(at) && p.Rank == 0
+	})
+	select {
+	case <-news:
+	default:
+		t.Error("PeerNews not closed by a's intent")
+	}
+	if n := b.IntentsReceived(); n != 1 {
+		t.Errorf("b received %d intents, want 1", n)
+	}
+	// A load message while the pick is pending carries the intent.
+	publishInflight(a, map[string]uint64{EngineURL(0): 1})
+	testwait.For(t, 5*time.Second, "b sees a's load", func() bool {
+		r, _ := b.View().Remote(EngineURL(0))
+		return r.Inflight == 1
+	})
+	if p, _ := peer(); !p.Pending {
+		t.Error("a's load message dropped its pending intent at b")
+	}
+	a.Intend(0, time.Time{})
+	testwait.For(t, 5*time.Second, "b sees a's intent resolved", func() bool {
+		p, ok := peer()
+		return ok && !p.Pending && p.Intent.Equal(at)
+	})
+	if n := b.IntentsReceived(); n != 1 {
+		t.Errorf("b received %d intents after the withdrawal, want still 1", n)
+	}
+}

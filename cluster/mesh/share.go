@@ -32,6 +32,15 @@ type routerShare struct {
 	outbox   []Learned
 	version  uint64            // config_version this router has applied
 	versions map[string]uint64 // config_version each other router reported
+	// This router's pending intent (zero: none), its rank, and whether a
+	// change of it waits to be sent (Intend); what each other router's
+	// newest message said of its own (peers).
+	intent      time.Time
+	intentRank  int
+	intentDirty bool
+	resolve     bool // the next PublishLoads withdraws the intent
+	peers       map[string]peerIntent
+	intentsIn   atomic.Uint64
 
 	inbox chan Learned
 
@@ -46,7 +55,8 @@ type routerShare struct {
 func newRouterShare(c *core, view *View, cfg RouterConfig) *routerShare {
 	cfg.defaults()
 	s := &routerShare{c: c, view: view, cfg: cfg, inflight: map[string]Load{}, sent: map[string]Load{}, versions: map[string]uint64{},
-		kick: make(chan struct{}, 1), inbox: make(chan Learned, cfg.LearnedBuffer),
+		peers: map[string]peerIntent{},
+		kick:  make(chan struct{}, 1), inbox: make(chan Learned, cfg.LearnedBuffer),
 		age: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rolter_mesh_peer_load_age_seconds",
 			Help: "Age of another router's load change when its message reached this router: from the change " +
 				"(a pick, first token or end there) to its arrival here, on the sender's clock against this one's.",
@@ -77,6 +87,9 @@ func (r *Router) PublishLoads(loads map[string]Load, changed time.Time) {
 	s := r.share
 	s.mu.Lock()
 	s.inflight = maps.Clone(loads)
+	if s.resolve {
+		s.intent, s.resolve, s.intentDirty = time.Time{}, false, true
+	}
 	if !changed.IsZero() && (s.changed.IsZero() || changed.Before(s.changed)) {
 		s.changed = changed
 	}
@@ -90,6 +103,67 @@ func (r *Router) PublishLoads(loads map[string]Load, changed time.Time) {
 	default:
 	}
 }
+
+// peerIntent is what another router's newest load message said of its
+// pending pick.
+type peerIntent struct {
+	rank    int
+	intent  int64 // the latest intent it announced (unix nanos; 0: none)
+	pending bool  // the newest message still carries it
+	sent    int64 // when that message was built
+}
+
+// PeerIntent is another router's pending pick as its newest message that
+// reached this router says (PeerIntents).
+type PeerIntent struct {
+	Rank    int       // the rank it announced with its latest intent
+	Intent  time.Time // when it announced its latest intent
+	Pending bool      // its newest message still carries that intent
+}
+
+// Intend sets this router's pending pick (router/meshstate's order of the
+// first picks of an instant): at non-zero is when it was announced, rank
+// this router's rank. The change goes to every other router at once, in a
+// load message without engines when nothing else is due, and every load
+// message carries the pending intent until Intend is called with a zero
+// at. It never blocks.
+func (r *Router) Intend(rank int, at time.Time) {
+	s := r.share
+	s.mu.Lock()
+	s.intent, s.intentRank, s.intentDirty, s.resolve = at, rank, true, false
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// ResolveIntent says the next PublishLoads carries the pick that followed
+// this router's pending intent: that message goes without the intent, so
+// the other routers see the intent resolved together with the loads.
+func (r *Router) ResolveIntent() {
+	s := r.share
+	s.mu.Lock()
+	s.resolve = !s.intent.IsZero()
+	s.mu.Unlock()
+}
+
+// PeerIntents appends to buf the pending pick of every other router that
+// has announced one. It does not allocate beyond buf's growth.
+func (r *Router) PeerIntents(buf []PeerIntent) []PeerIntent {
+	s := r.share
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.peers {
+		if p.intent > 0 {
+			buf = append(buf, PeerIntent{Rank: p.rank, Intent: time.Unix(0, p.intent), Pending: p.pending})
+		}
+	}
+	return buf
+}
+
+// IntentsReceived returns how many intents of other routers arrived.
+func (r *Router) IntentsReceived() uint64 { return r.share.intentsIn.Load() }
 
 // PublishConfigVersion sets the config_version this router has applied;
 // it travels with the in-flight counts, so the other routers can tell
@@ -179,7 +253,9 @@ func (s *routerShare) sendInflight(full bool) {
 	var entries []inflightEntry
 	now := s.c.now()
 	changed := s.changed
-	full = full || changed.IsZero()
+	// A kick for an intent alone is no repeat: it sends the intent and
+	// whatever changed.
+	full = full || changed.IsZero() && !s.intentDirty
 	var zero Load
 	for u, c := range s.inflight {
 		// s.sent holds non-zero loads only: a missing one was sent as 0.
@@ -206,9 +282,15 @@ func (s *routerShare) sendInflight(full bool) {
 		s.fullAt = now
 	}
 	version := s.version
+	var intent, rank uint64
+	if !s.intent.IsZero() {
+		intent, rank = uint64(s.intent.UnixNano()), uint64(max(s.intentRank, 0))
+	}
+	dirty := s.intentDirty
+	s.intentDirty = false
 	s.mu.Unlock()
 	routers := *s.c.routers.Load()
-	if (len(entries) == 0 && version == 0) || len(routers) == 0 {
+	if (len(entries) == 0 && version == 0 && !dirty) || len(routers) == 0 {
 		return
 	}
 	var changedAt uint64
@@ -224,7 +306,7 @@ func (s *routerShare) sendInflight(full bool) {
 			}
 		}
 		msg := encodeInflight(&inflightMsg{From: s.c.cfg.Name, Entries: entries[:i], ConfigVersion: version,
-			Changed: changedAt, Sent: uint64(now.UnixNano())})
+			Changed: changedAt, Sent: uint64(now.UnixNano()), Intent: intent, Rank: rank})
 		entries = entries[i:]
 		for _, r := range routers {
 			s.c.send(r, msg)
@@ -284,13 +366,14 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 	if !s.fromRouter(m.From) {
 		return nil
 	}
+	s.mu.Lock()
 	if m.ConfigVersion > 0 {
-		s.mu.Lock()
 		if _, known := s.versions[m.From]; known || len(s.versions) < maxRouterVersions {
 			s.versions[m.From] = m.ConfigVersion
 		}
-		s.mu.Unlock()
 	}
+	s.notePeerIntentLocked(m)
+	s.mu.Unlock()
 	v := s.view
 	now := s.c.now()
 	expires := now.Add(4 * s.cfg.InflightInterval)
@@ -323,6 +406,29 @@ func (s *routerShare) handle(typ byte, body []byte) error {
 	next := make(chan struct{})
 	close(*s.news.Swap(&next))
 	return nil
+}
+
+// notePeerIntentLocked keeps what m, the newest message of its sender so
+// far, says of the sender's pending pick (s.mu held); an older message
+// arriving late changes nothing.
+func (s *routerShare) notePeerIntentLocked(m *inflightMsg) {
+	p, known := s.peers[m.From]
+	if !known && (m.Intent == 0 || len(s.peers) >= maxRouterVersions) {
+		return
+	}
+	sent := int64(min(m.Sent, 1<<62))
+	if known && sent < p.sent {
+		return
+	}
+	p.sent = sent
+	p.pending = m.Intent > 0
+	if m.Intent > 0 {
+		if int64(m.Intent) != p.intent {
+			s.intentsIn.Add(1)
+		}
+		p.intent, p.rank = int64(m.Intent), int(m.Rank)
+	}
+	s.peers[m.From] = p
 }
 
 // sumRemoteLocked refreshes the other routers' totals from e.inflight.

@@ -23,6 +23,9 @@ const (
 // maxPrefill bounds the queued-prefill tokens a peer can claim per engine.
 const maxPrefill = 1 << 40
 
+// maxRank bounds the rank a peer can claim with an intent.
+const maxRank = 1 << 16
+
 // maxLearnedTTL bounds the lifetime a peer can ask for.
 const maxLearnedTTL = time.Hour
 
@@ -69,6 +72,10 @@ func encodeInflight(m *inflightMsg) []byte {
 	}
 	if m.Sent > 0 {
 		b = appendFixed(b, 6, m.Sent)
+	}
+	if m.Intent > 0 {
+		b = appendFixed(b, 7, m.Intent)
+		b = appendUint(b, 8, m.Rank)
 	}
 	return b
 }
@@ -135,11 +142,18 @@ func decodeInflight(b []byte) (*inflightMsg, error) {
 			m.ConfigVersion = fl.u
 			return nil
 		}
-		if fl.typ == protowire.Fixed64Type && (fl.num == 5 || fl.num == 6) {
-			if fl.num == 5 {
+		if fl.num == 8 && fl.typ == protowire.VarintType {
+			m.Rank = min(fl.u, maxRank)
+			return nil
+		}
+		if fl.typ == protowire.Fixed64Type && fl.num >= 5 && fl.num <= 7 {
+			switch fl.num {
+			case 5:
 				m.Changed = fl.u
-			} else {
+			case 6:
 				m.Sent = fl.u
+			case 7:
+				m.Intent = min(fl.u, 1<<62)
 			}
 			return nil
 		}

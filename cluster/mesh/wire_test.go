@@ -190,6 +190,32 @@ func TestLearnedAndInflightRoundTrip(t *testing.T) {
 	}
 }
 
+// An intent is an in-flight message without engines: when the sender's
+// pick was announced and its rank, a few bytes beyond the header.
+func TestIntentRoundTrip(t *testing.T) {
+	at := uint64(time.Date(2026, 12, 1, 16, 0, 0, 0, time.UTC).UnixNano())
+	in := inflightMsg{From: "router-1", Sent: at + 5, Intent: at, Rank: 3}
+	b := encodeInflight(&in)
+	got, err := decodeInflight(b[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Intent != at || got.Rank != 3 || got.Sent != at+5 || len(got.Entries) != 0 {
+		t.Errorf("got %+v, want intent %d rank 3", got, at)
+	}
+	none := encodeInflight(&inflightMsg{From: "router-1", Sent: at + 5})
+	if extra := len(b) - len(none); extra > 12 {
+		t.Errorf("the intent costs %d bytes, want at most 12 (fixed64 + rank)", extra)
+	}
+	if got, _ := decodeInflight(none[1:]); got.Intent != 0 {
+		t.Errorf("a message without an intent decoded with intent %d", got.Intent)
+	}
+	big := encodeInflight(&inflightMsg{From: "router-1", Intent: at, Rank: 1 << 40})
+	if got, _ := decodeInflight(big[1:]); got.Rank != maxRank {
+		t.Errorf("rank %d, want it clamped to %d", got.Rank, maxRank)
+	}
+}
+
 func TestMetaUnderLimit(t *testing.T) {
 	many := make([]string, 40)
 	for i := range many {

@@ -21,13 +21,19 @@
 //     PublishGap (2 ms) after a change, with every change made meanwhile
 //     (Changed, Tick, Run woken by strategies.Tracker.Changes), and at
 //     least every Heartbeat;
-//   - the hold against same-instant herding: a pick that follows this
-//     router's own pick within MaxHold waits until a publication another
-//     router made after that pick arrives, or MaxHold has passed (Hold,
-//     Released, Wait; the router waits once per request, cancellably);
-//   - the router inventory a pick needs against herding: how many routers
-//     the mesh has and this one's rank (RouteContext.Routers and Rank;
-//     strategies.HomeShare says what they decide).
+//   - the order of the first picks of an instant, against same-instant
+//     herding: a router announces an intent when a request reaches it
+//     (Intents, at once, not after PublishGap), and a pick at rank k
+//     waits until every lower-ranked router with an intent of the same
+//     instant has published the pick that followed it, at most
+//     IntentBound(k) (rank 0 never waits; a pick after an intent is
+//     published at once); on a transport without intents, the older
+//     hold: a pick that follows this router's own pick within MaxHold
+//     waits for a publication another router made after it (Arrive,
+//     Ready, Release; Wait for the router, once per request,
+//     cancellably);
+//   - the router inventory the order needs: how many routers the mesh
+//     has and this one's rank (Routers; admission reads the count).
 //
 // Time comes from an injected clock; the package starts no goroutine of
 // its own except in Run, which the router calls and the simulator does not

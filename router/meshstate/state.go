@@ -45,9 +45,11 @@ const (
 	// (BENCHMARKS.md §1; its tail on a loaded machine is far longer). The
 	// fleet simulator delays peer publications by it.
 	PeerHop = 2 * time.Millisecond
-	// MaxHold is the longest Hold delays a pick: one publication of the
-	// other routers' picks of the same instant, PublishGap to go out and
-	// PeerHop to arrive.
+	// MaxHold is the longest the hold after this router's own pick delays
+	// the next (on a transport without intents), and the ordering's bound
+	// per lower-ranked router (IntentBound): one publication of the other
+	// routers' picks of the same instant, PublishGap to go out and PeerHop
+	// to arrive.
 	MaxHold = PublishGap + PeerHop
 )
 
@@ -123,9 +125,10 @@ type Transport interface {
 }
 
 // PeerNews is an optional Transport capability, type-asserted, that lets
-// Hold end early: PeerPublished is when the newest publication of another
-// router received here was made (on the sender's clock; zero before any),
-// and PeerNews returns a channel closed when the next one arrives. Neither
+// a held pick (Ready) end early: PeerPublished is when the newest
+// publication of another router received here was made (on the sender's
+// clock; zero before any), and PeerNews returns a channel closed when the
+// next message of another router (a publication or an intent) arrives. Neither
 // may block; the request path calls PeerPublished once per pick.
 type PeerNews interface {
 	PeerPublished() time.Time
@@ -182,7 +185,18 @@ type State struct {
 	published atomic.Uint64
 
 	lastPick atomic.Int64 // unix nanos of this router's last pick (Picked), 0 before one
-	held     prometheus.Histogram
+	held     *prometheus.HistogramVec
+	// The order of first picks (order.go), under pubMu: this router's
+	// pending intent (zero: none), how many requests wait on it, and
+	// whether the next publication is a pick's that follows it (due at
+	// once).
+	intentAt       time.Time
+	intentWaiters  int
+	urgent         bool
+	intentsSent    atomic.Uint64
+	intentTimeouts prometheus.Counter
+	peerMu         sync.Mutex // Ready's scratch of the other routers' picks
+	peerBuf        []PeerPick
 
 	// The router inventory as last read (Inventory): live routers and
 	// this one's rank, packed live<<32 | rank; invAt is when.
@@ -215,10 +229,15 @@ func New(tr Transport, now func() time.Time, o Options) *State {
 			Help: "Prefix observations and session pins shared between routers, by kind and what happened to them " +
 				"(shared: sent to the other routers; received: from them; imported: into a balancer for a request)."},
 			[]string{"kind", "event"}),
-		held: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rolter_mesh_pick_hold_seconds",
-			Help: "How long picks waited for the other routers' picks of the same instant (meshstate Hold; " +
-				"picks that did not wait are not counted).",
-			Buckets: []float64{.0001, .00025, .0005, .001, .002, .003, .005}})}
+		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rolter_mesh_pick_hold_seconds",
+			Help: "How long picks waited for the other routers' picks of the same instant, by reason: intent " +
+				"(a lower-ranked router's pick of the instant), instant (the other routers' picks after this " +
+				"router's own); picks that did not wait are not counted.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03}},
+			[]string{"reason"}),
+		intentTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "rolter_mesh_intent_timeouts_total",
+			Help: "Picks whose wait for a lower-ranked router's pick of the same instant ended on its bound " +
+				"(the peer's pick did not arrive in time), not on the pick."})}
 	empty := map[string]uint64{}
 	s.own.Store(&empty)
 	s.inv.Store(1 << 32)
@@ -241,18 +260,36 @@ func (s *State) readInventory(now time.Time) {
 
 // Routers returns how many routers the mesh has (this one included) and
 // this router's rank among them, as the transport's Inventory last said
-// (1, 0 without one): RouteContext.Routers and Rank, with which the
-// strategies spread what several routers place at one instant (see
-// strategies.HomeShare). It does not allocate.
+// (1, 0 without one): the rank orders the first picks of an instant
+// (Arrive, Ready); admission reads the count. It does not allocate.
 func (s *State) Routers() (live, rank int) {
 	v := s.inv.Load()
 	return int(v >> 32), int(v & (1<<32 - 1))
 }
 
 // Collector returns the state's metrics for a registry.
-func (s *State) Collector() prometheus.Collector { return collectors{s.learned, s.held} }
+func (s *State) Collector() prometheus.Collector {
+	return collectors{s.learned, s.held, s.intentTimeouts, intentCounts{s}}
+}
 
 type collectors []prometheus.Collector
+
+var descIntents = prometheus.NewDesc("rolter_mesh_intents_total",
+	"Intents (a pick pending, announced for the order of the first picks of an instant): sent by this router, "+
+		"received from the others.", []string{"event"}, nil)
+
+// intentCounts exports the intents sent and, when the transport counts
+// them (IntentsReceived), received.
+type intentCounts struct{ s *State }
+
+func (c intentCounts) Describe(ch chan<- *prometheus.Desc) { ch <- descIntents }
+
+func (c intentCounts) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descIntents, prometheus.CounterValue, float64(c.s.intentsSent.Load()), "sent")
+	if r, ok := c.s.tr.(IntentsReceived); ok {
+		ch <- prometheus.MustNewConstMetric(descIntents, prometheus.CounterValue, float64(r.IntentsReceived()), "received")
+	}
+}
 
 func (c collectors) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range c {
@@ -266,33 +303,24 @@ func (c collectors) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Picked records that this router picked an engine at now (see Hold).
-// It does not allocate.
-func (s *State) Picked(now time.Time) { s.lastPick.Store(now.UnixNano()) }
-
-// Hold is how long a pick arriving now should wait so that the other
-// routers' picks of the same instant reach this router first (routers
-// that pick at one instant on one picture all see the same emptiest
-// engine), and the pick of this router it waits after (for Released). It
-// is nonzero when the mesh has other routers, this one picked within
-// MaxHold, and no publication of another router made since that pick has
-// arrived (PeerNews; without it the hold runs its course): then until
-// that pick's MaxHold has passed. A router alone, or one whose last pick
-// is older than MaxHold, never waits. A request is held once, with every
-// request that arrives during the same hold, and all of them go when it
-// ends: a steady stream is delayed by at most MaxHold, never throttled.
-// It does not allocate.
-func (s *State) Hold(now time.Time) (time.Duration, time.Time) {
-	last := s.lastPick.Load()
-	return s.holdAfter(last, now), time.Unix(0, last)
+// Picked records that this router picked an engine at now (see Ready):
+// a pick that follows this router's intent is published at once. It does
+// not allocate.
+func (s *State) Picked(now time.Time) {
+	s.lastPick.Store(now.UnixNano())
+	s.picked(now)
 }
 
-// Released reports whether a pick held after this router's pick at last
-// (Hold's second result) may go at now: its MaxHold has passed or a
-// publication of another router made after last has arrived.
-func (s *State) Released(last, now time.Time) bool { return s.holdAfter(last.UnixNano(), now) <= 0 }
-
-// holdAfter is Hold's wait after a last pick at last (unix nanos).
+// holdAfter is the hold of a pick after this router's own pick at last
+// (unix nanos), on a transport without intents: the other routers' picks
+// of the same instant reach this router first (routers that pick at one
+// instant on one picture all see the same emptiest engine). It is nonzero
+// when the mesh has other routers, this router picked within MaxHold and
+// no publication of another router made since that pick has arrived
+// (PeerNews; without it the hold runs its course): then until that
+// pick's MaxHold has passed. A request is held once, with every request
+// that arrives during the same hold, and all of them go when it ends: a
+// steady stream is delayed by at most MaxHold, never throttled.
 func (s *State) holdAfter(last int64, now time.Time) time.Duration {
 	if live, _ := s.Routers(); live <= 1 || last == 0 {
 		return 0
@@ -307,47 +335,6 @@ func (s *State) holdAfter(last int64, now time.Time) time.Duration {
 		}
 	}
 	return d
-}
-
-// Wait holds the caller as Hold says, in real time: it returns nil when
-// the hold has passed or Released says so on another router's publication
-// (PeerNews), and ctx's error when ctx ends first. The router calls it
-// once per request before the first pick; the simulator calls Hold and
-// Released itself.
-func (s *State) Wait(ctx context.Context) error {
-	start := s.now()
-	last := s.lastPick.Load()
-	d := s.holdAfter(last, start)
-	if d <= 0 {
-		return nil
-	}
-	pn, _ := s.tr.(PeerNews)
-	var news <-chan struct{}
-	if pn != nil {
-		news = pn.PeerNews()
-		// A publication may have arrived between holdAfter and PeerNews.
-		if d = s.holdAfter(last, start); d <= 0 {
-			return nil
-		}
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		case <-news:
-			// The hold is measured from the pick it began after, so picks
-			// released with this one do not hold it again.
-			if s.holdAfter(last, s.now()) > 0 {
-				news = pn.PeerNews()
-				continue
-			}
-		}
-		s.held.Observe(s.now().Sub(start).Seconds())
-		return nil
-	}
 }
 
 func kindLabel(k Kind) string {
@@ -558,6 +545,9 @@ func (s *State) Due() (at time.Time, ok bool) {
 	if s.pending.IsZero() {
 		return time.Time{}, false
 	}
+	if s.urgent {
+		return s.pending, true
+	}
 	return s.pending.Add(PublishGap), true
 }
 
@@ -608,10 +598,12 @@ func (s *State) Tick(now time.Time, loads []EngineLoad) bool {
 		s.pending = now
 	}
 	beat := now.Sub(s.lastAt) >= Heartbeat
-	due := changed && now.Sub(s.pending) >= PublishGap
+	// A pick that follows this router's intent goes out at once.
+	due := s.urgent || changed && now.Sub(s.pending) >= PublishGap
 	if !beat && !due {
 		return false
 	}
+	s.resolveLocked()
 	clear(s.last)
 	own := make(map[string]uint64, len(loads))
 	for _, l := range loads {

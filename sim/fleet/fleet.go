@@ -96,7 +96,11 @@ type Result struct {
 	PromptTokens int
 	CachedTokens int
 	Preemptions  int
-	Duration     time.Duration
+	// Held is the time requests waited at their routers before their
+	// picks, summed (meshstate's order of the first picks of an instant;
+	// TTFT and E2E include it).
+	Held     time.Duration
+	Duration time.Duration
 	// Timings are the served requests' engine accounts, by request index
 	// (an unserved request's Engine is -1).
 	Timings []Timing
@@ -167,9 +171,13 @@ type replica struct {
 	queued []uint64
 	share  bool // exchanges learned records with the other replicas
 	state  *meshstate.State
-	next   int                    // first shared record not yet delivered
-	pubs   []publication          // what it published, in time order
-	pub    []meshstate.EngineLoad // scratch
+	next   int           // first shared record not yet delivered
+	pubs   []publication // what it published, in time order
+	// intents are its intent messages (meshstate.Intents), in time order;
+	// resolve: the next publication withdraws the pending one.
+	intents []intentMsg
+	resolve bool
+	pub     []meshstate.EngineLoad // scratch
 }
 
 type run struct {
@@ -193,7 +201,11 @@ type run struct {
 	arrived []time.Duration
 	fates   []fate
 	adm     *admitState
-	held    []heldPick // picks meshstate's Hold delays, in arrival order
+	held    []heldPick // picks meshstate's order delays, in arrival order
+	// waited is how long each request was held before its pick (nil
+	// until one is): part of its TTFT, which the engine counts from the
+	// pick.
+	waited []time.Duration
 }
 
 type engineDone struct {
@@ -437,9 +449,6 @@ func (r *run) route(i, k int) {
 		}
 		rc := p.rc
 		rc.QueuedPrefill = rep.queued
-		if r.meshOn() {
-			rc.Routers, rc.Rank = rep.state.Routers()
-		}
 		if rep.share {
 			r.deliver(k)
 			rep.state.Recall(meshPool, rep.lb, r.keyOf, &rc)

@@ -36,12 +36,20 @@ type publication struct {
 	waiting           [][3]uint64 // by engine: admission waiters by band
 }
 
-// heldPick is request i at replica k, held by meshstate's Hold after the
-// replica's pick at last, to be picked at the latest at until.
+// intentMsg is one replica's intent message on the virtual wire
+// (meshstate.Intents.Intend): last is the latest intent it announced (-1:
+// none yet), carried says the message still carries it.
+type intentMsg struct {
+	at      time.Duration
+	last    time.Duration
+	carried bool
+}
+
+// heldPick is request i at replica k, waiting for its pick as meshstate's
+// Arrive placed it.
 type heldPick struct {
-	i, k  int
-	last  time.Time
-	until time.Duration
+	i, k int
+	p    meshstate.Pick
 }
 
 // gossip is replica k's meshstate.Transport.
@@ -50,7 +58,10 @@ type gossip struct {
 	k int
 }
 
-var _ meshstate.Transport = gossip{}
+var (
+	_ meshstate.Transport = gossip{}
+	_ meshstate.Intents   = gossip{}
+)
 
 // Share implements meshstate.Transport: the record goes on the wire log.
 func (g gossip) Share(rec meshstate.Record) {
@@ -69,7 +80,15 @@ func (g gossip) Publish(loads []meshstate.EngineLoad, _ time.Time) {
 	}
 	rep := g.r.routers[g.k]
 	rep.pubs = append(rep.pubs, p)
+	if rep.resolve {
+		rep.resolve = false
+		g.Intend(g.k, time.Time{})
+	}
 }
+
+// Resolve implements meshstate.Intents: the next publication withdraws
+// the replica's intent, at the same virtual instant.
+func (g gossip) Resolve() { g.r.routers[g.k].resolve = true }
 
 // Engine implements meshstate.Transport: the engine's queue as its sidecar
 // reported it GossipDelay ago, and the other replicas' latest
@@ -126,8 +145,71 @@ func (g gossip) PeerPublished() time.Time {
 }
 
 // PeerNews implements meshstate.PeerNews. The simulator asks
-// State.Released at its own event times and never waits on the channel.
+// State.Ready at its own event times and never waits on the channel.
 func (g gossip) PeerNews() <-chan struct{} { return nil }
+
+// Intend implements meshstate.Intents: the intent goes on the replica's
+// intent log at once, read by the others once it is PeerDelay old.
+func (g gossip) Intend(_ int, at time.Time) {
+	rep := g.r.routers[g.k]
+	m := intentMsg{at: g.r.now, last: -1}
+	if n := len(rep.intents); n > 0 {
+		m.last = rep.intents[n-1].last
+	}
+	if !at.IsZero() {
+		m.last, m.carried = at.Sub(epoch), true
+	}
+	rep.intents = append(rep.intents, m)
+}
+
+// PeerPicks implements meshstate.Intents: each other replica's newest
+// intent message that has arrived (is PeerDelay old); a replica's rank is
+// its index.
+func (g gossip) PeerPicks(buf []meshstate.PeerPick) []meshstate.PeerPick {
+	seen := g.r.now - g.r.cfg.PeerDelay
+	for j, rep := range g.r.routers {
+		if j == g.k {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(rep.intents, seen, func(m intentMsg, t time.Duration) int {
+			if m.at <= t {
+				return -1
+			}
+			return 1
+		})
+		if i == 0 || rep.intents[i-1].last < 0 {
+			continue
+		}
+		m := rep.intents[i-1]
+		buf = append(buf, meshstate.PeerPick{Rank: j, Intent: epoch.Add(m.last), Pending: m.carried})
+	}
+	return buf
+}
+
+// nextNews is when the next message (publication or intent) of a replica
+// other than k reaches k after now; ok is false when none is on the wire.
+func (r *run) nextNews(k int) (time.Duration, bool) {
+	next, ok := time.Duration(1<<62), false
+	sent := r.now - r.cfg.PeerDelay
+	for j, rep := range r.routers {
+		if j == k {
+			continue
+		}
+		if i := arrived(rep.pubs, sent); i < len(rep.pubs) {
+			next, ok = min(next, rep.pubs[i].at+r.cfg.PeerDelay), true
+		}
+		i, _ := slices.BinarySearchFunc(rep.intents, sent, func(m intentMsg, t time.Duration) int {
+			if m.at <= t {
+				return -1
+			}
+			return 1
+		})
+		if i < len(rep.intents) {
+			next, ok = min(next, rep.intents[i].at+r.cfg.PeerDelay), true
+		}
+	}
+	return next, ok
+}
 
 // arrived is how many of pubs were made by seen.
 func arrived(pubs []publication, seen time.Duration) int {
@@ -211,9 +293,9 @@ func (r *run) changed(k int, t time.Duration) {
 
 // nextEvent is the earliest time after the last step, up to t, at which
 // the mesh has something to do: a replica's change falls due, a held pick
-// may go (its hold ends, or a publication of another replica made since
-// its replica's last pick arrives), or the heartbeat tick; ok is false
-// when nothing is due by t.
+// may go (its wait ends by itself, or a message of another replica
+// arrives at its replica), or the heartbeat tick; ok is false when
+// nothing is due by t.
 func (r *run) nextEvent(t time.Duration) (time.Duration, bool) {
 	next := r.nextPub
 	for _, rep := range r.routers {
@@ -221,34 +303,30 @@ func (r *run) nextEvent(t time.Duration) (time.Duration, bool) {
 			next = min(next, at.Sub(epoch))
 		}
 	}
+	now := epoch.Add(r.now)
 	for _, h := range r.held {
-		next = min(next, h.until)
-		last := h.last.Sub(epoch)
-		for j, rep := range r.routers {
-			if j == h.k {
-				continue
-			}
-			// The first publication made after last, once it arrives.
-			if i := arrived(rep.pubs, last); i < len(rep.pubs) {
-				next = min(next, rep.pubs[i].at+r.cfg.PeerDelay)
-			}
+		d, _ := r.routers[h.k].state.Ready(h.p, now)
+		next = min(next, r.now+max(d, 0))
+		if at, ok := r.nextNews(h.k); ok {
+			next = min(next, at)
 		}
 	}
 	return max(next, r.now), next <= t
 }
 
-// hold holds request i at replica k when meshstate's Hold says so; it
+// hold places request i in its instant's order at replica k
+// (meshstate's Arrive) and holds it when Ready says it must wait; it
 // reports whether it did.
 func (r *run) hold(i, k int) bool {
 	rep := r.routers[k]
 	if !r.meshOn() || rep.lb == nil {
 		return false
 	}
-	d, last := rep.state.Hold(epoch.Add(r.now))
-	if d <= 0 {
+	p := rep.state.Arrive(epoch.Add(r.now))
+	if d, _ := rep.state.Ready(p, epoch.Add(r.now)); d <= 0 {
 		return false
 	}
-	r.held = append(r.held, heldPick{i: i, k: k, last: last, until: r.now + d})
+	r.held = append(r.held, heldPick{i: i, k: k, p: p})
 	return true
 }
 
@@ -258,13 +336,17 @@ func (r *run) releaseHeld() {
 	now := epoch.Add(r.now)
 	var due []heldPick
 	r.held = slices.DeleteFunc(r.held, func(h heldPick) bool {
-		if r.now >= h.until || r.routers[h.k].state.Released(h.last, now) {
+		if d, _ := r.routers[h.k].state.Ready(h.p, now); d <= 0 {
 			due = append(due, h)
 			return true
 		}
 		return false
 	})
 	for _, h := range due {
+		if r.waited == nil {
+			r.waited = make([]time.Duration, len(r.flights))
+		}
+		r.waited[h.i] = r.now - h.p.At().Sub(epoch)
 		r.route(h.i, h.k)
 	}
 }

@@ -147,70 +147,124 @@ func (importRecorder) PickEligible(*strategies.RouteContext, []uint64, strategie
 	return 0, true
 }
 
-// Requests of one instant spread over the replicas: a replica's second
-// request waits (meshstate's Hold) until the other replica's pick of that
-// instant has reached it (its publication PublishGap later, PeerDelay on
-// the way), then goes at once; never longer than MaxHold. A replica alone
-// never holds, and neither does one whose last pick is older than MaxHold.
-func TestReplicasHoldASecondPickForThePeersPicks(t *testing.T) {
+// Requests of one instant spread over the replicas pick in rank order:
+// rank 0 at once, each next rank when the picks of the ranks below it have
+// reached it (published at once, PeerDelay on the way); a replica's
+// requests of the instant go together. A replica alone never waits, and a
+// peer whose pick is late holds a pick at most IntentBound; one heard
+// from not at all, IntentWindow.
+func TestReplicasOrderTheFirstPicksOfAnInstant(t *testing.T) {
 	ms := time.Millisecond
-	w := mustPrepare(t, []Request{
-		{At: 0, Tokens: seqTokens(0, 64), MaxTokens: 1},
-		{At: 0, Tokens: seqTokens(100, 164), MaxTokens: 1},
-		{At: 0, Tokens: seqTokens(200, 264), MaxTokens: 1},
-		{At: 0, Tokens: seqTokens(300, 364), MaxTokens: 1},
-		{At: time.Second, Tokens: seqTokens(400, 464), MaxTokens: 1},
-	})
-	picked := func(routers int, peer time.Duration) []time.Duration {
+	at := func(n int, d time.Duration) []Request {
+		var out []Request
+		for i := range n {
+			out = append(out, Request{At: d, Tokens: seqTokens(100*i, 100*i+64), MaxTokens: 1})
+		}
+		return out
+	}
+	waited := func(routers int, peer time.Duration, reqs []Request) []time.Duration {
 		r, err := simulate(t.Context(), Config{Strategy: "precise_cache_aware", Engines: 4, Routers: routers,
-			Arrival: RoundRobinArrival, PeerDelay: peer, Seed: 1}, w)
+			Arrival: RoundRobinArrival, PeerDelay: peer, Seed: 1}, mustPrepare(t, reqs))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var at []time.Duration
+		var out []time.Duration
 		for i := range r.flights {
-			at = append(at, r.flights[i].at-r.arrived[i])
+			out = append(out, r.flights[i].at-r.arrived[i])
 		}
-		return at
+		return out
 	}
-	// Replica 0 gets requests 0, 2 and 4; replica 1 gets 1 and 3.
-	news := meshstate.PublishGap + ms
+	// Round-robin: request i reaches replica i mod R.
 	tests := []struct {
 		routers int
 		peer    time.Duration
+		reqs    []Request
 		want    []time.Duration
 		why     string
 	}{
-		{1, ms, []time.Duration{0, 0, 0, 0, 0}, "alone"},
-		{2, ms, []time.Duration{0, 0, news, news, 0}, "released by the peer's publication"},
-		{2, time.Second, []time.Duration{0, 0, meshstate.MaxHold, meshstate.MaxHold, 0}, "the peer's news is late: MaxHold"},
+		{1, ms, at(4, 0), []time.Duration{0, 0, 0, 0}, "alone"},
+		{2, ms, append(at(4, 0), at(1, time.Second)...), []time.Duration{0, ms, 0, ms, 0},
+			"rank 1 after rank 0's picks arrive; a lone request at rank 0 does not wait"},
+		{3, ms, at(6, 0), []time.Duration{0, ms, 2 * ms, 0, ms, 2 * ms}, "a chain: rank 2 after rank 1"},
+		{2, time.Second, at(4, 0), []time.Duration{0, meshstate.IntentBound(1), 0, meshstate.IntentBound(1)},
+			"the peer's pick is late: the bound"},
+		{3, time.Second, at(3, 0), []time.Duration{0, meshstate.IntentWindow, meshstate.IntentWindow},
+			"no intent heard: each listens IntentWindow"},
 	}
 	for _, tc := range tests {
-		if got := picked(tc.routers, tc.peer); !slices.Equal(got, tc.want) {
+		if got := waited(tc.routers, tc.peer, tc.reqs); !slices.Equal(got, tc.want) {
 			t.Errorf("%s (R=%d, peer delay %v): waited %v, want %v", tc.why, tc.routers, tc.peer, got, tc.want)
 		}
 	}
+	// The wait is part of the request's TTFT.
+	r, err := Run(t.Context(), Config{Strategy: "precise_cache_aware", Engines: 4, Routers: 2,
+		Arrival: RoundRobinArrival, PeerDelay: ms, Seed: 1}, mustPrepare(t, at(2, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Held != ms {
+		t.Errorf("held %v in all, want 1ms (rank 1's request)", r.Held)
+	}
 }
 
-// The replicas run meshstate's publish rule, not a copy: a pick goes out
-// PublishGap after it happened, so a peer sees it PublishGap + PeerDelay
-// later.
-func TestReplicasPublishAPickPublishGapLater(t *testing.T) {
+// Two replicas receiving one request each at the same instant, on an idle
+// fleet where every engine is equally good, no longer pick the same
+// engine: the second picks after the first's pick reached it. With the
+// peer's news too late for the order, some seeds do herd: nothing else
+// keeps them apart.
+func TestSameInstantPicksOfTwoReplicasSpread(t *testing.T) {
+	w := mustPrepare(t, []Request{
+		{At: 0, Tokens: seqTokens(0, 512), MaxTokens: 64},
+		{At: 0, Tokens: seqTokens(1000, 1512), MaxTokens: 64},
+	})
+	herded := func(seed uint64, peer time.Duration) bool {
+		r, err := simulate(t.Context(), Config{Strategy: "precise_cache_aware", Engines: 2, Routers: 2,
+			Arrival: RoundRobinArrival, PeerDelay: peer, GossipDelay: 250 * time.Millisecond, Seed: seed}, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.flights[0].engine == r.flights[1].engine
+	}
+	blind := 0
+	for seed := uint64(1); seed <= 16; seed++ {
+		if herded(seed, time.Millisecond) {
+			t.Errorf("seed %d: both replicas picked the same engine of two idle ones", seed)
+		}
+		if herded(seed, time.Second) {
+			blind++
+		}
+	}
+	if blind == 0 {
+		t.Error("without the peer's pick in time no seed herded: the test cannot tell the order's effect")
+	}
+}
+
+// The replicas run meshstate's publish rule, not a copy: a pick that
+// follows an intent goes out at once (another replica waits for it); a
+// pick of the last-ranked replica, which announces no intent, goes out
+// PublishGap after it happened.
+func TestReplicasPublishAPickAtOnceAfterAnIntent(t *testing.T) {
 	w := mustPrepare(t, []Request{{At: 0, Tokens: seqTokens(0, 64), MaxTokens: 4000},
-		{At: time.Second, Tokens: seqTokens(0, 64), MaxTokens: 1}})
+		{At: time.Second, Tokens: seqTokens(0, 64), MaxTokens: 4000},
+		{At: 2 * time.Second, Tokens: seqTokens(0, 64), MaxTokens: 1}})
 	r, err := simulate(t.Context(), Config{Strategy: "precise_cache_aware", Engines: 2, Routers: 2,
 		Arrival: RoundRobinArrival, PeerDelay: time.Millisecond, Seed: 1}, w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var first time.Duration = -1
-	for _, p := range r.routers[0].pubs {
-		if slices.ContainsFunc(p.inflight, func(n uint64) bool { return n > 0 }) {
-			first = p.at
-			break
+	first := func(k int) time.Duration {
+		for _, p := range r.routers[k].pubs {
+			if slices.ContainsFunc(p.inflight, func(n uint64) bool { return n > 0 }) {
+				return p.at
+			}
 		}
+		return -1
 	}
-	if first != meshstate.PublishGap {
-		t.Errorf("replica 0's pick at 0 first published at %v, want PublishGap (%v)", first, meshstate.PublishGap)
+	if got := first(0); got != 0 {
+		t.Errorf("replica 0's pick at 0 (after its intent) first published at %v, want at once", got)
+	}
+	// It listened IntentWindow for rank 0's intent first.
+	if got, want := first(1), time.Second+meshstate.IntentWindow+meshstate.PublishGap; got != want {
+		t.Errorf("replica 1's pick at 1s + IntentWindow (last rank, no intent) first published at %v, want %v", got, want)
 	}
 }

@@ -23,8 +23,15 @@ func (r *run) result() Result {
 			res.Timings[i] = Timing{Engine: d.f.engine, Arrival: c.Arrival, FirstToken: c.FirstToken, Finish: c.Finish,
 				CachedTokens: c.CachedTokens}
 		}
-		ttft = append(ttft, c.TTFT())
-		e2e = append(e2e, c.Latency())
+		// From the request's arrival at its router: a hold before the
+		// pick too.
+		var held time.Duration
+		if i, err := strconv.Atoi(c.ID); err == nil && r.waited != nil && i >= 0 && i < len(r.waited) {
+			held = r.waited[i]
+			res.Held += held
+		}
+		ttft = append(ttft, c.TTFT()+held)
+		e2e = append(e2e, c.Latency()+held)
 		res.PromptTokens += c.PromptTokens
 		res.CachedTokens += c.CachedTokens
 		res.Preemptions += c.Preemptions
