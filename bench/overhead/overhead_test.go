@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,7 +78,8 @@ func TestTokenPromptRequestAndJSONRows(t *testing.T) {
 	}
 	cpu, add := 0.1, 12.0
 	rows := []Row{{Path: "direct", Targets: 1, Mode: "plain"},
-		{Path: "rolter router", Strategy: "round_robin", Targets: 1, Mode: "plain", CPUPer1k: &cpu, AddedP50us: &add}}
+		{Path: "rolter router", Strategy: "round_robin", Targets: 1, Mode: "plain", CPUPer1k: &cpu, AddedP50us: &add,
+			CPUPer1kWindows: []float64{cpu}, CPUPer1kTicks: &cpu, IdleCPUmsPerS: &add, IdleShare: &cpu}}
 	out, err := json.Marshal(rows)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +88,8 @@ func TestTokenPromptRequestAndJSONRows(t *testing.T) {
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"path", "strategy", "targets", "mode", "p50_us", "p99_us", "p99_9_us", "added_p50_us", "max_rate", "cpu_s_per_1k"} {
+	for _, k := range []string{"path", "strategy", "targets", "mode", "p50_us", "p99_us", "p99_9_us", "added_p50_us", "max_rate", "cpu_s_per_1k",
+		"cpu_s_per_1k_windows", "cpu_s_per_1k_ticks", "idle_cpu_ms_per_s", "idle_cpu_share"} {
 		if _, ok := got[1][k]; !ok {
 			t.Errorf("router row has no %q: %v", k, got[1])
 		}
@@ -102,5 +106,41 @@ func TestAllowedCPUsListsThisProcess(t *testing.T) {
 	}
 	if len(cpus) == 0 || !slices.IsSorted(cpus) {
 		t.Fatalf("CPUs %v", cpus)
+	}
+}
+
+// The fixed-rate windows go round the paths: each path's windows are
+// spread over the whole mode, with the other paths' in between, and each
+// measured path gets one CPU figure per window.
+func TestWindowsGoRoundThePaths(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	serve := func(name string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			if len(order) == 0 || order[len(order)-1] != name {
+				order = append(order, name)
+			}
+			mu.Unlock()
+			_, _ = io.WriteString(w, "{}")
+		}))
+	}
+	a, b := serve("a"), serve("b")
+	defer a.Close()
+	defer b.Close()
+	self := func() []int { return []int{os.Getpid()} }
+	cols := []column{
+		{path: "a", base: func(int) string { return a.URL }},
+		{path: "b", base: func(int) string { return b.URL }, pid: self},
+	}
+	cfg := Config{Rate: 200, Duration: 50 * time.Millisecond, Windows: 3, SearchStart: 2, SearchMax: 1, SearchFactor: 2,
+		PromptWords: 4, MaxTokens: 1}
+	cells := measure(t.Context(), cfg, cols, "plain")
+	// warm a, warm b, then a b a b a b.
+	if want := []string{"a", "b", "a", "b", "a", "b", "a", "b"}; !slices.Equal(order, want) {
+		t.Errorf("requests reached the paths in the runs %v, want %v", order, want)
+	}
+	if len(cells[0].cpu) != 0 || len(cells[1].cpu) != 3 || cells[1].fixed.sent != 30 {
+		t.Errorf("direct CPU %v, measured path's CPU %v over %d requests", cells[0].cpu, cells[1].cpu, cells[1].fixed.sent)
 	}
 }
