@@ -1,11 +1,18 @@
 // Package overhead owns `rolter bench overhead`: what a proxy adds to a
-// request on its way to an engine. One instant-mode sim engine (steps take
-// no time) serves the OpenAI API on one or more loopback ports; an
+// request on its way to an engine. One engine in this process serves the
+// OpenAI API on one or more loopback ports: by default the instant-mode
+// sim's answers to the benchmark's request, recorded once and replayed
+// without decoding the request (engine.go), or the sim itself. An
 // open-loop generator sends the same requests to it directly, through
 // `rolter router` and through nginx, each started as a subprocess with a
-// generated config. It reports latency percentiles at a fixed rate, the
-// latency the proxy adds over direct, the highest rate sustained under a
-// p99 limit and the proxy processes' CPU seconds per 1000 requests.
+// generated config. It reports latency percentiles at a fixed rate over
+// several windows that go round the paths, the latency the proxy adds over
+// direct, the highest rate sustained under a p99 limit, the proxy
+// processes' CPU seconds per 1000 requests (nanoseconds from the kernel's
+// per-process CPU clock, the median of the windows, cpu.go) and their CPU
+// with no request in flight. Its open-streams mode (streams.go) measures
+// resident memory per open stream and streaming throughput against
+// direct.
 //
 // With Config.Pin the proxy under test runs on one CPU and the generator
 // and the engine (this process) on the others (taskset), so the CPU figure
