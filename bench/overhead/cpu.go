@@ -12,18 +12,23 @@ import (
 )
 
 // cpuUse is the CPU time a set of processes has used so far, read two
-// ways. Exact is nanoseconds on CPU (user + system, softirq work done in
-// the processes' context included): the kernel's per-process CPU clock,
-// which also keeps the time of threads that have exited, or where that
-// clock cannot be read the sum of every live thread's
-// /proc/<pid>/task/<tid>/schedstat. Ticks is utime + stime of
-// /proc/<pid>/stat, the same time in USER_HZ clock ticks (10 ms), kept as
-// a cross-check.
+// ways, and how long their threads have waited for a CPU. Exact is
+// nanoseconds on CPU (user + system, softirq work done in the processes'
+// context included): the kernel's per-process CPU clock, which also keeps
+// the time of threads that have exited, or where that clock cannot be read
+// the sum of every live thread's /proc/<pid>/task/<tid>/schedstat. Ticks
+// is utime + stime of /proc/<pid>/stat, the same time in USER_HZ clock
+// ticks (10 ms), kept as a cross-check. Wait is the live threads' time
+// runnable but not running (schedstat's second field): on a machine whose
+// other processes take the proxy's CPU it grows, and the CPU figure of
+// that window is a disturbed one.
 type cpuUse struct {
-	Exact, Ticks time.Duration
+	Exact, Ticks, Wait time.Duration
 }
 
-func (a cpuUse) sub(b cpuUse) cpuUse { return cpuUse{a.Exact - b.Exact, a.Ticks - b.Ticks} }
+func (a cpuUse) sub(b cpuUse) cpuUse {
+	return cpuUse{a.Exact - b.Exact, a.Ticks - b.Ticks, a.Wait - b.Wait}
+}
 
 // readCPU sums the CPU time of the processes pids returns. A process that
 // has gone counts nothing.
@@ -33,11 +38,13 @@ func readCPU(pids func() []int) cpuUse {
 		return u
 	}
 	for _, pid := range pids() {
+		st, stErr := taskSchedstat(fmt.Sprintf("/proc/%d/task", pid))
 		if d, err := processClock(pid); err == nil {
 			u.Exact += d
-		} else if d, err := taskSchedstat(fmt.Sprintf("/proc/%d/task", pid)); err == nil {
-			u.Exact += d
+		} else if stErr == nil {
+			u.Exact += st.run
 		}
+		u.Wait += st.wait
 		u.Ticks += statTicks(pid)
 	}
 	return u
@@ -60,45 +67,51 @@ func statTicks(pid int) time.Duration {
 // errSchedstat is a schedstat file that does not read as one.
 var errSchedstat = errors.New("unreadable schedstat")
 
-// parseSchedstat reads the first field of a schedstat file: the thread's
-// time on CPU in nanoseconds (then come its time waiting on a run queue
-// and its count of timeslices).
-func parseSchedstat(b []byte) (time.Duration, error) {
+// schedstat is a thread's (or threads') time on CPU and time runnable
+// but waiting for one.
+type schedstat struct{ run, wait time.Duration }
+
+// parseSchedstat reads a schedstat file: the thread's time on CPU and its
+// time waiting on a run queue, in nanoseconds, then its count of
+// timeslices.
+func parseSchedstat(b []byte) (schedstat, error) {
 	f := bytes.Fields(b)
 	if len(f) < 3 {
-		return 0, fmt.Errorf("%w: %q", errSchedstat, b)
+		return schedstat{}, fmt.Errorf("%w: %q", errSchedstat, b)
 	}
-	ns, err := strconv.ParseInt(string(f[0]), 10, 64)
-	if err != nil || ns < 0 {
-		return 0, fmt.Errorf("%w: %q", errSchedstat, b)
+	run, err1 := strconv.ParseInt(string(f[0]), 10, 64)
+	wait, err2 := strconv.ParseInt(string(f[1]), 10, 64)
+	if err1 != nil || err2 != nil || run < 0 || wait < 0 {
+		return schedstat{}, fmt.Errorf("%w: %q", errSchedstat, b)
 	}
-	return time.Duration(ns), nil
+	return schedstat{time.Duration(run), time.Duration(wait)}, nil
 }
 
-// taskSchedstat sums the on-CPU time of every thread under dir (a
+// taskSchedstat sums the schedstat of every thread under dir (a
 // /proc/<pid>/task directory). A thread that exits between the listing
 // and the read is skipped; one that exited earlier is not in the sum.
-func taskSchedstat(dir string) (time.Duration, error) {
+func taskSchedstat(dir string) (schedstat, error) {
+	var total schedstat
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, err
+		return total, err
 	}
-	var total time.Duration
 	read := 0
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
 		if err != nil {
 			continue
 		}
-		d, err := parseSchedstat(b)
+		st, err := parseSchedstat(b)
 		if err != nil {
-			return 0, err
+			return schedstat{}, err
 		}
-		total += d
+		total.run += st.run
+		total.wait += st.wait
 		read++
 	}
 	if read == 0 {
-		return 0, fmt.Errorf("%w: no thread of %s could be read", errSchedstat, dir)
+		return total, fmt.Errorf("%w: no thread of %s could be read", errSchedstat, dir)
 	}
 	return total, nil
 }

@@ -11,14 +11,15 @@ import (
 func TestParseSchedstat(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want time.Duration
+		want schedstat
 		bad  bool
 	}{
-		{in: "839395 1705725 47\n", want: 839395},
-		{in: "123456789012 0 1", want: 123456789012},
+		{in: "839395 1705725 47\n", want: schedstat{839395, 1705725}},
+		{in: "123456789012 0 1", want: schedstat{123456789012, 0}},
 		{in: "", bad: true},
 		{in: "12 34", bad: true},
 		{in: "x 1 2", bad: true},
+		{in: "1 y 2", bad: true},
 		{in: "-5 1 2", bad: true},
 	} {
 		got, err := parseSchedstat([]byte(tc.in))
@@ -28,8 +29,8 @@ func TestParseSchedstat(t *testing.T) {
 	}
 }
 
-// The threads' on-CPU nanoseconds add up; a thread whose file is gone
-// (it exited after the listing) is skipped, not an error.
+// The threads' nanoseconds add up; a thread whose file is gone (it exited
+// after the listing) is skipped, not an error.
 func TestTaskSchedstatSumsTheThreads(t *testing.T) {
 	dir := t.TempDir()
 	for tid, content := range map[string]string{"100": "1500000000 20 30\n", "101": "250000 1 2\n", "102": ""} {
@@ -43,8 +44,8 @@ func TestTaskSchedstatSumsTheThreads(t *testing.T) {
 		}
 	}
 	got, err := taskSchedstat(dir)
-	if err != nil || got != 1500250000 {
-		t.Fatalf("sum %v, %v; want 1.50025s", got, err)
+	if err != nil || got != (schedstat{1500250000, 21}) {
+		t.Fatalf("sum %v, %v; want 1.50025s on CPU, 21ns waiting", got, err)
 	}
 	if _, err := taskSchedstat(filepath.Join(dir, "102")); err == nil {
 		t.Error("a directory with no readable thread gave no error")
@@ -63,7 +64,7 @@ func TestProcessClockReadsTheProcessCPUTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if clock < threads || clock-threads > time.Second {
+	if clock < threads.run || clock-threads.run > time.Second {
 		t.Fatalf("process clock %v, threads' schedstat %v a moment before", clock, threads)
 	}
 	// Burn some CPU: the clock moves by about as much as the thread ran.

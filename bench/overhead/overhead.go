@@ -107,6 +107,11 @@ type Row struct {
 	// how much of CPUPer1k is background work.
 	IdleCPUmsPerS *float64 `json:"idle_cpu_ms_per_s,omitempty"`
 	IdleShare     *float64 `json:"idle_cpu_share,omitempty"`
+	// The proxy's threads' time runnable but not running, ms per second of
+	// window (median of the windows): near 0 when the proxy had its CPU to
+	// itself; more means other processes took it, and the CPU figure is
+	// from a disturbed machine.
+	RunqWaitMsPerS *float64 `json:"runq_wait_ms_per_s,omitempty"`
 
 	// The open-streams mode (streams.go).
 	Streams         int       `json:"streams,omitempty"`
@@ -219,6 +224,7 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 				P50us: us(st.p50), P99us: us(st.p99), P999us: us(st.p999), MaxRate: c.maxRate, Windows: cfg.Windows}
 			if col.pid != nil {
 				r.CPUPer1k, r.CPUPer1kTicks, r.CPUPer1kWindows = ptr(median(c.cpu)), ptr(median(c.ticks)), c.cpu
+				r.RunqWaitMsPerS = ptr(median(c.wait))
 				r.AddedP50us, r.AddedP99us, r.AddedP999us = ptr(us(st.p50-d.p50)), ptr(us(st.p99-d.p99)), ptr(us(st.p999-d.p999))
 				if idle[i] != nil && *r.CPUPer1k > 0 {
 					// idle ms in a window's length ÷ the window's CPU in ms
@@ -228,7 +234,7 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 				}
 			}
 			fmt.Fprintf(cfg.Log, "  %d targets %-6s %-34s p50 %v p99 %v max %.0f/s%s\n", n, mode, col.name(),
-				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), c.maxRate, cpuNote(c.cpu))
+				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), c.maxRate, cpuNote(c.cpu, c.wait))
 			rows = append(rows, r)
 		}
 	}
@@ -272,7 +278,7 @@ func columns(ctx context.Context, cfg Config, addrs []string) []func() (column, 
 	return cols
 }
 
-func cpuNote(cpu []float64) string {
+func cpuNote(cpu, wait []float64) string {
 	if len(cpu) == 0 {
 		return ""
 	}
@@ -280,6 +286,10 @@ func cpuNote(cpu []float64) string {
 	b.WriteString(" CPU s/1k")
 	for _, v := range cpu {
 		fmt.Fprintf(&b, " %.4f", v)
+	}
+	b.WriteString("; run-queue wait ms/s")
+	for _, v := range wait {
+		fmt.Fprintf(&b, " %.0f", v)
 	}
 	return b.String()
 }
@@ -329,11 +339,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // cell is one (column, mode) measured: the pooled fixed-rate windows,
 // each window's proxy CPU seconds per 1000 requests (exact and from
-// clock ticks) and the max-rate search's result.
+// clock ticks) and its threads' run-queue wait in ms per second, and the
+// max-rate search's result.
 type cell struct {
-	fixed      loadStats
-	cpu, ticks []float64
-	maxRate    float64
+	fixed            loadStats
+	cpu, ticks, wait []float64
+	maxRate          float64
 }
 
 // measure runs one mode's fixed-rate windows, round the columns
@@ -351,13 +362,14 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 	runs := make([][]loadStats, len(cols))
 	for range cfg.Windows {
 		for i, col := range cols {
-			before := readCPU(col.pid)
+			before, t0 := readCPU(col.pid), time.Now()
 			st := openLoop(ctx, clients[i], col.base, rq, cfg.Rate, cfg.Duration)
-			used := readCPU(col.pid).sub(before)
+			used, el := readCPU(col.pid).sub(before), time.Since(t0)
 			runs[i] = append(runs[i], st)
 			if col.pid != nil && st.sent > 0 {
 				cells[i].cpu = append(cells[i].cpu, used.Exact.Seconds()*1000/float64(st.sent))
 				cells[i].ticks = append(cells[i].ticks, used.Ticks.Seconds()*1000/float64(st.sent))
+				cells[i].wait = append(cells[i].wait, float64(used.Wait)/float64(time.Millisecond)/el.Seconds())
 			}
 		}
 	}
@@ -421,7 +433,7 @@ func printStreams(w io.Writer, rows []Row) {
 
 func printCells(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tCPU s/1k req\tidle CPU ms/s\tidle share\t")
+	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tCPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\t")
 	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 	opt := func(v *float64, prec int) string {
 		if v == nil {
@@ -434,9 +446,9 @@ func printCells(w io.Writer, rows []Row) {
 		if r.IdleShare != nil {
 			share = strconv.FormatFloat(*r.IdleShare*100, 'f', 1, 64) + " %"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t\n", r.Targets, r.Mode, r.name(),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Targets, r.Mode, r.name(),
 			f0(r.P50us), f0(r.P99us), f0(r.P999us), opt(r.AddedP50us, 0), opt(r.AddedP99us, 0), opt(r.AddedP999us, 0),
-			r.Errors, r.MaxRate, opt(r.CPUPer1k, 4), opt(r.IdleCPUmsPerS, 2), share)
+			r.Errors, r.MaxRate, opt(r.CPUPer1k, 4), opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0))
 	}
 	tw.Flush()
 }
