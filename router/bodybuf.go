@@ -100,7 +100,8 @@ func (bb *bodyBuf) release() {
 	}
 }
 
-// maxBodyHint bounds the buffer readBody takes before data arrives.
+// maxBodyHint bounds the buffer readBody takes before data arrives (a
+// class size: the 256 KiB class).
 const maxBodyHint = 256 << 10
 
 // readBody reads r to its end into a pooled buffer sized for a body of
@@ -112,7 +113,7 @@ func readBody(r io.Reader, n, limit int64) (*bodyBuf, error) {
 	// The hint is capped: a client declaring a large body and sending
 	// nothing must not make the router hold it up front. One byte more
 	// than the body lets the read that finds its end land in room.
-	bb := newBodyBuf(int(min(max(n, 511), maxBodyHint)+1), limit+1)
+	bb := newBodyBuf(int(min(max(n, 511), maxBodyHint-1)+1), limit+1)
 	for {
 		m, err := r.Read(bb.b[len(bb.b):cap(bb.b)])
 		bb.b = bb.b[:len(bb.b)+m]
