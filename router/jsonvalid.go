@@ -215,6 +215,14 @@ func scanString(b []byte, i int, text bool) (end int, escaped, ok bool) {
 			break
 		}
 	}
+	if text {
+		// ASCII text with no escape, the usual long message, is read
+		// once for its end, its escapes, control and non-ASCII bytes
+		// together; the loop below takes over at the first of them.
+		if i = plainText(b, i); i < len(b) && b[i] == '"' {
+			return i + 1, false, true
+		}
+	}
 	quote := -1 // the first '"' at or after i once looked for
 	for {
 		if quote < i {
@@ -263,6 +271,34 @@ func scanString(b []byte, i int, text bool) (end int, escaped, ok bool) {
 		}
 		i++
 	}
+}
+
+// plainText returns the index of the first byte at or after b[i] that is
+// a quote, a backslash, a control character or not ASCII (len(b) if none),
+// 32 bytes at a time.
+func plainText(b []byte, i int) int {
+	const quotes, backslashes, spaces = ones * '"', ones * '\\', ones * 0x20
+	for ; i+32 <= len(b); i += 32 {
+		w := (*[32]byte)(b[i : i+32])
+		var m uint64
+		for k := 0; k < 32; k += 8 {
+			x := binary.LittleEndian.Uint64(w[k:])
+			// A byte's top bit is set in x - ones*c where the byte is c
+			// (x ^ c is zero), in x - spaces where it is below 0x20, and
+			// in x where it is not ASCII; a borrow sets it only above a
+			// byte that does so itself.
+			m |= ((x ^ quotes) - ones) | ((x ^ backslashes) - ones) | (x - spaces) | x
+		}
+		if m&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return i
 }
 
 // textByte returns the index of a byte of s that is a control character
