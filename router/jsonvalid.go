@@ -174,26 +174,19 @@ func hasLiteral(b []byte, i int, lit string) bool {
 }
 
 // ones and highs hold each byte's lowest and highest bit; shortString is
-// how far scanValidString looks word by word before calling IndexByte.
+// how far scanString looks word by word before calling IndexByte.
 const (
 	ones, highs = 0x0101010101010101, 0x8080808080808080
 	shortString = 32
 )
 
-// scanValidString checks the string starting at b[i] == '"' and returns
-// the index after its closing quote.
-func scanValidString(b []byte, i int) (int, bool) {
-	end, _, ok := scanString(b, i, false)
-	return end, ok
-}
-
-// scanString is scanValidString that also reports whether the string
-// holds an escape and, with text, checks that it is valid UTF-8. The
-// quotes and backslashes are found with bytes.IndexByte (vector
-// instructions on amd64 and arm64), and the plain spans between them are
-// checked for control characters (and, with text, non-ASCII bytes) 32
-// bytes at a time: a long message is mostly one span, and read once for
-// both checks unless it holds non-ASCII text (textByte).
+// scanString checks the string starting at b[i] == '"' and returns the
+// index after its closing quote, and whether it holds an escape; with
+// text, it must be valid UTF-8 as well. ASCII text without escapes, the
+// usual long message, is read once (plainText). Elsewhere the quotes and
+// backslashes are found with bytes.IndexByte (vector instructions on
+// amd64 and arm64), and the spans between them are checked for control
+// characters (and, with text, UTF-8: textByte) 32 bytes at a time.
 func scanString(b []byte, i int, text bool) (end int, escaped, ok bool) {
 	i++
 	var high uint64 // with text, a byte's top bit ends the word-wise read
