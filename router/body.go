@@ -30,6 +30,9 @@ type request struct {
 	// known are the long values validation found the extent of, so
 	// extraction steps over them without reading them again.
 	known knownSpans
+	// keys is storage for the block keys of the request's token ids
+	// (bodyBuf.parse); nil: they are allocated.
+	keys []uint64
 }
 
 // longSpan is the length from which a string's extent is noted in
@@ -60,7 +63,12 @@ func (k *knownSpans) add(at, end int, esc bool) {
 // parseRequest validates body (UTF-8, one JSON object with a string
 // "model") and locates the model value, in one pass over the bytes.
 // Errors wrap ErrBadRequest.
-func parseRequest(body []byte) (request, error) {
+func parseRequest(body []byte) (request, error) { return parseRequestInto(body, nil) }
+
+// parseRequestInto is parseRequest reading a token-id prompt onto ids
+// (empty, with room: it grows if the prompt needs more), or into storage
+// of its own when ids is nil.
+func parseRequestInto(body []byte, ids []uint32) (request, error) {
 	r := request{body: body, modelStart: -1}
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
@@ -96,8 +104,12 @@ func parseRequest(body []byte) (request, error) {
 			vs := skipSpace(body, i+1)
 			read := false
 			if vs < len(body) && body[vs] == '[' && keyIs(key, "prompt") {
+				dst := ids
+				if r.promptIDs != nil {
+					dst = nil // a second "prompt": the first's ids stay whole
+				}
 				var ids []uint32
-				if ids, i, read = readTokenIDs(nil, body, vs); read {
+				if ids, i, read = readTokenIDs(dst, body, vs); read {
 					r.promptIDs, r.promptAt, r.promptEnd = ids, vs, i
 					r.known.add(vs, i, false)
 				}

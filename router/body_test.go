@@ -67,3 +67,27 @@ func TestParseRequestJudgesUTF8AndJSONAsBefore(t *testing.T) {
 		})
 	}
 }
+
+// Every kind of byte that ends plain ASCII text, at every position of
+// strings up to 100 bytes long (so at every offset in and across the
+// 32-byte blocks read at once), in a key and in a value: parseRequest
+// accepts exactly the bodies that are UTF-8 and JSON, and refuses the
+// others with the answer of the two checks made one after the other.
+func TestParseRequestTextEveryPosition(t *testing.T) {
+	inserts := []string{"\x01", "\x1f", "\t", `\n`, `\"`, `\u00e9`, `\x`, `\u12`, `"`, "é", "\x7f", "\xff", "\xc3", "€", "\xe2\x82", `\\`}
+	for n := range 100 {
+		for at := range n + 1 {
+			for _, ins := range inserts {
+				s := strings.Repeat("a", at) + ins + strings.Repeat("b", n-at)
+				for _, doc := range []string{`{"model":"m","x":"` + s + `"}`, `{"model":"m","` + s + `":1}`, `{"model":"m","x":["` + s + `"]}`} {
+					b := []byte(doc)
+					_, err := parseRequest(b)
+					want := refusalOf(b)
+					if (err == nil) != (want == "") || err != nil && !strings.Contains(err.Error(), want) {
+						t.Fatalf("parseRequest(%q) = %v, want %q", doc, err, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"io"
 	"math/bits"
 	"sync"
+
+	"github.com/rolter/rolter/strategies"
 )
 
 // Request bodies are read into buffers recycled across requests, one
@@ -32,10 +34,40 @@ const (
 var bodyPools [maxBodyClass - minBodyClass + 1]sync.Pool
 
 // bodyBuf is one request body's buffer: b[:len(b)] is the body read so
-// far. Nothing may keep b, or a slice of it, past release.
+// far. ids and keys are the storage a token-id prompt's ids and block keys
+// were read into by an earlier request with a body of this class, kept for
+// the next one (parse, recycle). Nothing may keep b, ids or keys, or a
+// slice of them, past release.
 type bodyBuf struct {
 	b     []byte
 	class int // index into bodyPools; -1: not pooled
+	ids   []uint32
+	keys  []uint64
+}
+
+// parse is parseRequest of the body, reading a token-id prompt into the
+// buffer's ids storage and leaving its keys storage for the block keys
+// (request.keys).
+func (bb *bodyBuf) parse() (request, error) {
+	r, err := parseRequestInto(bb.b, bb.ids[:0])
+	r.keys = bb.keys[:0]
+	return r, err
+}
+
+// recycle keeps, for the requests that get this buffer next, the ids and
+// block-key storage req and rc used (grown past the buffer's own, or
+// allocated when the buffer had none): they are the request's alone and
+// end with it.
+func (bb *bodyBuf) recycle(req *request, rc *strategies.RouteContext) {
+	if bb == nil || bb.class < 0 {
+		return
+	}
+	if cap(req.promptIDs) > cap(bb.ids) {
+		bb.ids = req.promptIDs
+	}
+	if cap(rc.BlockKeys) > cap(bb.keys) {
+		bb.keys = rc.BlockKeys
+	}
 }
 
 // bodyClass is the index of the smallest class whose buffers hold n
@@ -68,7 +100,8 @@ func (bb *bodyBuf) release() {
 	}
 }
 
-// maxBodyHint bounds the buffer readBody takes before data arrives.
+// maxBodyHint bounds the buffer readBody takes before data arrives (a
+// class size: the 256 KiB class).
 const maxBodyHint = 256 << 10
 
 // readBody reads r to its end into a pooled buffer sized for a body of
@@ -80,7 +113,7 @@ func readBody(r io.Reader, n, limit int64) (*bodyBuf, error) {
 	// The hint is capped: a client declaring a large body and sending
 	// nothing must not make the router hold it up front. One byte more
 	// than the body lets the read that finds its end land in room.
-	bb := newBodyBuf(int(min(max(n, 511), maxBodyHint)+1), limit+1)
+	bb := newBodyBuf(int(min(max(n, 511), maxBodyHint-1)+1), limit+1)
 	for {
 		m, err := r.Read(bb.b[len(bb.b):cap(bb.b)])
 		bb.b = bb.b[:len(bb.b)+m]

@@ -6,9 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rolter/rolter/strategies"
 )
 
 // rawEngine records each POST body it gets, byte for byte, and answers
@@ -169,4 +173,63 @@ func TestBodyBufferIsBoundedByTheBodyAndTheLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Token-id prompts read into a recycled buffer's storage get the same ids
+// and block keys as when read into their own, while other requests with
+// longer and shorter prompts recycle the same buffers around them.
+func TestRecycledIDStorageKeepsEveryRequestsKeys(t *testing.T) {
+	lengths := []int{100_000, 17, 40_000, 0, 3_000, 100_001, 16, 64_000}
+	type ref struct {
+		body []byte
+		ids  []uint32
+		keys []uint64
+	}
+	var refs []ref
+	for i, n := range lengths {
+		body := tokenBody(n)
+		if n == 0 {
+			body = []byte(`{"model":"llama","prompt":"no ids","max_tokens":8}`)
+		}
+		if i%3 == 1 {
+			// A second prompt of ids: the decoder keeps the last.
+			body = append(body[:len(body)-1], `,"prompt":[5,6,7]}`...)
+		}
+		var rc strategies.RouteContext
+		if err := buildRouteContext(&rc, http.Header{}, body, "llama", ""); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref{body: body, ids: slices.Clone(rc.TokenIDs), keys: slices.Clone(rc.BlockKeys)})
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for round := range 6 {
+				rf := refs[(w*3+round)%len(refs)]
+				bb, err := readBody(bytes.NewReader(rf.body), int64(len(rf.body)), 8<<20)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req, err := bb.parse()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var rc strategies.RouteContext
+				if err := fillFromRequest(&rc, http.Header{}, &req, "", false); err != nil {
+					t.Error(err)
+					return
+				}
+				runtime.Gosched() // the request is in flight: others recycle around it
+				if !slices.Equal(rc.TokenIDs, rf.ids) || !slices.Equal(rc.BlockKeys, rf.keys) {
+					t.Errorf("a %d-byte body read %d ids and %d keys, want %d and %d (or they differ)",
+						len(rf.body), len(rc.TokenIDs), len(rc.BlockKeys), len(rf.ids), len(rf.keys))
+				}
+				bb.recycle(&req, &rc)
+				bb.release()
+			}
+		})
+	}
+	wg.Wait()
 }

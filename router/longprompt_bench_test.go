@@ -84,31 +84,37 @@ func chatWordsBody(n int) []byte {
 }
 
 // BenchmarkLongChat is the router's reading of a chat with one long user
-// message: validation, the model's span, the bounded prompt text and the
-// digest of the whole conversation (what cache_aware and consistent_hash
-// route on). MB/s is of the body.
+// message: validation, the model's span, the bounded prompt text and, for
+// consistent_hash, the digest of the whole conversation (cache_aware
+// routes on the text alone: the -nodigest cases). MB/s is of the body.
 func BenchmarkLongChat(b *testing.B) {
 	for _, words := range []int{10_000, 100_000} {
 		body := chatWordsBody(words)
-		b.Run(fmt.Sprintf("%dk-words", words/1000), func(b *testing.B) {
-			var rc strategies.RouteContext
-			hdr := http.Header{}
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			defer reportCPU(b)()
-			for b.Loop() {
-				req, err := parseRequest(body)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := fillFromRequest(&rc, hdr, &req, "", true); err != nil {
-					b.Fatal(err)
-				}
-				if rc.PromptLen != len(body)-len(`{"model":"llama","messages":[{"role":"user","content":""}],"max_tokens":8}`) {
-					b.Fatalf("prompt of %d bytes", rc.PromptLen)
-				}
+		for _, digest := range []bool{true, false} {
+			name := fmt.Sprintf("%dk-words", words/1000)
+			if !digest {
+				name += "-nodigest"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				var rc strategies.RouteContext
+				hdr := http.Header{}
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				defer reportCPU(b)()
+				for b.Loop() {
+					req, err := parseRequest(body)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := fillFromRequest(&rc, hdr, &req, "", digest); err != nil {
+						b.Fatal(err)
+					}
+					if rc.PromptLen != len(body)-len(`{"model":"llama","messages":[{"role":"user","content":""}],"max_tokens":8}`) {
+						b.Fatalf("prompt of %d bytes", rc.PromptLen)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -125,6 +131,26 @@ func BenchmarkLongPromptRequest(b *testing.B) {
 	defer reportCPU(b)()
 	for b.Loop() {
 		req := httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// BenchmarkLongChatRequest is a whole request with a 100k-word chat
+// through a cache_aware route, in process, as BenchmarkLongPromptRequest.
+func BenchmarkLongChatRequest(b *testing.B) {
+	cfg := strings.Replace(benchConfig, "[[routes]]\nmodel = \"llama\"\n", "[[routes]]\nmodel = \"llama\"\nstrategy = \"cache_aware\"\n", 1)
+	s := benchServerFrom(b, memEngine{}, cfg)
+	h := s.Handler()
+	body := string(chatWordsBody(100_000))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		if w.Code != 200 {

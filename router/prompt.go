@@ -467,7 +467,13 @@ func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool,
 	}
 	if len(ids) > 0 {
 		rc.PromptTokens = len(ids)
-		rc.BlockKeys = kvblock.Keys(make([]uint64, 0, len(ids)/blockSize), ids, blockSize, kvblock.Extra(adapter, ""))
+		var keys []uint64
+		if req != nil && cap(req.keys) >= len(ids)/blockSize {
+			keys = req.keys[:0]
+		} else {
+			keys = make([]uint64, 0, len(ids)/blockSize)
+		}
+		rc.BlockKeys = kvblock.Keys(keys, ids, blockSize, kvblock.Extra(adapter, ""))
 		if rc.Prompt == "" {
 			// No text to match: prefix affinity keys the ids instead.
 			rc.Prompt = strategies.TokenPrompt(ids)

@@ -42,6 +42,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 			s.metrics.request(counted, label, code)
 		}
 		a.finish(code)
+		body.recycle(a.req, a.rc)
 		body.release()
 	}()
 	fail := func(err error, retryAfter time.Duration) { code = writeError(w, err, retryAfter) }
@@ -78,7 +79,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 		fail(fmt.Errorf("%w: reading body: %v", ErrBadRequest, err), 0)
 		return
 	}
-	a.reqv, err = parseRequest(body.b)
+	a.reqv, err = body.parse()
 	req := a.req
 	if err != nil {
 		fail(err, 0)
