@@ -865,4 +865,18 @@ func TestRoutersSendIntents(t *testing.T) {
 	if n := b.IntentsReceived(); n != 1 {
 		t.Errorf("b received %d intents after the withdrawal, want still 1", n)
 	}
+	// An intent resolved before its own message went out still reaches b,
+	// as resolved, with the pick's loads.
+	// As when Intend and the pick's publication come before the sender runs.
+	a.share.mu.Lock()
+	next := at.Add(time.Second)
+	a.share.intent, a.share.intentPending, a.share.intentDirty = next, true, true
+	a.share.resolve = true
+	a.share.mu.Unlock()
+	publishInflight(a, map[string]uint64{EngineURL(0): 2})
+	testwait.For(t, 5*time.Second, "b sees a's second intent, resolved, with its load", func() bool {
+		p, ok := peer()
+		r, _ := b.View().Remote(EngineURL(0))
+		return ok && p.Intent.Equal(next) && !p.Pending && r.Inflight == 2
+	})
 }
