@@ -43,6 +43,10 @@ type routerShare struct {
 	resolve       bool // the next PublishLoads resolves the intent
 	peers         map[string]peerIntent
 	intentsIn     atomic.Uint64
+	// delay estimates the one-way delay of the other routers' messages
+	// (nanos): each new pending intent's age on arrival moves it, half
+	// the way up, a sixteenth down.
+	delay atomic.Int64
 
 	inbox chan Learned
 
@@ -433,11 +437,31 @@ func (s *routerShare) notePeerIntentLocked(m *inflightMsg) {
 	if m.Intent > 0 {
 		if int64(m.Intent) != p.intent {
 			s.intentsIn.Add(1)
+			if m.Pending {
+				s.noteDelay(s.c.now().Sub(time.Unix(0, int64(m.Intent))))
+			}
 		}
 		p.intent, p.rank = int64(m.Intent), int(m.Rank)
 	}
 	s.peers[m.From] = p
 }
+
+// noteDelay moves the delay estimate towards age, one intent's age on
+// arrival (on the sender's clock against this one's: clamped to [0, 1 s]).
+func (s *routerShare) noteDelay(age time.Duration) {
+	age = min(max(age, 0), time.Second)
+	est := time.Duration(s.delay.Load())
+	if age > est {
+		est += (age - est) / 2
+	} else {
+		est -= (est - age) / 16
+	}
+	s.delay.Store(int64(est))
+}
+
+// PeerDelay returns the estimated one-way delay of the other routers'
+// messages, from their intents' ages on arrival (0 before any).
+func (r *Router) PeerDelay() time.Duration { return time.Duration(r.share.delay.Load()) }
 
 // sumRemoteLocked refreshes the other routers' totals from e.inflight.
 func (e *engine) sumRemoteLocked() {
