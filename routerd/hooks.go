@@ -156,6 +156,7 @@ var (
 	_ meshstate.Transport       = viewTransport{}
 	_ meshstate.Intents         = viewTransport{}
 	_ meshstate.IntentsReceived = viewTransport{}
+	_ meshstate.PeerDelay       = viewTransport{}
 )
 
 // Share implements meshstate.Transport.
@@ -193,6 +194,9 @@ func (t viewTransport) PeerPicks(buf []meshstate.PeerPick) []meshstate.PeerPick 
 	}
 	return buf
 }
+
+// PeerDelay implements meshstate.PeerDelay.
+func (t viewTransport) PeerDelay() time.Duration { return t.node.PeerDelay() }
 
 // IntentsReceived implements meshstate.IntentsReceived.
 func (t viewTransport) IntentsReceived() uint64 { return t.node.IntentsReceived() }

@@ -30,18 +30,21 @@ import (
 // Row is one line of the report (and of --json): one strategy at one
 // replica count.
 type Row struct {
-	Strategy      string             `json:"strategy"`
-	Routers       int                `json:"routers"`
-	Load          float64            `json:"load"`
-	HitRate       float64            `json:"hit_rate"`
-	TTFTP50       float64            `json:"ttft_p50_ms"`
-	TTFTP90       float64            `json:"ttft_p90_ms"`
-	TTFTP99       float64            `json:"ttft_p99_ms"`
-	E2EP50        float64            `json:"e2e_p50_ms"`
-	E2EP99        float64            `json:"e2e_p99_ms"`
-	Throughput    float64            `json:"throughput_tok_s"`
-	Imbalance     float64            `json:"imbalance"`
-	Failed        int                `json:"failed,omitempty"`
+	Strategy   string  `json:"strategy"`
+	Routers    int     `json:"routers"`
+	Load       float64 `json:"load"`
+	HitRate    float64 `json:"hit_rate"`
+	TTFTP50    float64 `json:"ttft_p50_ms"`
+	TTFTP90    float64 `json:"ttft_p90_ms"`
+	TTFTP99    float64 `json:"ttft_p99_ms"`
+	E2EP50     float64 `json:"e2e_p50_ms"`
+	E2EP99     float64 `json:"e2e_p99_ms"`
+	Throughput float64 `json:"throughput_tok_s"`
+	Imbalance  float64 `json:"imbalance"`
+	Failed     int     `json:"failed,omitempty"`
+	// HeldMean is the mean wait of a request at its router before its
+	// pick (the mesh's order of the first picks of an instant), in ms.
+	HeldMean      float64            `json:"held_mean_ms,omitempty"`
 	VsRoundRobin  map[string]float64 `json:"vs_round_robin,omitempty"`
 	VsOracle      map[string]float64 `json:"vs_oracle,omitempty"`
 	PerEngineReqs []int              `json:"per_engine_requests"`
@@ -246,10 +249,14 @@ func runAll(ctx context.Context, jobs []simJob, parallel int) ([]fleet.Result, e
 
 func toRow(r fleet.Result, load float64) Row {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	return Row{Strategy: r.Strategy, Routers: r.Routers, Load: load, HitRate: r.HitRate,
+	row := Row{Strategy: r.Strategy, Routers: r.Routers, Load: load, HitRate: r.HitRate,
 		TTFTP50: ms(r.TTFT.P50), TTFTP90: ms(r.TTFT.P90), TTFTP99: ms(r.TTFT.P99),
 		E2EP50: ms(r.E2E.P50), E2EP99: ms(r.E2E.P99), Throughput: r.Throughput, Imbalance: r.Imbalance,
 		Failed: r.Failed, PerEngineReqs: r.PerEngine}
+	if r.Requests > 0 {
+		row.HeldMean = ms(r.Held) / float64(r.Requests)
+	}
+	return row
 }
 
 // addRatios divides every metric by round_robin's and the oracle's at the

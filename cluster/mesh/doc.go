@@ -55,8 +55,12 @@
 //     router/meshstate does 2 ms after a change: only the engines whose
 //     load changed since the last send, stamped with the oldest change's
 //     time (the receiver keeps rolter_mesh_peer_load_age_seconds) and the
-//     send time (PeerPublished, PeerNews: what meshstate's hold waits
-//     for); every 250 ms a repeat carries every non-zero one. Learned
+//     send time (PeerPublished, PeerNews: what meshstate's order of
+//     picks waits for); every 250 ms a repeat carries every non-zero one.
+//     The same messages carry the sender's latest intent (a pick pending,
+//     Intend; sent alone at once when a request arrives) and whether it
+//     is still pending; PeerIntents and PeerDelay (the intents' ages on
+//     arrival) are what meshstate reads of them. Learned
 //     records (prefix observations, session pins) go every 50 ms. View.Remote hands router/meshstate the raw
 //     inputs of its load fold; what the records and loads mean is
 //     meshstate's, not this package's.

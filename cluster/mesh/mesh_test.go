@@ -848,6 +848,9 @@ func TestRoutersSendIntents(t *testing.T) {
 	if n := b.IntentsReceived(); n != 1 {
 		t.Errorf("b received %d intents, want 1", n)
 	}
+	if d := b.PeerDelay(); d <= 0 || d > time.Second {
+		t.Errorf("b's peer delay estimate %v after a's intent, want its age on arrival, halved", d)
+	}
 	// A load message while the pick is pending carries the intent.
 	publishInflight(a, map[string]uint64{EngineURL(0): 1})
 	testwait.For(t, 5*time.Second, "b sees a's load", func() bool {
@@ -864,5 +867,37 @@ func TestRoutersSendIntents(t *testing.T) {
 	})
 	if n := b.IntentsReceived(); n != 1 {
 		t.Errorf("b received %d intents after the withdrawal, want still 1", n)
+	}
+	// An intent resolved before its own message went out still reaches b,
+	// as resolved, with the pick's loads.
+	// As when Intend and the pick's publication come before the sender runs.
+	a.share.mu.Lock()
+	next := at.Add(time.Second)
+	a.share.intent, a.share.intentPending, a.share.intentDirty = next, true, true
+	a.share.resolve = true
+	a.share.mu.Unlock()
+	publishInflight(a, map[string]uint64{EngineURL(0): 2})
+	testwait.For(t, 5*time.Second, "b sees a's second intent, resolved, with its load", func() bool {
+		p, ok := peer()
+		r, _ := b.View().Remote(EngineURL(0))
+		return ok && p.Intent.Equal(next) && !p.Pending && r.Inflight == 2
+	})
+}
+
+// The peer delay estimate follows intents' ages on arrival: half the way
+// up at once, a sixteenth of the way down, clamped to [0, 1 s].
+func TestPeerDelayEstimate(t *testing.T) {
+	s := &routerShare{}
+	ms := time.Millisecond
+	steps := []struct {
+		age, want time.Duration
+	}{
+		{8 * ms, 4 * ms}, {8 * ms, 6 * ms}, {-5 * ms, 6*ms - 6*ms/16}, {time.Hour, 6*ms - 6*ms/16 + (time.Second-(6*ms-6*ms/16))/2},
+	}
+	for i, st := range steps {
+		s.noteDelay(st.age)
+		if got := time.Duration(s.delay.Load()); got != st.want {
+			t.Errorf("step %d (age %v): estimate %v, want %v", i, st.age, got, st.want)
+		}
 	}
 }

@@ -32,15 +32,21 @@ type routerShare struct {
 	outbox   []Learned
 	version  uint64            // config_version this router has applied
 	versions map[string]uint64 // config_version each other router reported
-	// This router's pending intent (zero: none), its rank, and whether a
-	// change of it waits to be sent (Intend); what each other router's
-	// newest message said of its own (peers).
-	intent      time.Time
-	intentRank  int
-	intentDirty bool
-	resolve     bool // the next PublishLoads withdraws the intent
-	peers       map[string]peerIntent
-	intentsIn   atomic.Uint64
+	// This router's latest intent (zero: none yet), its rank, whether it
+	// is still pending, and whether a change of it waits to be sent
+	// (Intend); what each other router's newest message said of its own
+	// (peers).
+	intent        time.Time
+	intentRank    int
+	intentPending bool
+	intentDirty   bool
+	resolve       bool // the next PublishLoads resolves the intent
+	peers         map[string]peerIntent
+	intentsIn     atomic.Uint64
+	// delay estimates the one-way delay of the other routers' messages
+	// (nanos): each new pending intent's age on arrival moves it, half
+	// the way up, a sixteenth down.
+	delay atomic.Int64
 
 	inbox chan Learned
 
@@ -88,7 +94,7 @@ func (r *Router) PublishLoads(loads map[string]Load, changed time.Time) {
 	s.mu.Lock()
 	s.inflight = maps.Clone(loads)
 	if s.resolve {
-		s.intent, s.resolve, s.intentDirty = time.Time{}, false, true
+		s.intentPending, s.resolve, s.intentDirty = false, false, true
 	}
 	if !changed.IsZero() && (s.changed.IsZero() || changed.Before(s.changed)) {
 		s.changed = changed
@@ -123,14 +129,19 @@ type PeerIntent struct {
 
 // Intend sets this router's pending pick (router/meshstate's order of the
 // first picks of an instant): at non-zero is when it was announced, rank
-// this router's rank. The change goes to every other router at once, in a
-// load message without engines when nothing else is due, and every load
-// message carries the pending intent until Intend is called with a zero
-// at. It never blocks.
+// this router's rank; a zero at withdraws it. The change goes to every
+// other router at once, in a load message without engines when nothing
+// else is due. Every load message carries the latest intent and whether
+// it is still pending: a receiver that never got the intent's own message
+// (it went in the same send as the pick that resolved it) still learns
+// that the pick of that intent is in. It never blocks.
 func (r *Router) Intend(rank int, at time.Time) {
 	s := r.share
 	s.mu.Lock()
-	s.intent, s.intentRank, s.intentDirty, s.resolve = at, rank, true, false
+	if !at.IsZero() {
+		s.intent, s.intentRank = at, rank
+	}
+	s.intentPending, s.intentDirty, s.resolve = !at.IsZero(), true, false
 	s.mu.Unlock()
 	select {
 	case s.kick <- struct{}{}:
@@ -139,17 +150,17 @@ func (r *Router) Intend(rank int, at time.Time) {
 }
 
 // ResolveIntent says the next PublishLoads carries the pick that followed
-// this router's pending intent: that message goes without the intent, so
-// the other routers see the intent resolved together with the loads.
+// this router's pending intent: that message carries the intent as
+// resolved, so the other routers see it resolved together with the loads.
 func (r *Router) ResolveIntent() {
 	s := r.share
 	s.mu.Lock()
-	s.resolve = !s.intent.IsZero()
+	s.resolve = s.intentPending
 	s.mu.Unlock()
 }
 
-// PeerIntents appends to buf the pending pick of every other router that
-// has announced one. It does not allocate beyond buf's growth.
+// PeerIntents appends to buf the latest intent of every other router that
+// has announced one, and whether it is still pending. It does not allocate beyond buf's growth.
 func (r *Router) PeerIntents(buf []PeerIntent) []PeerIntent {
 	s := r.share
 	s.mu.Lock()
@@ -286,6 +297,7 @@ func (s *routerShare) sendInflight(full bool) {
 	if !s.intent.IsZero() {
 		intent, rank = uint64(s.intent.UnixNano()), uint64(max(s.intentRank, 0))
 	}
+	pending := s.intentPending
 	dirty := s.intentDirty
 	s.intentDirty = false
 	s.mu.Unlock()
@@ -306,7 +318,7 @@ func (s *routerShare) sendInflight(full bool) {
 			}
 		}
 		msg := encodeInflight(&inflightMsg{From: s.c.cfg.Name, Entries: entries[:i], ConfigVersion: version,
-			Changed: changedAt, Sent: uint64(now.UnixNano()), Intent: intent, Rank: rank})
+			Changed: changedAt, Sent: uint64(now.UnixNano()), Intent: intent, Rank: rank, Pending: pending})
 		entries = entries[i:]
 		for _, r := range routers {
 			s.c.send(r, msg)
@@ -421,15 +433,35 @@ func (s *routerShare) notePeerIntentLocked(m *inflightMsg) {
 		return
 	}
 	p.sent = sent
-	p.pending = m.Intent > 0
+	p.pending = m.Intent > 0 && m.Pending
 	if m.Intent > 0 {
 		if int64(m.Intent) != p.intent {
 			s.intentsIn.Add(1)
+			if m.Pending {
+				s.noteDelay(s.c.now().Sub(time.Unix(0, int64(m.Intent))))
+			}
 		}
 		p.intent, p.rank = int64(m.Intent), int(m.Rank)
 	}
 	s.peers[m.From] = p
 }
+
+// noteDelay moves the delay estimate towards age, one intent's age on
+// arrival (on the sender's clock against this one's: clamped to [0, 1 s]).
+func (s *routerShare) noteDelay(age time.Duration) {
+	age = min(max(age, 0), time.Second)
+	est := time.Duration(s.delay.Load())
+	if age > est {
+		est += (age - est) / 2
+	} else {
+		est -= (est - age) / 16
+	}
+	s.delay.Store(int64(est))
+}
+
+// PeerDelay returns the estimated one-way delay of the other routers'
+// messages, from their intents' ages on arrival (0 before any).
+func (r *Router) PeerDelay() time.Duration { return time.Duration(r.share.delay.Load()) }
 
 // sumRemoteLocked refreshes the other routers' totals from e.inflight.
 func (e *engine) sumRemoteLocked() {

@@ -118,11 +118,13 @@ type inflightMsg struct {
 	// Sent when the message was built, both unix nanos on the sender's
 	// clock (0: a repeat that carries no change / unknown).
 	Changed, Sent uint64
-	// Intent is when the sender's pending pick was announced (unix nanos,
-	// its clock; 0: none pending) and Rank the sender's rank then
-	// (router/meshstate's order of the first picks of an instant).
-	Intent uint64
-	Rank   uint64
+	// Intent is when the sender's latest intent was announced (unix
+	// nanos, its clock; 0: none yet), Rank the sender's rank then, and
+	// Pending whether its pick is still to come (router/meshstate's order
+	// of the first picks of an instant).
+	Intent  uint64
+	Rank    uint64
+	Pending bool
 }
 
 type inflightEntry struct {

@@ -76,6 +76,9 @@ func encodeInflight(m *inflightMsg) []byte {
 	if m.Intent > 0 {
 		b = appendFixed(b, 7, m.Intent)
 		b = appendUint(b, 8, m.Rank)
+		if m.Pending {
+			b = appendUint(b, 9, 1)
+		}
 	}
 	return b
 }
@@ -144,6 +147,10 @@ func decodeInflight(b []byte) (*inflightMsg, error) {
 		}
 		if fl.num == 8 && fl.typ == protowire.VarintType {
 			m.Rank = min(fl.u, maxRank)
+			return nil
+		}
+		if fl.num == 9 && fl.typ == protowire.VarintType {
+			m.Pending = fl.u != 0
 			return nil
 		}
 		if fl.typ == protowire.Fixed64Type && fl.num >= 5 && fl.num <= 7 {

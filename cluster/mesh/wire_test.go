@@ -194,18 +194,22 @@ func TestLearnedAndInflightRoundTrip(t *testing.T) {
 // pick was announced and its rank, a few bytes beyond the header.
 func TestIntentRoundTrip(t *testing.T) {
 	at := uint64(time.Date(2026, 12, 1, 16, 0, 0, 0, time.UTC).UnixNano())
-	in := inflightMsg{From: "router-1", Sent: at + 5, Intent: at, Rank: 3}
+	in := inflightMsg{From: "router-1", Sent: at + 5, Intent: at, Rank: 3, Pending: true}
 	b := encodeInflight(&in)
 	got, err := decodeInflight(b[1:])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Intent != at || got.Rank != 3 || got.Sent != at+5 || len(got.Entries) != 0 {
-		t.Errorf("got %+v, want intent %d rank 3", got, at)
+	if got.Intent != at || got.Rank != 3 || !got.Pending || got.Sent != at+5 || len(got.Entries) != 0 {
+		t.Errorf("got %+v, want pending intent %d rank 3", got, at)
+	}
+	in.Pending = false
+	if got, _ := decodeInflight(encodeInflight(&in)[1:]); got.Intent != at || got.Pending {
+		t.Errorf("got %+v, want intent %d resolved", got, at)
 	}
 	none := encodeInflight(&inflightMsg{From: "router-1", Sent: at + 5})
-	if extra := len(b) - len(none); extra > 12 {
-		t.Errorf("the intent costs %d bytes, want at most 12 (fixed64 + rank)", extra)
+	if extra := len(b) - len(none); extra > 13 {
+		t.Errorf("the intent costs %d bytes, want at most 13 (fixed64, rank, pending)", extra)
 	}
 	if got, _ := decodeInflight(none[1:]); got.Intent != 0 {
 		t.Errorf("a message without an intent decoded with intent %d", got.Intent)

@@ -15,19 +15,41 @@ import (
 // the pick that followed it. Rank 0 never waits, waits only point to lower
 // ranks (no cycle), and every wait is bounded, so a silent or dead peer
 // costs at most the bound.
+//
+// The windows follow the delay of the other routers' messages (PeerDelay,
+// PeerHop without it): an intent made at a pick's arrival reaches it one
+// delay later, and a lower rank's pick one delay after that rank went.
 const (
-	// IntentWindow is how far apart an intent and an arrival may be and
-	// still be of the same instant. It is also how long a pick listens
-	// for the lower-ranked routers' intents before it goes without them:
-	// an intent made at the pick's arrival reaches it PeerHop later.
-	IntentWindow = MaxHold
+	// MaxPeerDelay caps the delay the windows stretch to, so that a
+	// transport's bad estimate (clock skew between hosts) costs a pick at
+	// most (R−1)·IntentWindow(MaxPeerDelay).
+	MaxPeerDelay = 25 * time.Millisecond
 )
 
+// PeerDelay is an optional Transport capability, type-asserted: the
+// one-way delay of the other routers' messages lately (cluster/mesh
+// estimates it from its intents' ages on arrival; the simulator knows its
+// own). It must not block; Arrive reads it once per request.
+type PeerDelay interface {
+	PeerDelay() time.Duration
+}
+
+// IntentWindow is, for other routers' messages delay late, how far apart
+// an intent and an arrival may be and still be of the same instant, how
+// long a pick listens for the lower-ranked routers' intents before it
+// goes without them, and the wait allowed per lower rank: MaxHold with the
+// delay in PeerHop's place (PublishGap of slack beyond it), at least
+// MaxHold.
+func IntentWindow(delay time.Duration) time.Duration {
+	return max(MaxHold, min(max(delay, 0), MaxPeerDelay)+PublishGap)
+}
+
 // IntentBound is the longest the ordering delays a pick at rank: one
-// MaxHold per router ranked below it (at least IntentWindow), so the last
-// of R routers waits at most (R−1)·MaxHold.
-func IntentBound(rank int) time.Duration {
-	return max(IntentWindow, time.Duration(rank)*MaxHold)
+// IntentWindow per router ranked below it (at least one), so the last of R
+// routers waits at most (R−1)·IntentWindow(delay).
+func IntentBound(rank int, delay time.Duration) time.Duration {
+	w := IntentWindow(delay)
+	return max(w, time.Duration(rank)*w)
 }
 
 // PeerPick is what this router knows of another router's pending pick
@@ -88,6 +110,8 @@ type Pick struct {
 	last  int64 // this router's own pick before it (unix nanos; 0: none)
 	rank  int
 	order bool // ordered by rank: the transport carries intents
+	// window is IntentWindow for the peer delay at arrival.
+	window time.Duration
 	// intent is this router's pending intent p was counted under
 	// (Release); zero: none.
 	intent time.Time
@@ -116,12 +140,17 @@ func (s *State) Arrive(now time.Time) Pick {
 		return p
 	}
 	p.order = true
+	delay := PeerHop
+	if pd, ok := s.tr.(PeerDelay); ok {
+		delay = pd.PeerDelay()
+	}
+	p.window = IntentWindow(delay)
 	if rank >= live-1 {
 		return p
 	}
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
-	if s.intentAt.IsZero() || now.Sub(s.intentAt) > IntentWindow {
+	if s.intentAt.IsZero() || now.Sub(s.intentAt) > p.window {
 		s.intentAt, s.intentWaiters = now, 0
 		it.Intend(rank, now)
 		s.intentsSent.Add(1)
@@ -138,7 +167,8 @@ func (s *State) Arrive(now time.Time) Pick {
 // then. An ordered pick at rank k waits, until IntentBound(k) after its
 // arrival, for every lower rank r: while a router of rank r has an intent
 // of its instant (within IntentWindow) still pending, and, for at most
-// IntentWindow, while it has heard no intent of rank r at all. A pick on
+// IntentWindow, while it has heard no intent of rank r at all (both for
+// the peer delay at its arrival). A pick on
 // a transport without intents that follows this router's own pick within
 // MaxHold waits as Hold says. reason is what it waits for (HoldIntent or
 // HoldInstant). It does not allocate.
@@ -159,20 +189,20 @@ func (s *State) ready(p Pick, now time.Time) (wait time.Duration, reason string,
 	if p.rank == 0 {
 		return 0, "", false
 	}
-	bound := p.at.Add(IntentBound(p.rank))
+	bound := p.at.Add(max(p.window, time.Duration(p.rank)*p.window))
 	s.peerMu.Lock()
 	defer s.peerMu.Unlock()
 	s.peerBuf = s.tr.(Intents).PeerPicks(s.peerBuf[:0])
 	peers := s.peerBuf
 	until := time.Time{}
-	listen := p.at.Add(IntentWindow)
+	listen := p.at.Add(p.window)
 	for r := range p.rank {
 		heard, pending := false, false
 		for _, q := range peers {
 			if q.Rank != r || q.Intent.IsZero() {
 				continue
 			}
-			if d := q.Intent.Sub(p.at); d < -IntentWindow || d > IntentWindow {
+			if d := q.Intent.Sub(p.at); d < -p.window || d > p.window {
 				continue
 			}
 			heard = true

@@ -182,8 +182,8 @@ func TestTheBoundEndsAWaitOnASilentPeer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newOrderTransport(4, 1)
 		s := New(tr, time.Now, Options{})
-		if d, _ := timedWait(s, t.Context()); d != IntentWindow {
-			t.Errorf("nothing heard: waited %v, want IntentWindow %v", d, IntentWindow)
+		if d, _ := timedWait(s, t.Context()); d != IntentWindow(PeerHop) {
+			t.Errorf("nothing heard: waited %v, want IntentWindow %v", d, IntentWindow(PeerHop))
 		}
 		if n := timeouts(t, s); n != 0 {
 			t.Errorf("listening counted %v timeouts", n)
@@ -195,11 +195,11 @@ func TestTheBoundEndsAWaitOnASilentPeer(t *testing.T) {
 		tr.hear(PeerPick{Rank: 0, Intent: now})
 		tr.hear(PeerPick{Rank: 1, Intent: now, Pending: true}) // never picks
 		tr.hear(PeerPick{Rank: 2, Intent: now})
-		if d, err := timedWait(s, t.Context()); d != IntentBound(3) || err != nil {
-			t.Errorf("a silent rank 1: waited %v (%v), want IntentBound(3) %v", d, err, IntentBound(3))
+		if d, err := timedWait(s, t.Context()); d != IntentBound(3, PeerHop) || err != nil {
+			t.Errorf("a silent rank 1: waited %v (%v), want IntentBound(3) %v", d, err, IntentBound(3, PeerHop))
 		}
-		if IntentBound(3) != 3*MaxHold {
-			t.Errorf("IntentBound(3) = %v, want 3 × MaxHold", IntentBound(3))
+		if IntentBound(3, PeerHop) != 3*MaxHold {
+			t.Errorf("IntentBound(3) = %v, want 3 × MaxHold", IntentBound(3, PeerHop))
 		}
 		if n := timeouts(t, s); n != 1 {
 			t.Errorf("timeouts %v, want 1", n)
@@ -284,6 +284,46 @@ func TestHoldReasonsAreLabelled(t *testing.T) {
 			if c.GetLabel()[0].GetValue() == "sent" && c.GetCounter().GetValue() != 1 {
 				t.Errorf("intents sent %v, want 1", c.GetCounter().GetValue())
 			}
+		}
+	})
+}
+
+// delayTransport is an orderTransport that reports a peer delay.
+type delayTransport struct {
+	*orderTransport
+	delay time.Duration
+}
+
+func (d delayTransport) PeerDelay() time.Duration { return d.delay }
+
+// The windows follow the peers' delay: a pick listens for an intent as
+// long as one takes to arrive, and waits per lower rank as long, never
+// less than MaxHold and never more than MaxPeerDelay allows.
+func TestTheWindowsFollowThePeerDelay(t *testing.T) {
+	if w := IntentWindow(time.Millisecond); w != MaxHold {
+		t.Errorf("IntentWindow(1ms) = %v, want MaxHold", w)
+	}
+	if w := IntentWindow(10 * time.Millisecond); w != 10*time.Millisecond+PublishGap {
+		t.Errorf("IntentWindow(10ms) = %v, want 10ms + PublishGap", w)
+	}
+	if w := IntentWindow(time.Hour); w != MaxPeerDelay+PublishGap {
+		t.Errorf("IntentWindow(1h) = %v, want capped at MaxPeerDelay + PublishGap", w)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		tr := delayTransport{newOrderTransport(3, 1), 10 * time.Millisecond}
+		s := New(tr, time.Now, Options{})
+		now := time.Now()
+		go func() {
+			time.Sleep(10 * time.Millisecond) // rank 0's intent, 10 ms on the way
+			tr.hear(PeerPick{Rank: 0, Intent: now, Pending: true})
+			time.Sleep(time.Millisecond) // and its pick, 1 ms after it
+			tr.hear(PeerPick{Rank: 0, Intent: now})
+		}()
+		if d, err := timedWait(s, t.Context()); d != 11*time.Millisecond || err != nil {
+			t.Errorf("waited %v (%v), want 11ms: until rank 0's pick, 10 ms late", d, err)
+		}
+		if n := timeouts(t, s); n != 0 {
+			t.Errorf("%v timeouts, want none: the window covered the delay", n)
 		}
 	})
 }

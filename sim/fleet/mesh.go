@@ -61,6 +61,7 @@ type gossip struct {
 var (
 	_ meshstate.Transport = gossip{}
 	_ meshstate.Intents   = gossip{}
+	_ meshstate.PeerDelay = gossip{}
 )
 
 // Share implements meshstate.Transport: the record goes on the wire log.
@@ -185,6 +186,10 @@ func (g gossip) PeerPicks(buf []meshstate.PeerPick) []meshstate.PeerPick {
 	}
 	return buf
 }
+
+// PeerDelay implements meshstate.PeerDelay: the run's peer delay, which
+// every message takes exactly.
+func (g gossip) PeerDelay() time.Duration { return g.r.cfg.PeerDelay }
 
 // nextNews is when the next message (publication or intent) of a replica
 // other than k reaches k after now; ok is false when none is on the wire.

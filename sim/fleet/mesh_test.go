@@ -151,8 +151,7 @@ func (importRecorder) PickEligible(*strategies.RouteContext, []uint64, strategie
 // rank 0 at once, each next rank when the picks of the ranks below it have
 // reached it (published at once, PeerDelay on the way); a replica's
 // requests of the instant go together. A replica alone never waits, and a
-// peer whose pick is late holds a pick at most IntentBound; one heard
-// from not at all, IntentWindow.
+// peer heard from not at all holds it IntentWindow.
 func TestReplicasOrderTheFirstPicksOfAnInstant(t *testing.T) {
 	ms := time.Millisecond
 	at := func(n int, d time.Duration) []Request {
@@ -174,6 +173,7 @@ func TestReplicasOrderTheFirstPicksOfAnInstant(t *testing.T) {
 		}
 		return out
 	}
+	late := meshstate.IntentWindow(time.Second)
 	// Round-robin: request i reaches replica i mod R.
 	tests := []struct {
 		routers int
@@ -186,10 +186,9 @@ func TestReplicasOrderTheFirstPicksOfAnInstant(t *testing.T) {
 		{2, ms, append(at(4, 0), at(1, time.Second)...), []time.Duration{0, ms, 0, ms, 0},
 			"rank 1 after rank 0's picks arrive; a lone request at rank 0 does not wait"},
 		{3, ms, at(6, 0), []time.Duration{0, ms, 2 * ms, 0, ms, 2 * ms}, "a chain: rank 2 after rank 1"},
-		{2, time.Second, at(4, 0), []time.Duration{0, meshstate.IntentBound(1), 0, meshstate.IntentBound(1)},
-			"the peer's pick is late: the bound"},
-		{3, time.Second, at(3, 0), []time.Duration{0, meshstate.IntentWindow, meshstate.IntentWindow},
-			"no intent heard: each listens IntentWindow"},
+		{2, 5 * ms, at(4, 0), []time.Duration{0, 5 * ms, 0, 5 * ms}, "the windows follow the peer delay"},
+		{3, time.Second, at(3, 0), []time.Duration{0, late, late},
+			"a peer delay past MaxPeerDelay: no intent heard in time, each listens its window"},
 	}
 	for _, tc := range tests {
 		if got := waited(tc.routers, tc.peer, tc.reqs); !slices.Equal(got, tc.want) {
@@ -264,7 +263,7 @@ func TestReplicasPublishAPickAtOnceAfterAnIntent(t *testing.T) {
 		t.Errorf("replica 0's pick at 0 (after its intent) first published at %v, want at once", got)
 	}
 	// It listened IntentWindow for rank 0's intent first.
-	if got, want := first(1), time.Second+meshstate.IntentWindow+meshstate.PublishGap; got != want {
+	if got, want := first(1), time.Second+meshstate.IntentWindow(time.Millisecond)+meshstate.PublishGap; got != want {
 		t.Errorf("replica 1's pick at 1s + IntentWindow (last rank, no intent) first published at %v, want %v", got, want)
 	}
 }
