@@ -31,8 +31,8 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	}
 	start := s.clock.Now()
 	// One allocation holds the request's routing state for its whole life.
-	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
-	a.req, a.rc = &a.reqv, &a.rcv
+	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctlv: *http.NewResponseController(w)}
+	a.req, a.rc, a.ctl = &a.reqv, &a.rcv, &a.ctlv
 	a.begin()
 	label, code := "", 0
 	var counted *pool
@@ -161,7 +161,8 @@ type attempt struct {
 	firstByte time.Time
 	tail      usageTail
 
-	// Storage behind req, rc, tried and loads for the usual request.
+	// Storage behind req, rc, ctl, tried and loads for the usual request.
+	ctlv      http.ResponseController
 	reqv      request
 	rcv       strategies.RouteContext
 	triedBuf  [16]bool
@@ -426,16 +427,18 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		a.endAttempt(outcome)
 	}
 
-	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)
-	out, err := http.NewRequestWithContext(actx, http.MethodPost, upstreamURL(t.provider, a.r.URL.Path), body)
+	u, err := endpointURL(t.provider, a.r.URL.Path)
 	if err != nil {
-		cancelAttempt()
 		end(false, "error")
 		a.lastErr = err
 		return nil, 0, false
 	}
-	out.Header = outboundHeader(a.r.Header, t.provider)
-	out.ContentLength = body.n
+	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)
+	// The request is built as a literal over the snapshot's parsed URL:
+	// http.NewRequestWithContext would parse the URL again on
+	// each attempt.
+	out := (&http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: outboundHeader(a.r.Header, t.provider), Body: body, ContentLength: body.n, Host: u.Host}).WithContext(actx)
 	a.startAttempt(out, t, model)
 	firstByte := time.AfterFunc(a.sn.cfg.Timeouts.FirstByte.Duration, cancelAttempt)
 	resp, err = s.transport.RoundTrip(out)
