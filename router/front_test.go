@@ -233,11 +233,17 @@ func TestServeFront(t *testing.T) {
 			f := serveFront(t, providers("e1", eng.URL)+admissionTOML, nil, nil, nil)
 			h := &harness{t: t, srv: f.srv}
 			first := make(chan int, 1)
-			go func() { code, _, _ := f.post(t.Context(), `{"model":"m","messages":[{"role":"user","content":"first"}]}`); first <- code }()
+			go func() {
+				code, _, _ := f.post(t.Context(), `{"model":"m","messages":[{"role":"user","content":"first"}]}`)
+				first <- code
+			}()
 			testwait.For(t, 5*time.Second, "the first request on the engine", func() bool { return len(eng.order()) == 1 })
 			ctx, cancel := context.WithCancel(t.Context())
 			left := make(chan int, 1)
-			go func() { code, _, _ := f.post(ctx, `{"model":"m","messages":[{"role":"user","content":"leaver"}]}`); left <- code }()
+			go func() {
+				code, _, _ := f.post(ctx, `{"model":"m","messages":[{"role":"user","content":"leaver"}]}`)
+				left <- code
+			}()
 			testwait.For(t, 5*time.Second, "the second request queued", func() bool { return h.queueDepth("standard") == 1 })
 			cancel()
 			testwait.For(t, 5*time.Second, "the queue empty after its client left", func() bool { return h.queueDepth("standard") == 0 })
