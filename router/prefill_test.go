@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,8 +33,10 @@ const (
 // failed or cancelled — takes them off too.
 func TestQueuedPrefillFollowsEveryAttempt(t *testing.T) {
 	steps := make(chan chan upstreamStep, 8) // one script per request, in arrival order
+	var took atomic.Int64                    // scripts taken by requests at the engine
 	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
 		script := <-steps
+		took.Add(1)
 		for {
 			var step upstreamStep
 			select {
@@ -104,11 +107,13 @@ targets = [{provider = "a"}]
 		testwait.For(t, 5*time.Second, fmt.Sprintf("%s: queued prefill %d", step, want), func() bool { return queued() == want })
 	}
 
-	// Each request waits until the engine holds it: the engine hands out
-	// scripts in arrival order, so B must not overtake A on its way there.
+	// Each request waits until the engine holds it and took its script:
+	// the engine hands out scripts in arrival order, so B must not overtake
+	// A on its way there. (The engine's hit count rises before its handler
+	// takes a script; under load B's handler could take A's script first.)
 	arrived := func(n int64) {
 		t.Helper()
-		testwait.For(t, 5*time.Second, fmt.Sprintf("%d requests at the engine", n), func() bool { return eng.hits.Load() == n })
+		testwait.For(t, 5*time.Second, fmt.Sprintf("%d requests at the engine", n), func() bool { return took.Load() == n })
 	}
 	a := send()
 	wantQueued("A picked, no first token", 100)

@@ -31,8 +31,8 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	}
 	start := s.clock.Now()
 	// One allocation holds the request's routing state for its whole life.
-	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctl: http.NewResponseController(w)}
-	a.req, a.rc = &a.reqv, &a.rcv
+	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctlv: *http.NewResponseController(w)}
+	a.req, a.rc, a.ctl = &a.reqv, &a.rcv, &a.ctlv
 	a.begin()
 	label, code := "", 0
 	var counted *pool
@@ -162,7 +162,8 @@ type attempt struct {
 	firstByte time.Time
 	tail      usageTail
 
-	// Storage behind req, rc, tried and loads for the usual request.
+	// Storage behind req, rc, ctl, tried and loads for the usual request.
+	ctlv      http.ResponseController
 	reqv      request
 	rcv       strategies.RouteContext
 	triedBuf  [16]bool
@@ -427,22 +428,31 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		a.endAttempt(outcome)
 	}
 
-	actx, cancelAttempt := context.WithDeadline(a.r.Context(), deadline)
-	out, err := http.NewRequestWithContext(actx, http.MethodPost, upstreamURL(t.provider, a.r.URL.Path), body)
+	u, err := endpointURL(t.provider, a.r.URL.Path)
 	if err != nil {
-		cancelAttempt()
 		end(false, "error")
 		a.lastErr = err
 		return nil, 0, false
 	}
-	out.Header = outboundHeader(a.r.Header, t.provider)
-	out.ContentLength = body.n
+	// One timer bounds the attempt: the first-byte timeout (or the
+	// request's deadline, if sooner) until the engine answers, then the
+	// deadline. A context.WithDeadline would start a second timer per
+	// attempt.
+	actx, cancelAttempt := context.WithCancel(a.r.Context())
+	// The request is built as a literal over the snapshot's parsed URL:
+	// http.NewRequestWithContext would parse the URL again on
+	// each attempt.
+	out := (&http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: outboundHeader(a.r.Header, t.provider), Body: body, ContentLength: body.n, Host: u.Host}).WithContext(actx)
 	a.startAttempt(out, t, model)
-	firstByte := time.AfterFunc(a.sn.cfg.Timeouts.FirstByte.Duration, cancelAttempt)
+	timer := time.AfterFunc(min(a.sn.cfg.Timeouts.FirstByte.Duration, time.Until(deadline)), cancelAttempt)
 	resp, err = s.transport.RoundTrip(out)
-	firstByte.Stop()
+	if timer.Stop() {
+		timer.Reset(time.Until(deadline))
+	}
 	a.upstreamAnswered(resp)
 	if err != nil {
+		timer.Stop()
 		cancelAttempt()
 		if a.r.Context().Err() != nil {
 			up.release()
@@ -474,7 +484,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 			a.breakerFailure(up)
 		}
 		end(false, "http_"+strconv.Itoa(resp.StatusCode))
-		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancelAttempt}
+		resp.Body = &cancelOnClose{ReadCloser: resp.Body, timer: timer, cancel: cancelAttempt}
 		a.obs.failed = t
 		a.lastErr = fmt.Errorf("%s: HTTP %d", t.provider.name, resp.StatusCode)
 		return resp, 0, false
@@ -484,6 +494,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	}
 	status, ok, outcome := a.relay(resp, begin, t)
 	resp.Body.Close()
+	timer.Stop()
 	cancelAttempt()
 	if ok && resp.StatusCode >= 300 {
 		outcome = "http_" + strconv.Itoa(resp.StatusCode)
@@ -550,14 +561,17 @@ func (a *attempt) breakerFailure(up *upstream) {
 	}
 }
 
-// cancelOnClose ends an attempt's context when its kept response closes.
+// cancelOnClose ends an attempt's timer and context when its kept
+// response closes.
 type cancelOnClose struct {
 	io.ReadCloser
+	timer  *time.Timer
 	cancel context.CancelFunc
 }
 
 func (c *cancelOnClose) Close() error {
 	err := c.ReadCloser.Close()
+	c.timer.Stop()
 	c.cancel()
 	return err
 }

@@ -588,3 +588,35 @@ attempts = 0
 		t.Errorf("ParkedTargets = %+v, want a/* parked for lora-x only", pt)
 	}
 }
+
+// [timeouts] request bounds the whole answer, not only its first byte: a
+// stream still open at the deadline is ended, the engine's request with it.
+func TestRequestTimeoutEndsAnOpenStream(t *testing.T) {
+	gone := make(chan struct{}, 1)
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		gone <- struct{}{}
+	})
+	h := newHarness(t, providers("a", eng.URL)+`
+[[routes]]
+model = "m"
+targets = [{provider = "a"}]
+[timeouts]
+first_byte = "5s"
+request = "300ms"
+`, nil)
+	resp, err := h.api.Client().Post(h.api.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := sseEvents(resp.Body) // returns once the router ends the stream
+	waitOn(t, gone, "the engine's request ended at the deadline")
+	if len(events) != 2 || !strings.Contains(events[1], "upstream_stream_error") {
+		t.Fatalf("events %q: want the first token, then the error event", events)
+	}
+}

@@ -57,8 +57,9 @@ type provider struct {
 	priceIn    float64
 	priceOut   float64
 	up         *upstream
-	// endpoints are the upstream URLs of inferencePaths, by path.
-	endpoints map[string]string
+	// endpoints are the upstream URLs of inferencePaths, by path, parsed
+	// (read-only: every request shares them).
+	endpoints map[string]*url.URL
 }
 
 // target is one entry of a pool.
@@ -229,9 +230,13 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 				p.authHeader = "Bearer " + k
 			}
 		}
-		p.endpoints = make(map[string]string, len(inferencePaths))
+		p.endpoints = make(map[string]*url.URL, len(inferencePaths))
 		for _, path := range inferencePaths {
-			p.endpoints[path] = joinURL(p, path)
+			eu, err := url.Parse(joinURL(p, path))
+			if err != nil {
+				return nil, fmt.Errorf("router: provider %q: %w", pc.Name, err)
+			}
+			p.endpoints[path] = eu
 		}
 		s.providers[pc.Name] = p
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 )
@@ -12,9 +13,19 @@ var envLookup = os.Getenv
 // that already ends in /v1 (the OpenAI convention) is not given a second.
 func upstreamURL(p *provider, path string) string {
 	if u, ok := p.endpoints[path]; ok {
-		return u
+		return u.String()
 	}
 	return joinURL(p, path)
+}
+
+// endpointURL is upstreamURL parsed. The URLs of inferencePaths are
+// parsed once per config and shared by every request: callers must not
+// modify the result.
+func endpointURL(p *provider, path string) (*url.URL, error) {
+	if u, ok := p.endpoints[path]; ok {
+		return u, nil
+	}
+	return url.Parse(joinURL(p, path))
 }
 
 // inferencePaths are the API paths the router proxies; build joins them

@@ -1,0 +1,272 @@
+package router
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rolter/rolter/certs/certstest"
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/internal/testwait"
+)
+
+// served is a router run the way `rolter router` runs it: Serve on real
+// loopback listeners, with the config's limits and timeouts applied by
+// Serve itself. The other router tests call Handler under httptest; these
+// cover the front a client actually meets.
+type served struct {
+	srv    *Server
+	base   string
+	client *http.Client
+}
+
+// serveFront applies tomlText, starts Serve on a loopback listener
+// (wrapped by wrap when it is not nil, e.g. for TLS) and stops it with the
+// test.
+func serveFront(t *testing.T, tomlText string, adjust func(*Options), wrap func(net.Listener) net.Listener, client *http.Client) *served {
+	t.Helper()
+	if !strings.Contains(tomlText, "[health]") {
+		tomlText += "\n[health]\nenabled = false\n"
+	}
+	cfg, err := config.Parse("rolter.toml", []byte(tomlText), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o Options
+	if adjust != nil {
+		adjust(&o)
+	}
+	s := New(o)
+	if err := s.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := "http"
+	if wrap != nil {
+		ln, scheme = wrap(ln), "https"
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln, nil) }()
+	if client == nil {
+		client = &http.Client{Transport: &http.Transport{}}
+	}
+	t.Cleanup(func() {
+		client.CloseIdleConnections()
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &served{srv: s, base: scheme + "://" + ln.Addr().String(), client: client}
+}
+
+// post sends a chat body and returns status, headers and body (-1 when
+// the request failed, e.g. because ctx ended).
+func (f *served) post(ctx context.Context, body string, hdr ...string) (int, http.Header, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return -1, nil, err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return -1, nil, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+const chatHi = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+
+func route(strategy string) string {
+	return "\n[[routes]]\nmodel = \"m\"\nstrategy = \"" + strategy + "\"\ntargets = [{provider = \"a\"}]\n"
+}
+
+// TestServeFront runs the proxy's key behaviours through Serve on a real
+// listener: answers, streams, the error shape, the config's limits, TLS,
+// and a client's departure ending the request wherever it waits.
+func TestServeFront(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"plain answer", func(t *testing.T) {
+			eng := newEngine(t, okChat)
+			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			code, h, body := f.post(t.Context(), chatHi)
+			if code != http.StatusOK || !strings.Contains(body, `"chat.completion"`) {
+				t.Fatalf("%d %s", code, body)
+			}
+			if h.Get("X-Request-Id") == "" || h.Get("Content-Length") != fmt.Sprint(len(body)) {
+				t.Fatalf("headers %v: want a request id and the body's length", h)
+			}
+		}},
+		{"stream", func(t *testing.T) {
+			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				for _, tok := range []string{"Hel", "lo"} {
+					fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":%q}}]}\n\n", tok)
+					w.(http.Flusher).Flush()
+				}
+				fmt.Fprint(w, "data: [DONE]\n\n")
+			})
+			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions",
+				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+			resp, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			events := sseEvents(resp.Body)
+			if !isEventStream(resp.Header.Get("Content-Type")) || len(events) != 3 || events[2] != "[DONE]" ||
+				!strings.Contains(events[0], "Hel") {
+				t.Fatalf("content type %q, events %q", resp.Header.Get("Content-Type"), events)
+			}
+		}},
+		{"error shape", func(t *testing.T) {
+			eng := newEngine(t, okChat)
+			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			code, h, body := f.post(t.Context(), `{"model":"nope","messages":[]}`)
+			if code != http.StatusNotFound || errorCode(t, body) != "model_not_found" || h.Get("Content-Type") != "application/json" {
+				t.Fatalf("%d %q %s", code, h.Get("Content-Type"), body)
+			}
+		}},
+		{"body over max_body_bytes", func(t *testing.T) {
+			eng := newEngine(t, okChat)
+			f := serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_body_bytes = 64\n", nil, nil, nil)
+			code, _, body := f.post(t.Context(), `{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("x", 100)+`"}]}`)
+			if code != http.StatusRequestEntityTooLarge || errorCode(t, body) != "request_too_large" {
+				t.Fatalf("%d %s", code, body)
+			}
+			if n := eng.hits.Load(); n != 0 {
+				t.Fatalf("the engine got %d requests", n)
+			}
+		}},
+		{"headers over max_header_bytes", func(t *testing.T) {
+			eng := newEngine(t, okChat)
+			f := serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_header_bytes = 4096\n", nil, nil, nil)
+			// net/http allows 4 KiB of slack over MaxHeaderBytes.
+			code, _, body := f.post(t.Context(), chatHi, "X-Padding", strings.Repeat("p", 16<<10))
+			if code != http.StatusRequestHeaderFieldsTooLarge {
+				t.Fatalf("%d %s, want 431", code, body)
+			}
+			if code, _, body := f.post(t.Context(), chatHi, "X-Padding", strings.Repeat("p", 1<<10)); code != http.StatusOK {
+				t.Fatalf("a header under the limit: %d %s", code, body)
+			}
+		}},
+		{"TLS", func(t *testing.T) {
+			ca := certstest.NewCA(t, "front")
+			leaf := ca.Valid(t, "router")
+			cert, err := tls.LoadX509KeyPair(leaf.Cert, leaf.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng := newEngine(t, okChat)
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, func(ln net.Listener) net.Listener {
+				return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
+			}, client)
+			if code, _, body := f.post(t.Context(), chatHi); code != http.StatusOK {
+				t.Fatalf("over TLS: %d %s", code, body)
+			}
+		}},
+		{"client leaves while the engine works", func(t *testing.T) {
+			started, gone := make(chan struct{}, 1), make(chan struct{}, 1)
+			eng := newEngine(t, func(_ http.ResponseWriter, r *http.Request, _ map[string]any) {
+				started <- struct{}{}
+				<-r.Context().Done()
+				gone <- struct{}{}
+			})
+			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			ctx, cancel := context.WithCancel(t.Context())
+			replied := make(chan int, 1)
+			go func() { code, _, _ := f.post(ctx, chatHi); replied <- code }()
+			waitOn(t, started, "the request reached the engine")
+			cancel()
+			waitOn(t, gone, "the engine's request ended after the client left")
+			if code := <-replied; code != -1 {
+				t.Fatalf("the departed client got %d", code)
+			}
+		}},
+		{"client leaves during the mesh hold", func(t *testing.T) {
+			var hits atomic.Int64
+			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+				hits.Add(1)
+				okChat(w, r, b)
+			})
+			l := &holdingLearner{held: make(chan struct{}, 1), release: make(chan struct{})}
+			f := serveFront(t, providers("a", eng.URL)+route("precise_cache_aware"), func(o *Options) { o.Learn = l }, nil, nil)
+			ctx, cancel := context.WithCancel(t.Context())
+			replied := make(chan int, 1)
+			go func() { code, _, _ := f.post(ctx, chatHi); replied <- code }()
+			waitOn(t, l.held, "the request was held")
+			cancel()
+			<-replied
+			// The next request's hold is released. Had the departed one
+			// still been waiting, the release would send it on too.
+			go func() { <-l.held; close(l.release) }()
+			if code, _, body := f.post(t.Context(), chatHi); code != http.StatusOK {
+				t.Fatalf("released request: %d %s", code, body)
+			}
+			if n := hits.Load(); n != 1 {
+				t.Fatalf("the engine served %d requests, want 1: the held request whose client left reached it", n)
+			}
+		}},
+		{"client leaves the admission queue", func(t *testing.T) {
+			eng := newGatedEngine(t)
+			f := serveFront(t, providers("e1", eng.URL)+admissionTOML, nil, nil, nil)
+			h := &harness{t: t, srv: f.srv}
+			first := make(chan int, 1)
+			go func() {
+				code, _, _ := f.post(t.Context(), `{"model":"m","messages":[{"role":"user","content":"first"}]}`)
+				first <- code
+			}()
+			testwait.For(t, 5*time.Second, "the first request on the engine", func() bool { return len(eng.order()) == 1 })
+			ctx, cancel := context.WithCancel(t.Context())
+			left := make(chan int, 1)
+			go func() {
+				code, _, _ := f.post(ctx, `{"model":"m","messages":[{"role":"user","content":"leaver"}]}`)
+				left <- code
+			}()
+			testwait.For(t, 5*time.Second, "the second request queued", func() bool { return h.queueDepth("standard") == 1 })
+			cancel()
+			testwait.For(t, 5*time.Second, "the queue empty after its client left", func() bool { return h.queueDepth("standard") == 0 })
+			<-left
+			eng.release <- struct{}{}
+			if code := <-first; code != http.StatusOK {
+				t.Fatalf("first: %d", code)
+			}
+			if got := eng.order(); len(got) != 1 {
+				t.Fatalf("the engine saw %v: the request whose client left reached it", got)
+			}
+		}},
+	} {
+		t.Run(tc.name, tc.run)
+	}
+}
+
+// waitOn waits for one value on ch, failing the test after 10 s.
+func waitOn(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting: %s", what)
+	}
+}
