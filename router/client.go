@@ -46,10 +46,11 @@ type fastTransport struct {
 
 // Upstream connection pool and buffer sizes.
 const (
-	// upstreamReadBuffer is held by a response while its body is read
-	// (one per open stream), the size of net/http's; it also bounds the
-	// engine's response header (fasthttp parses it in the buffer): an
-	// engine's is a few hundred bytes, a hosted API's 1-2 KiB.
+	// upstreamReadBuffer is held while a response header is read, then
+	// handed back (the body is read into the relay's buffer, client.go
+	// Read); it bounds the engine's response header (fasthttp parses it
+	// in the buffer): an engine's is a few hundred bytes, a hosted API's
+	// 1-2 KiB.
 	upstreamReadBuffer = 4 << 10
 	// upstreamWriteBuffer is held while a request is written.
 	upstreamWriteBuffer = 4 << 10
@@ -145,19 +146,28 @@ type call struct {
 	spliced splicedBody // the router's own body, kept whole for resend
 	n       int
 
+	head bool // a HEAD request: the response has no body
+
 	// Set once the response header is read.
-	resp    *fasthttp.Response
-	body    io.Reader        // resp's body stream
-	br      *bufio.Reader    // the connection's reader under body
-	chunked bool             // body is chunked (else sized or to EOF)
-	conn    net.Conn         // the connection it reads from
-	stop    func() bool      // unregisters the context's close of conn
-	release func(reuse bool) // hands conn and its reader back, or closes conn
-	mu      sync.Mutex       // held by Read
-	closed  atomic.Bool      // Close ran or began
-	aborted atomic.Bool      // the context closed conn
-	eof     bool             // the body was read to its end
-	once    sync.Once
+	resp    *fasthttp.Response // until response converts its header
+	body    upstreamBody       // the body's framing and what came with the header
+	keep    bool               // the engine did not ask to close the connection
+	conn    net.Conn           // the connection it reads from
+	stop    func() bool        // unregisters the context's close of conn
+	release func(reuse bool)   // hands conn back, or closes it
+	mu      sync.Mutex         // held by Read and waitReadable
+	closed  atomic.Bool        // Close ran or began
+	aborted atomic.Bool        // the context closed conn
+	eof     bool               // the body was read to its end
+
+	// raw waits for conn to be readable without a buffer (nil: a TLS
+	// connection, whose reads go through its own record buffer);
+	// readable is its callback, woke and peek its state.
+	raw      syscall.RawConn
+	readable func(fd uintptr) bool
+	woke     bool
+	peek     [1]byte
+	once     sync.Once
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -186,7 +196,7 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			req.Header.Add(k, v)
 		}
 	}
-	c := &call{ctx: ctx, resp: resp, resend: noBody}
+	c := &call{ctx: ctx, resp: resp, resend: noBody, head: r.Method == http.MethodHead}
 	if r.Body != nil && r.Body != http.NoBody {
 		c.resend = nil
 		c.n = int(r.ContentLength)
@@ -277,22 +287,31 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 	}
 	hc.ReleaseWriter(bw)
 	if err == nil {
+		// The reader is held only while the header is read: what came
+		// after it is copied out (usually nothing, or the first event),
+		// and the body is read from the connection straight into the
+		// caller's buffer.
 		br := hc.AcquireReader(c.conn)
-		resp.StreamBody = true
-		if err = resp.ReadLimitBody(br, 0); err == nil {
-			c.body, c.br, c.chunked = resp.BodyStream(), br, resp.Header.ContentLength() == -1
+		if err = readHeader(br, &resp.Header); err == nil {
+			c.body = newUpstreamBody(&resp.Header, c.head)
+			if k := br.Buffered(); k > 0 {
+				b, _ := br.Peek(k)
+				c.body.pending = append([]byte(nil), b...)
+			}
+		}
+		hc.ReleaseReader(br)
+		if err == nil {
+			c.keep = !resp.ConnectionClose()
 			c.release = func(reuse bool) {
-				_ = resp.CloseBodyStream()
-				hc.ReleaseReader(br)
 				if reuse {
 					hc.ReleaseConn(cc)
 				} else {
 					hc.CloseConn(cc)
 				}
 			}
+			c.watch()
 			return false, nil
 		}
-		hc.ReleaseReader(br)
 	}
 	c.stop()
 	hc.CloseConn(cc)
@@ -372,50 +391,92 @@ func (c *call) response(r *http.Request) *http.Response {
 		}
 		i++
 	}
+	// Only the header was needed: the body is read from the connection.
+	fasthttp.ReleaseResponse(c.resp)
+	c.resp = nil
 	return out
 }
 
-// more reports whether the next Read of the body returns without
-// waiting for the network: after a Read that left p room, the stream is
-// at a chunk boundary, and the next chunk (its size line, data and CRLF;
-// or the last chunk with no trailer) is buffered whole.
-func (c *call) more() bool {
-	b, _ := c.br.Peek(c.br.Buffered())
-	if len(b) == 0 {
-		return false
-	}
-	if !c.chunked {
-		return true
-	}
-	size, i := 0, 0
-	for ; i < len(b) && i < 8; i++ {
-		d := hexDigit(b[i])
-		if d < 0 {
-			break
+// maxInterim bounds the 1xx responses skipped before the real one.
+const maxInterim = 8
+
+var errInterim = errors.New("router: too many 1xx responses from the engine")
+
+// readHeader reads the response header from br, skipping interim 1xx
+// responses (101 Switching Protocols is final).
+func readHeader(br *bufio.Reader, h *fasthttp.ResponseHeader) error {
+	for n := 0; ; n++ {
+		if err := h.Read(br); err != nil {
+			return err
 		}
-		size = size<<4 | d
+		if code := h.StatusCode(); code < 100 || code > 199 || code == http.StatusSwitchingProtocols {
+			return nil
+		}
+		if n == maxInterim {
+			return errInterim
+		}
 	}
-	if i == 0 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
-		return false // no size line yet, or one with extensions: let fasthttp wait
-	}
-	return len(b) >= i+2+size+2 && b[i+2+size] == '\r' && b[i+2+size+1] == '\n'
 }
 
-func hexDigit(c byte) int {
+// newUpstreamBody returns the framing of the body that follows h.
+func newUpstreamBody(h *fasthttp.ResponseHeader, head bool) upstreamBody {
+	code, cl := h.StatusCode(), h.ContentLength()
 	switch {
-	case c >= '0' && c <= '9':
-		return int(c - '0')
-	case c >= 'a' && c <= 'f':
-		return int(c-'a') + 10
-	case c >= 'A' && c <= 'F':
-		return int(c-'A') + 10
+	case head || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified || cl == 0:
+		return upstreamBody{kind: bodyNone, end: true}
+	case cl == -1:
+		return upstreamBody{kind: bodyChunked}
+	case cl < 0:
+		return upstreamBody{kind: bodyToEOF}
 	}
-	return -1
+	return upstreamBody{kind: bodySized, left: int64(cl)}
+}
+
+// watch sets up waitReadable for a plain TCP connection.
+func (c *call) watch() {
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok || !canPeek {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	c.raw = raw
+	c.readable = func(fd uintptr) bool {
+		// Called again after the poller saw the socket turn readable:
+		// no second look needed.
+		if c.woke {
+			return true
+		}
+		c.woke = true
+		return peekReadable(fd, c.peek[:])
+	}
 }
 
 var errBodyClosed = errors.New("router: read on a closed upstream body")
 
-// Read reads the response body from the upstream connection.
+// waitReadable blocks until a Read of the body will find something to
+// return (bytes, the body's end, or an error it will report), holding no
+// buffer: an open stream waits for its next event with none (proxy.go
+// relay). It returns at once on a connection it cannot watch; a Close or
+// the request's context ending ends the wait.
+func (c *call) waitReadable() {
+	if c.raw == nil || c.closed.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() || c.body.ready() {
+		return
+	}
+	c.woke = false
+	_ = c.raw.Read(c.readable) // an error is Read's to report
+}
+
+// Read reads the response body from the upstream connection: what
+// arrived with the header, else one read of the connection, so a burst of
+// events the engine sent together is one read and one write to the client.
 func (c *call) Read(p []byte) (int, error) {
 	if c.closed.Load() {
 		return 0, errBodyClosed
@@ -425,15 +486,7 @@ func (c *call) Read(p []byte) (int, error) {
 	if c.closed.Load() {
 		return 0, errBodyClosed
 	}
-	n, err := c.body.Read(p)
-	// fasthttp's stream returns one chunk per Read; go on while what is
-	// buffered can be read without waiting, so a burst of events is one
-	// write to the client, as net/http's chunked reader makes it.
-	for err == nil && n < len(p) && c.more() {
-		var m int
-		m, err = c.body.Read(p[n:])
-		n += m
-	}
+	n, err := c.body.read(c.conn, p)
 	if err == io.EOF {
 		c.eof = true
 	} else if err != nil && c.aborted.Load() {
@@ -458,9 +511,8 @@ func (c *call) Close() error {
 		}
 		// A context that fired may still be closing conn.
 		stopped := c.stop()
-		c.release(c.eof && stopped && !c.aborted.Load() && !c.resp.ConnectionClose())
+		c.release(c.eof && stopped && !c.aborted.Load() && c.keep && !c.body.over)
 		c.mu.Unlock()
-		fasthttp.ReleaseResponse(c.resp)
 	})
 	return nil
 }

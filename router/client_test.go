@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -183,44 +182,3 @@ targets = [{provider = "a"}]
 		t.Fatalf("status %d: %s", code, body)
 	}
 }
-
-// A relayed Read goes on past a chunk only when the next one is buffered
-// whole: a partial chunk must not hold back the events already read.
-func TestReadGoesOnOnlyOverWholeBufferedChunks(t *testing.T) {
-	for _, c := range []struct {
-		name, buffered string
-		chunked, want  bool
-	}{
-		{"a whole chunk", "5\r\nhello\r\n", true, true},
-		{"a whole chunk and part of the next", "5\r\nhello\r\n3\r\nab", true, true},
-		{"a chunk without its CRLF", "5\r\nhello", true, false},
-		{"part of a chunk", "5\r\nhel", true, false},
-		{"a size line alone", "1a\r\n", true, false},
-		{"part of a size line", "1", true, false},
-		{"the last chunk", "0\r\n\r\n", true, true},
-		{"the last chunk without its CRLF", "0\r\n", true, false},
-		{"a size line with an extension", "5;x=y\r\nhello\r\n", true, false},
-		{"nothing", "", true, false},
-		{"sized body, bytes buffered", "abc", false, true},
-		{"sized body, nothing buffered", "", false, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			br := bufio.NewReaderSize(io.MultiReader(strings.NewReader(c.buffered), blockingReader{}), 64)
-			if c.buffered != "" {
-				if _, err := br.Peek(len(c.buffered)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			call := &call{br: br, chunked: c.chunked}
-			if got := call.more(); got != c.want {
-				t.Fatalf("more() = %v with %q buffered, want %v", got, c.buffered, c.want)
-			}
-		})
-	}
-}
-
-// blockingReader fails the test's reader if more is asked of it than is
-// buffered: a real connection would block there.
-type blockingReader struct{}
-
-func (blockingReader) Read([]byte) (int, error) { return 0, io.ErrNoProgress }

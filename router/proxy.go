@@ -627,19 +627,25 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 	if sse {
 		_ = rc.Flush()
 	}
-	// An open event stream holds its buffer for its whole life: events
-	// are small, so it gets a small one (a thousand open streams hold
-	// 4 MiB, not 32).
+	// A buffer is held only from a read to its flush: an open stream
+	// waiting for its next event holds none (the transport's body waits
+	// for the connection to turn readable without one, client.go
+	// waitReadable). Events are small, so an event stream reads into a
+	// small buffer.
 	pool := &copyBufs
 	if sse {
 		pool = &eventBufs
 	}
-	bufp := pool.Get().(*[]byte)
-	defer pool.Put(bufp)
-	buf := *bufp
+	wait, _ := resp.Body.(readableWaiter)
 	first := true
 	for {
+		if wait != nil {
+			wait.waitReadable()
+		}
+		bufp := pool.Get().(*[]byte)
+		buf := *bufp
 		n, err := resp.Body.Read(buf)
+		left := false // the client
 		if n > 0 {
 			if first {
 				first = false
@@ -648,16 +654,17 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 				s.metrics.requestTTFT(a.res.pool).Observe(ms(a.firstByte.Sub(a.start)))
 				a.firstToken(a.firstByte)
 			}
-			if _, werr := a.w.Write(buf[:n]); werr != nil {
-				return statusClientClosed, false, "canceled"
+			_, werr := a.w.Write(buf[:n])
+			left = werr != nil
+			if !left {
+				a.tail.write(buf[:n])
+				a.relayed(buf[:n])
+				left = sse && rc.Flush() != nil
 			}
-			a.tail.write(buf[:n])
-			a.relayed(buf[:n])
-			if sse {
-				if ferr := rc.Flush(); ferr != nil {
-					return statusClientClosed, false, "canceled"
-				}
-			}
+		}
+		pool.Put(bufp)
+		if left {
+			return statusClientClosed, false, "canceled"
 		}
 		if err == io.EOF {
 			return resp.StatusCode, true, "success"
@@ -676,6 +683,12 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 		}
 	}
 }
+
+// readableWaiter is a response body that can wait for its next bytes
+// without a buffer (client.go's call). waitReadable returns when a Read
+// will not block long, or at once when it cannot tell; Read reports any
+// error.
+type readableWaiter interface{ waitReadable() }
 
 // isEventStream reports whether a Content-Type names an SSE stream
 // (parameters such as "; charset=utf-8" allowed).

@@ -244,15 +244,22 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) 
 	sp.rewrite = sp.id != nil
 	sp.base = sp.tokens
 
-	br := eventReaders.Get().(*bufio.Reader)
-	br.Reset(resp.Body)
-	evp := copyBufs.Get().(*[]byte)
-	defer func() {
-		br.Reset(nil)
-		eventReaders.Put(br)
-		copyBufs.Put(evp)
-	}()
-	ev := (*evp)[:0]
+	// The event reader and the event's buffer are held from the start of
+	// an event to its flush: between events, with nothing buffered, the
+	// stream waits for the engine holding neither (as relay does).
+	var br *bufio.Reader
+	var evp *[]byte
+	var ev []byte
+	hand := func() {
+		if br != nil {
+			br.Reset(nil)
+			eventReaders.Put(br)
+			eventBufs.Put(evp)
+			br, evp, ev = nil, nil, nil
+		}
+	}
+	defer hand()
+	wait, _ := resp.Body.(readableWaiter)
 	// [retry] resume_idle: an engine silent for that long is cut off
 	// (closing the body ends the blocked read) and counts as broken.
 	idle := a.sn.cfg.Retry.ResumeIdle.Duration
@@ -264,6 +271,18 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) 
 	}
 	first := true
 	for {
+		if wait != nil && br != nil && br.Buffered() == 0 {
+			hand()
+		}
+		if br == nil {
+			if wait != nil {
+				wait.waitReadable()
+			}
+			br = eventReaders.Get().(*bufio.Reader)
+			br.Reset(resp.Body)
+			evp = eventBufs.Get().(*[]byte)
+			ev = (*evp)[:0]
+		}
 		err := readEvent(br, &ev)
 		if first && err == nil {
 			first = false
