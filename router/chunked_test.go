@@ -224,8 +224,11 @@ func TestStreamWaitsForDataWithoutABufferAndReadsABurstAtOnce(t *testing.T) {
 		t.Fatalf("read %q", got)
 	}
 	// The end: the last chunk wakes the wait and reads as io.EOF.
-	go func() { c.waitReadable(); close(send) }()
+	waited = make(chan struct{})
+	go func() { c.waitReadable(); close(waited) }()
 	send <- "0\r\n\r\n"
+	<-waited
+	close(send)
 	for {
 		n, err := c.Read(p)
 		if n != 0 {

@@ -104,7 +104,6 @@ func (t *fastTransport) host(scheme, host string) *fasthttp.HostClient {
 			}
 			return c, err
 		},
-		Transport:                 roundTripFunc(roundTripInCaller),
 		MaxConns:                  upstreamMaxConns,
 		MaxIdleConnDuration:       upstreamIdle,
 		ReadBufferSize:            upstreamReadBuffer,
@@ -120,20 +119,6 @@ func (t *fastTransport) host(scheme, host string) *fasthttp.HostClient {
 	}
 	return hc
 }
-
-// roundTripFunc adapts a function to fasthttp.RoundTripper.
-type roundTripFunc func(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error)
-
-func (f roundTripFunc) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
-	return f(hc, req, resp)
-}
-
-// callKey is the fasthttp user value holding a request's call, as a
-// callRef: fasthttp closes a user value that is an io.Closer when it
-// resets the request, and *call is one (the response body).
-const callKey = "rolter.call"
-
-type callRef struct{ c *call }
 
 // call is one upstream round trip, from RoundTrip to the close of the
 // response body it returns, which it is: one allocation holds the
@@ -178,6 +163,28 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	hc := t.host(r.URL.Scheme, r.URL.Host)
+	req, c := newCall(r)
+	// HostClient.Do would add a retry loop (off: MaxIdemponentCallAttempts
+	// 1) and three frames to the stack a request waits on for its first
+	// byte; what else it does before calling the transport newCall does.
+	err := c.roundTrip(hc, req, c.resp)
+	if err == io.EOF {
+		err = fasthttp.ErrConnectionClosed // as Do reports it
+	}
+	fasthttp.ReleaseRequest(req)
+	if err != nil {
+		fasthttp.ReleaseResponse(c.resp)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	return c.response(r), nil
+}
+
+// newCall makes the fasthttp request for r and the call that will carry
+// it and its response.
+func newCall(r *http.Request) (*fasthttp.Request, *call) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	// Neither side gets a Content-Type the engine or client did not send.
@@ -185,6 +192,7 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp.Header.SetNoDefaultContentType(true)
 	req.Header.SetMethod(r.Method)
 	u := req.URI()
+	u.DisablePathNormalizing = true
 	u.SetScheme(r.URL.Scheme)
 	u.SetHost(r.URL.Host)
 	u.SetPath(r.URL.Path)
@@ -196,7 +204,7 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			req.Header.Add(k, v)
 		}
 	}
-	c := &call{ctx: ctx, resp: resp, resend: noBody, head: r.Method == http.MethodHead}
+	c := &call{ctx: r.Context(), resp: resp, resend: noBody, head: r.Method == http.MethodHead}
 	if r.Body != nil && r.Body != http.NoBody {
 		c.resend = nil
 		c.n = int(r.ContentLength)
@@ -214,17 +222,7 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		req.SetBodyStream(r.Body, c.n)
 	}
-	req.SetUserValue(callKey, callRef{c})
-	err := hc.Do(req, resp)
-	fasthttp.ReleaseRequest(req)
-	if err != nil {
-		fasthttp.ReleaseResponse(resp)
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
-		}
-		return nil, err
-	}
-	return c.response(r), nil
+	return req, c
 }
 
 // noBody is the resend of a request without a body (a health probe).
@@ -245,30 +243,29 @@ func closeBody(r *http.Request) {
 // wrapped), so RoundTrip recognises it and can resend it.
 func (b *splicedBody) Close() error { return nil }
 
-// roundTripInCaller writes req on a pooled connection of hc and reads
-// the response header; the body is left on the connection for the
-// http.Response's Body. The request's context closes the connection
-// until that Body is closed.
-func roundTripInCaller(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
-	c := req.UserValue(callKey).(callRef).c
+// roundTrip writes req on a pooled connection of hc and reads the
+// response header, in the caller's goroutine; the body is left on the
+// connection for the http.Response's Body. The request's context closes
+// the connection until that Body is closed.
+func (c *call) roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) error {
 	retry, err := c.try(hc, req, resp)
 	if !retry || c.resend == nil {
-		return false, err
+		return err
 	}
 	// A pooled connection the engine had closed: send once more on a new
 	// one, with a fresh copy of the body.
 	b, ok := c.resend()
 	if !ok {
-		return false, err
+		return err
 	}
 	if b != nil {
 		req.SetBodyStream(b, c.n)
 	}
 	_, err = c.try(hc, req, resp)
-	return false, err
+	return err
 }
 
-// try is one try of roundTripInCaller. retry reports a connection that
+// try is one try of roundTrip. retry reports a connection that
 // had served requests before and gave nothing back for this one: the
 // engine closed it while it was idle.
 func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
@@ -287,10 +284,13 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 	}
 	hc.ReleaseWriter(bw)
 	if err == nil {
-		// The reader is held only while the header is read: what came
-		// after it is copied out (usually nothing, or the first event),
-		// and the body is read from the connection straight into the
-		// caller's buffer.
+		// The reader is held only while the header is read, from when the
+		// engine starts answering (a request waiting in the engine's queue
+		// or prefill holds none); what came after the header is copied
+		// out (usually nothing, or the first event), and the body is read
+		// from the connection straight into the caller's buffer.
+		c.watch()
+		c.waitReadable()
 		br := hc.AcquireReader(c.conn)
 		if err = readHeader(br, &resp.Header); err == nil {
 			c.body = newUpstreamBody(&resp.Header, c.head)
@@ -309,7 +309,6 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 					hc.CloseConn(cc)
 				}
 			}
-			c.watch()
 			return false, nil
 		}
 	}
@@ -432,8 +431,10 @@ func newUpstreamBody(h *fasthttp.ResponseHeader, head bool) upstreamBody {
 	return upstreamBody{kind: bodySized, left: int64(cl)}
 }
 
-// watch sets up waitReadable for a plain TCP connection.
+// watch sets up waitReadable for c.conn when it is a plain TCP
+// connection.
 func (c *call) watch() {
+	c.raw = nil
 	sc, ok := c.conn.(syscall.Conn)
 	if !ok || !canPeek {
 		return
@@ -443,14 +444,16 @@ func (c *call) watch() {
 		return
 	}
 	c.raw = raw
-	c.readable = func(fd uintptr) bool {
-		// Called again after the poller saw the socket turn readable:
-		// no second look needed.
-		if c.woke {
-			return true
+	if c.readable == nil {
+		c.readable = func(fd uintptr) bool {
+			// Called again after the poller saw the socket turn
+			// readable: no second look needed.
+			if c.woke {
+				return true
+			}
+			c.woke = true
+			return peekReadable(fd, c.peek[:])
 		}
-		c.woke = true
-		return peekReadable(fd, c.peek[:])
 	}
 }
 

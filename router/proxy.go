@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/strategies"
 )
@@ -22,35 +24,59 @@ import (
 const statusClientClosed = 499
 
 // serveInference handles POST /v1/chat/completions, /v1/completions and
-// /v1/embeddings.
+// /v1/embeddings. Its frame stays small (accept does the checks and
+// returns): a stream waits under it for as long as it is open.
 func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	sn := s.awaitSnapshot(r)
 	if sn == nil {
 		writeError(w, ErrNoConfig, noConfigRetryAfter)
 		return
 	}
-	start := s.clock.Now()
 	// One allocation holds the request's routing state for its whole life.
-	a := &attempt{s: s, sn: sn, w: w, r: r, start: start, ctlv: *http.NewResponseController(w)}
+	a := &attempt{s: s, sn: sn, w: w, r: r, start: s.clock.Now(), ctlv: *http.NewResponseController(w)}
 	a.req, a.rc, a.ctl = &a.reqv, &a.rcv, &a.ctlv
 	a.begin()
-	label, code := "", 0
-	var counted *pool
-	var body *bodyBuf // released once the request is over: nothing uses it then
-	defer func() {
-		if code != 0 {
-			s.metrics.request(counted, label, code)
-		}
-		a.finish(code)
-		body.recycle(a.req, a.rc)
-		body.release()
-	}()
-	fail := func(err error, retryAfter time.Duration) { code = writeError(w, err, retryAfter) }
+	defer a.served()
+	open, ok := a.accept()
+	if open != nil {
+		defer open.Add(-1)
+	}
+	if !ok {
+		return
+	}
+	if a.code = a.admit(); a.code != 0 {
+		return
+	}
+	defer a.leave()
+	s.budget.Load().deposit()
+	a.code = a.run()
+	s.metrics.requestLatency(a.res.pool).Observe(ms(s.clock.Now().Sub(a.start)))
+}
+
+// served counts the request under its route and closes its trace. The
+// body's buffer goes back to its pool: every attempt, retry and resume is
+// over.
+func (a *attempt) served() {
+	if a.code != 0 {
+		a.s.metrics.request(a.counted, a.label, a.code)
+	}
+	a.finish(a.code)
+	a.body.recycle(a.req, a.rc)
+	a.body.release()
+}
+
+// accept authenticates, reads, validates and resolves the request and
+// reads its prompt; when it refuses the request it has answered it (ok
+// false, a.code set). open is the key's open-stream count it took, to give
+// back when the request ends.
+func (a *attempt) accept() (open *atomic.Int64, ok bool) {
+	s, sn, w, r := a.s, a.sn, a.w, a.r
+	fail := func(err error, retryAfter time.Duration) { a.code = writeError(w, err, retryAfter) }
 
 	key, err := sn.authenticate(r)
 	if err != nil {
 		fail(err, 0)
-		return
+		return nil, false
 	}
 	a.key = key
 	if key != nil {
@@ -60,30 +86,31 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close")
 		fail(fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, r.ContentLength, limit), 0)
-		return
+		return nil, false
 	}
 	// A client that trickles its body is cut after [timeouts] read_body;
 	// the deadline is lifted again for the (long) streaming response.
 	ctl := a.ctl
 	t0 := time.Now()
 	_ = ctl.SetReadDeadline(t0.Add(sn.cfg.Timeouts.ReadBody.Duration))
-	body, err = readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	a.body = body
 	_ = ctl.SetReadDeadline(time.Time{})
 	t0 = a.stage(stageBodyRead, t0)
 	a.obs.bytesIn = int64(len(body.b))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			fail(fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit), 0)
-			return
+			return nil, false
 		}
 		fail(fmt.Errorf("%w: reading body: %v", ErrBadRequest, err), 0)
-		return
+		return nil, false
 	}
 	a.reqv, err = body.parse()
 	req := a.req
 	if err != nil {
 		fail(err, 0)
-		return
+		return nil, false
 	}
 	t1 := time.Now()
 	a.obs.parse = t1.Sub(t0)
@@ -91,42 +118,36 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
 	a.stage(stageResolve, t1)
 	if err != nil {
 		fail(err, 0)
-		return
+		return nil, false
 	}
 	res := a.res
-	label, counted = res.pool.key, res.pool
+	a.label, a.counted = res.pool.key, res.pool
 	a.obs.route = res.pool.key
 	if !key.allows(req.model) {
 		fail(fmt.Errorf("%w: %q", ErrForbidden, req.model), 0)
-		return
+		return nil, false
 	}
 	if !a.keyReaches() {
 		fail(fmt.Errorf("%w: key %q may not use any target of %q", ErrNoProvider, key.name, req.model), 0)
-		return
+		return nil, false
 	}
 	if req.stream && key != nil && sn.cfg.Limits.MaxStreamsPerKey > 0 {
 		v, _ := s.streams.LoadOrStore(key.name, new(atomic.Int64))
-		open := v.(*atomic.Int64)
-		if open.Add(1) > int64(sn.cfg.Limits.MaxStreamsPerKey) {
-			open.Add(-1)
+		n := v.(*atomic.Int64)
+		if n.Add(1) > int64(sn.cfg.Limits.MaxStreamsPerKey) {
+			n.Add(-1)
 			fail(fmt.Errorf("%w (limit %d)", ErrTooManyStream, sn.cfg.Limits.MaxStreamsPerKey), time.Second)
-			return
+			return nil, false
 		}
-		defer open.Add(-1)
+		open = n
 	}
 	t0 = time.Now()
 	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, strategies.ReadsPromptDigest(res.pool.strategy)); err != nil {
 		fail(err, 0)
-		return
+		return open, false
 	}
 	a.stage(stageParse, t0.Add(-a.obs.parse)) // validation plus prompt extraction
-	if code = a.admit(); code != 0 {
-		return
-	}
-	defer a.leave()
-	s.budget.Load().deposit()
-	code = a.run()
-	s.metrics.requestLatency(res.pool).Observe(ms(s.clock.Now().Sub(start)))
+	return open, true
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -142,6 +163,14 @@ type attempt struct {
 	req   *request
 	rc    *strategies.RouteContext
 	start time.Time
+	// code is the status the client got (0 until known); label and
+	// counted are the route it is counted under.
+	code    int
+	label   string
+	counted *pool
+	// body is the request body's pooled buffer (bodybuf.go), released when
+	// the request is over.
+	body *bodyBuf
 
 	tried   []bool
 	loads   []uint64
@@ -222,8 +251,7 @@ func (a *attempt) run() int {
 				n = 0
 				continue
 			}
-			reason, wait := a.noTargetReason()
-			return writeError(a.w, fmt.Errorf("%w for %q: %s", ErrNoTarget, a.req.model, reason), wait)
+			return a.noTarget()
 		}
 		if pending != nil {
 			pending.Body.Close()
@@ -241,7 +269,7 @@ func (a *attempt) run() int {
 			if a.r.Context().Err() != nil {
 				return statusClientClosed
 			}
-			return writeError(a.w, fmt.Errorf("%w: request timed out", ErrUpstream), 0)
+			return a.timedOut()
 		}
 		// A failed half-open probe is retried free of the budget: there is
 		// one per provider per open period, however busy the router.
@@ -268,9 +296,20 @@ func (a *attempt) run() int {
 				pending = nil
 				return a.relayFailure(resp)
 			}
-			return writeError(a.w, fmt.Errorf("%w: request timed out", ErrUpstream), 0)
+			return a.timedOut()
 		}
 	}
+}
+
+// noTarget answers a request no target can take now.
+func (a *attempt) noTarget() int {
+	reason, wait := a.noTargetReason()
+	return writeError(a.w, fmt.Errorf("%w for %q: %s", ErrNoTarget, a.req.model, reason), wait)
+}
+
+// timedOut answers a request whose deadline passed before any answer.
+func (a *attempt) timedOut() int {
+	return writeError(a.w, fmt.Errorf("%w: request timed out", ErrUpstream), 0)
 }
 
 // backoff waits d before a retry, or less when the client leaves or the
@@ -400,7 +439,50 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 // Otherwise the attempt failed before the first byte: resp is the failed
 // upstream response (nil after a transport error, see a.lastErr), to be
 // relayed if no retry follows.
+//
+// It is split in send and deliver so that a stream relayed for minutes
+// waits under deliver's small frame, not send's: the handler's goroutine
+// keeps its stack at 8 KiB only while the waiting stack is under a
+// quarter of a 16 KiB one (the runtime's shrink rule).
 func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status int, done bool) {
+	var l leg
+	resp, status, done = a.send(deadline, idx, &l)
+	if done || !l.answered {
+		return resp, status, done
+	}
+	return nil, a.deliver(deadline, &l, resp), true
+}
+
+// leg is one attempt on one target, from its pick to its end.
+type leg struct {
+	t        *target
+	idx      int
+	queue    uint64 // the load the balancer saw for idx at this pick
+	begin    time.Time
+	inflight prometheus.Gauge
+	// timer cancels the leg at the first-byte timeout, then at the
+	// request's deadline; cancel ends its context.
+	timer    *time.Timer
+	cancel   context.CancelFunc
+	answered bool // the engine answered with a status to relay
+}
+
+// end closes the leg: stats, metrics, route stats and the trace.
+func (a *attempt) end(l *leg, success bool, outcome string) {
+	s := a.s
+	a.releasePrefill()
+	now := s.clock.Now()
+	l.t.stats.End(strategies.Outcome{Success: success, Latency: now.Sub(l.begin), QueueDepth: l.queue,
+		PromptTokens: a.rc.PromptTokens, At: now})
+	l.inflight.Dec()
+	s.metrics.targetOutcome(l.t, outcome).Inc()
+	a.recordStats(l.t, success, l.begin, now)
+	a.endAttempt(outcome)
+}
+
+// send sends the attempt and reads the engine's response header. Unless
+// l.answered, the attempt is over: see try for what it returns.
+func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response, status int, done bool) {
 	s := a.s
 	t := &a.res.pool.targets[idx]
 	up := t.provider.up
@@ -410,27 +492,16 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	}
 	model := t.upstreamModel(a.res.requested)
 	body := a.req.bodyFor(model)
-	// The load the balancer saw for idx at this pick (pick fills a.loads).
-	queue := strategies.QueueDepth(a.loads, idx)
+	*l = leg{t: t, idx: idx, queue: strategies.QueueDepth(a.loads, idx)}
 	t.stats.Begin()
 	a.holdPrefill(t, idx)
-	inflight := s.metrics.targetInFlight(t)
-	inflight.Inc()
-	begin := s.clock.Now()
-	end := func(success bool, outcome string) {
-		a.releasePrefill()
-		now := s.clock.Now()
-		t.stats.End(strategies.Outcome{Success: success, Latency: now.Sub(begin), QueueDepth: queue,
-			PromptTokens: a.rc.PromptTokens, At: now})
-		inflight.Dec()
-		s.metrics.targetOutcome(t, outcome).Inc()
-		a.recordStats(t, success, begin, now)
-		a.endAttempt(outcome)
-	}
+	l.inflight = s.metrics.targetInFlight(t)
+	l.inflight.Inc()
+	l.begin = s.clock.Now()
 
 	u, err := endpointURL(t.provider, a.r.URL.Path)
 	if err != nil {
-		end(false, "error")
+		a.end(l, false, "error")
 		a.lastErr = err
 		return nil, 0, false
 	}
@@ -439,6 +510,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 	// deadline. A context.WithDeadline would start a second timer per
 	// attempt.
 	actx, cancelAttempt := context.WithCancel(a.r.Context())
+	l.cancel = cancelAttempt
 	// The request is built as a literal over the snapshot's parsed URL:
 	// http.NewRequestWithContext would parse the URL again on
 	// each attempt.
@@ -446,6 +518,7 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		Header: outboundHeader(a.r.Header, t.provider), Body: body, ContentLength: body.n, Host: u.Host}).WithContext(actx)
 	a.startAttempt(out, t, model)
 	timer := time.AfterFunc(min(a.sn.cfg.Timeouts.FirstByte.Duration, time.Until(deadline)), cancelAttempt)
+	l.timer = timer
 	resp, err = s.transport.RoundTrip(out)
 	if timer.Stop() {
 		timer.Reset(time.Until(deadline))
@@ -456,66 +529,108 @@ func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status 
 		cancelAttempt()
 		if a.r.Context().Err() != nil {
 			up.release()
-			end(false, "canceled")
+			a.end(l, false, "canceled")
 			return nil, statusClientClosed, true
 		}
-		a.breakerFailure(up)
-		end(false, "connect_error")
-		// Clients learn which provider failed, not its address.
-		a.lastErr = fmt.Errorf("provider %s did not answer", t.provider.name)
-		s.log.Warn("upstream attempt failed", "provider", t.provider.name, "err", err, "request_id", a.obs.id)
+		a.unreachable(l, err)
 		return nil, 0, false
 	}
 	if retryable(resp.StatusCode) {
-		if resp.StatusCode == http.StatusTooManyRequests {
-			up.release()
-			if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()); ok {
-				c := a.sn.cfg.Retry
-				d := min(max(ra, c.ParkMin.Duration), c.ParkMax.Duration)
-				reason := "HTTP 429 with Retry-After " + resp.Header.Get("Retry-After")
-				until := t.parking(a.res.requested, true).park(s.clock.Now(), d, reason)
-				// A passthrough member's series stays its label: requested
-				// models are caller-chosen and must not become labels.
-				s.metrics.parkedUntil.WithLabelValues(t.provider.name, t.label).Set(float64(until.UnixNano()) / 1e9)
-				s.log.Info("target parked", "provider", t.provider.name, "target", t.label,
-					"model", model, "for", d, "until", until.UTC(), "reason", reason, "request_id", a.obs.id)
-			}
-		} else {
-			a.breakerFailure(up)
-		}
-		end(false, "http_"+strconv.Itoa(resp.StatusCode))
-		resp.Body = &cancelOnClose{ReadCloser: resp.Body, timer: timer, cancel: cancelAttempt}
-		a.obs.failed = t
-		a.lastErr = fmt.Errorf("%s: HTTP %d", t.provider.name, resp.StatusCode)
+		a.refused(l, resp)
 		return resp, 0, false
 	}
-	if from, changed := up.success(); changed {
-		s.log.Info("circuit breaker closed", "provider", t.provider.name, "was", from.String())
+	l.answered = true
+	return resp, 0, false
+}
+
+// unreachable ends a leg whose engine gave no response.
+func (a *attempt) unreachable(l *leg, err error) {
+	t := l.t
+	a.breakerFailure(t.provider.up)
+	a.end(l, false, "connect_error")
+	// Clients learn which provider failed, not its address.
+	a.lastErr = fmt.Errorf("provider %s did not answer", t.provider.name)
+	a.s.log.Warn("upstream attempt failed", "provider", t.provider.name, "err", err, "request_id", a.obs.id)
+}
+
+// refused ends a leg the engine answered with a retryable status (429
+// parks the target for its Retry-After); resp is kept to relay if no
+// retry follows.
+func (a *attempt) refused(l *leg, resp *http.Response) {
+	s, t := a.s, l.t
+	up := t.provider.up
+	if resp.StatusCode == http.StatusTooManyRequests {
+		up.release()
+		if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()); ok {
+			c := a.sn.cfg.Retry
+			d := min(max(ra, c.ParkMin.Duration), c.ParkMax.Duration)
+			reason := "HTTP 429 with Retry-After " + resp.Header.Get("Retry-After")
+			until := t.parking(a.res.requested, true).park(s.clock.Now(), d, reason)
+			// A passthrough member's series stays its label: requested
+			// models are caller-chosen and must not become labels.
+			s.metrics.parkedUntil.WithLabelValues(t.provider.name, t.label).Set(float64(until.UnixNano()) / 1e9)
+			s.log.Info("target parked", "provider", t.provider.name, "target", t.label,
+				"model", t.upstreamModel(a.res.requested), "for", d, "until", until.UTC(), "reason", reason, "request_id", a.obs.id)
+		}
+	} else {
+		a.breakerFailure(up)
 	}
-	status, ok, outcome := a.relay(resp, begin, t)
+	a.end(l, false, "http_"+strconv.Itoa(resp.StatusCode))
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, timer: l.timer, cancel: l.cancel}
+	a.obs.failed = t
+	a.lastErr = fmt.Errorf("%s: HTTP %d", t.provider.name, resp.StatusCode)
+}
+
+// deliver relays the response of an answered leg to the client and ends
+// the leg; a broken stream goes on to resume. It returns the client's
+// status.
+func (a *attempt) deliver(deadline time.Time, l *leg, resp *http.Response) int {
+	t := l.t
+	up := t.provider.up
+	if from, changed := up.success(); changed {
+		a.breakerClosed(t, from)
+	}
+	var status int
+	var ok bool
+	var outcome string
+	if a.sp != nil {
+		status, ok, outcome = a.relaySpliced(resp, l.begin, t)
+	} else {
+		status, ok, outcome = a.relay(resp, l.begin, t)
+	}
 	resp.Body.Close()
-	timer.Stop()
-	cancelAttempt()
+	l.timer.Stop()
+	l.cancel()
 	if ok && resp.StatusCode >= 300 {
 		outcome = "http_" + strconv.Itoa(resp.StatusCode)
 	}
 	if outcome == "stream_error" || outcome == "abort" {
-		if up.failure(s.clock.Now(), a.sn.cfg.Breaker.Failures, a.sn.cfg.Breaker.Open.Duration) {
-			s.log.Warn("circuit breaker opened", "provider", t.provider.name)
-		}
+		a.streamFailure(up)
 	}
 	served := ok && resp.StatusCode < 300
-	end(served, outcome)
+	a.end(l, served, outcome)
 	if c, isC := a.res.pool.lb.(strategies.Completer); isC && served {
-		c.Served(idx)
+		c.Served(l.idx)
 	}
 	if a.sp != nil && a.sp.broke != "" {
-		return nil, a.resume(deadline, t, status), true
+		return a.resume(deadline, t, status)
 	}
 	if outcome == "abort" {
 		panic(http.ErrAbortHandler)
 	}
-	return nil, status, true
+	return status
+}
+
+func (a *attempt) breakerClosed(t *target, from breakerState) {
+	a.s.log.Info("circuit breaker closed", "provider", t.provider.name, "was", from.String())
+}
+
+// streamFailure counts a stream that broke after its first byte against
+// the provider's breaker.
+func (a *attempt) streamFailure(up *upstream) {
+	if up.failure(a.s.clock.Now(), a.sn.cfg.Breaker.Failures, a.sn.cfg.Breaker.Open.Duration) {
+		a.s.log.Warn("circuit breaker opened", "provider", up.name)
+	}
 }
 
 // holdPrefill queues this attempt's uncached prompt tokens on target idx
@@ -606,10 +721,9 @@ func copyHeader(dst, src http.Header) {
 // after bytes went out; SSE got a terminal error event) or "abort" (a
 // non-SSE body broke midway: the caller aborts the connection so the
 // client cannot mistake a truncated body for a whole one).
+//
+// A request with a splice goes to relaySpliced instead (deliver).
 func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status int, ok bool, outcome string) {
-	if a.sp != nil {
-		return a.relaySpliced(resp, begin, t)
-	}
 	s := a.s
 	h := a.w.Header()
 	copyHeader(h, resp.Header)
@@ -653,6 +767,7 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 				a.firstByte = s.clock.Now()
 				s.metrics.requestTTFT(a.res.pool).Observe(ms(a.firstByte.Sub(a.start)))
 				a.firstToken(a.firstByte)
+				a.committed()
 			}
 			_, werr := a.w.Write(buf[:n])
 			left = werr != nil
@@ -670,18 +785,44 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 			return resp.StatusCode, true, "success"
 		}
 		if err != nil {
-			if a.r.Context().Err() != nil {
-				return statusClientClosed, false, "canceled"
-			}
-			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err, "request_id", a.obs.id)
-			if sse {
-				_, _ = a.w.Write(sseError("upstream stream failed: " + err.Error()))
-				_ = rc.Flush()
-				return resp.StatusCode, false, "stream_error"
-			}
-			return resp.StatusCode, false, "abort"
+			return a.relayBroke(resp, err, sse, rc)
 		}
 	}
+}
+
+// relayBroke ends a relay whose upstream body failed after bytes went
+// to the client.
+func (a *attempt) relayBroke(resp *http.Response, err error, sse bool, rc *http.ResponseController) (status int, ok bool, outcome string) {
+	if a.r.Context().Err() != nil {
+		return statusClientClosed, false, "canceled"
+	}
+	a.s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err, "request_id", a.obs.id)
+	if sse {
+		_, _ = a.w.Write(sseError("upstream stream failed: " + err.Error()))
+		_ = rc.Flush()
+		return resp.StatusCode, false, "stream_error"
+	}
+	return resp.StatusCode, false, "abort"
+}
+
+// committed lets go of what only picking and sending needed, once the
+// first byte went to the client: no retry can follow, so the request's
+// body (its buffer back to its pool), prompt text, token ids and block
+// keys need not live as long as the stream (a 100 000-token prompt is about 1.4 MB of them). A stream
+// that may be resumed keeps them (relaySpliced, resume.go: the
+// continuation is the body plus the answer so far, and is picked for
+// again).
+func (a *attempt) committed() {
+	if a.sp != nil {
+		return
+	}
+	// Every attempt's upstream body was written from the buffer before
+	// its response began: it can serve the next request now.
+	a.body.recycle(a.req, a.rc)
+	a.body.release()
+	a.body = nil
+	a.reqv.body, a.reqv.promptIDs = nil, nil
+	a.rc.Prompt, a.rc.TokenIDs, a.rc.BlockKeys = "", nil, nil
 }
 
 // readableWaiter is a response body that can wait for its next bytes
