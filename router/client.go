@@ -179,7 +179,7 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	return c.response(r), nil
+	return c.response(), nil
 }
 
 // newCall makes the fasthttp request for r and the call that will carry
@@ -301,6 +301,9 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 		}
 		hc.ReleaseReader(br)
 		if err == nil {
+			// The engine answered: the body will not be sent again, and
+			// the stream need not keep it.
+			c.resend, c.spliced = nil, splicedBody{}
 			c.keep = !resp.ConnectionClose()
 			c.release = func(reuse bool) {
 				if reuse {
@@ -347,15 +350,16 @@ var statusLines = func() (l [600]string) {
 // response converts fasthttp's response header into an http.Response
 // whose Body is c (header keys canonical, as net/http's would be). The
 // header's keys and values share one string.
-func (c *call) response(r *http.Request) *http.Response {
+func (c *call) response() *http.Response {
 	h := &c.resp.Header
 	code := h.StatusCode()
 	out := &http.Response{
 		StatusCode: code,
 		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		ContentLength: int64(h.ContentLength()),
-		Request:       r,
-		Body:          c,
+		// No Request: it would keep the upstream request (its header,
+		// its body) for as long as the stream is open; nothing reads it.
+		Body: c,
 	}
 	if code >= 0 && code < len(statusLines) && statusLines[code] != "" {
 		out.Status = statusLines[code]
