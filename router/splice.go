@@ -209,7 +209,6 @@ type usageCounts struct {
 // continues or ends it.
 func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) (status int, ok bool, outcome string) {
 	sp := a.sp
-	s := a.s
 	sp.broke = ""
 	sse := isEventStream(resp.Header.Get("Content-Type"))
 	if !sp.begun && !sse {
@@ -220,6 +219,20 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) 
 	if rc == nil {
 		rc = http.NewResponseController(a.w)
 	}
+	if !a.spliceStart(resp, rc, sse, t) {
+		// The engine refused the continuation (say, a 400 for
+		// continue_final_message): no fault of its health.
+		sp.broke = "continuation refused (HTTP " + strconv.Itoa(resp.StatusCode) + ")"
+		return sp.status, false, "http_" + strconv.Itoa(resp.StatusCode)
+	}
+	return a.relayEvents(resp, rc)
+}
+
+// spliceStart sends the client the stream's header (first segment) or
+// notes a continuation's start; false: the engine refused the
+// continuation.
+func (a *attempt) spliceStart(resp *http.Response, rc *http.ResponseController, sse bool, t *target) bool {
+	sp, s := a.sp, a.s
 	if !sp.begun {
 		h := a.w.Header()
 		copyHeader(h, resp.Header)
@@ -231,10 +244,7 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) 
 		sp.begun, sp.status = true, resp.StatusCode
 	} else {
 		if !sse || resp.StatusCode != http.StatusOK {
-			// The engine refused the continuation (say, a 400 for
-			// continue_final_message): no fault of its health.
-			sp.broke = "continuation refused (HTTP " + strconv.Itoa(resp.StatusCode) + ")"
-			return sp.status, false, "http_" + strconv.Itoa(resp.StatusCode)
+			return false
 		}
 		s.metrics.resumes.WithLabelValues(a.res.pool.key, "resumed").Inc()
 		a.obs.relaying = true // this attempt's relay stage and usage tap (trace.go)
@@ -243,22 +253,18 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) 
 	}
 	sp.rewrite = sp.id != nil
 	sp.base = sp.tokens
+	return true
+}
 
+// relayEvents relays a segment's events, the loop relaySpliced waits in
+// for as long as the stream is open (kept apart so its frame is small).
+func (a *attempt) relayEvents(resp *http.Response, rc *http.ResponseController) (status int, ok bool, outcome string) {
+	sp, s := a.sp, a.s
 	// The event reader and the event's buffer are held from the start of
 	// an event to its flush: between events, with nothing buffered, the
 	// stream waits for the engine holding neither (as relay does).
-	var br *bufio.Reader
-	var evp *[]byte
-	var ev []byte
-	hand := func() {
-		if br != nil {
-			br.Reset(nil)
-			eventReaders.Put(br)
-			eventBufs.Put(evp)
-			br, evp, ev = nil, nil, nil
-		}
-	}
-	defer hand()
+	var r eventReader
+	defer r.hand()
 	wait, _ := resp.Body.(readableWaiter)
 	// [retry] resume_idle: an engine silent for that long is cut off
 	// (closing the body ends the blocked read) and counts as broken.
@@ -271,19 +277,16 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) 
 	}
 	first := true
 	for {
-		if wait != nil && br != nil && br.Buffered() == 0 {
-			hand()
+		if wait != nil && r.br != nil && r.br.Buffered() == 0 {
+			r.hand()
 		}
-		if br == nil {
+		if r.br == nil {
 			if wait != nil {
 				wait.waitReadable()
 			}
-			br = eventReaders.Get().(*bufio.Reader)
-			br.Reset(resp.Body)
-			evp = eventBufs.Get().(*[]byte)
-			ev = (*evp)[:0]
+			r.take(resp.Body)
 		}
-		err := readEvent(br, &ev)
+		err := readEvent(r.br, &r.ev)
 		if first && err == nil {
 			first = false
 			a.releasePrefill() // this segment's engine has prefilled its prompt
@@ -293,22 +296,12 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) 
 			if a.r.Context().Err() != nil {
 				return statusClientClosed, false, "canceled"
 			}
-			switch {
-			case stalled.Load():
-				err = fmt.Errorf("no data from the engine for %v", idle)
-			case err == io.EOF:
-				err = errors.New("stream ended without [DONE]")
-			}
-			sp.broke = err.Error()
-			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err)
-			return sp.status, false, "stream_error"
+			return a.segmentBroke(err, stalled.Load(), idle)
 		}
 		if idleTimer != nil && !idleTimer.Reset(idle) {
-			err = fmt.Errorf("no data from the engine for %v", idle)
-			sp.broke = err.Error()
-			return sp.status, false, "stream_error"
+			return a.segmentBroke(nil, true, idle)
 		}
-		out, done, brk := sp.event(ev)
+		out, done, brk := sp.event(r.ev)
 		if brk != "" {
 			sp.broke = brk
 			s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", brk)
@@ -333,6 +326,46 @@ func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) 
 		if done {
 			return sp.status, true, "success"
 		}
+	}
+}
+
+// segmentBroke ends a segment whose upstream read failed (err nil: the
+// idle timer fired between events) or went silent for idle.
+func (a *attempt) segmentBroke(err error, stalled bool, idle time.Duration) (status int, ok bool, outcome string) {
+	sp := a.sp
+	switch {
+	case stalled:
+		err = fmt.Errorf("no data from the engine for %v", idle)
+	case err == io.EOF:
+		err = errors.New("stream ended without [DONE]")
+	}
+	sp.broke = err.Error()
+	a.s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err)
+	return sp.status, false, "stream_error"
+}
+
+// eventReader is relayEvents' reader and event buffer while it holds them.
+type eventReader struct {
+	br  *bufio.Reader
+	evp *[]byte
+	ev  []byte
+}
+
+// take gets a reader over body and an event buffer from their pools.
+func (r *eventReader) take(body io.Reader) {
+	r.br = eventReaders.Get().(*bufio.Reader)
+	r.br.Reset(body)
+	r.evp = eventBufs.Get().(*[]byte)
+	r.ev = (*r.evp)[:0]
+}
+
+// hand gives them back (nothing may be buffered that is still wanted).
+func (r *eventReader) hand() {
+	if r.br != nil {
+		r.br.Reset(nil)
+		eventReaders.Put(r.br)
+		eventBufs.Put(r.evp)
+		*r = eventReader{}
 	}
 }
 
