@@ -267,7 +267,9 @@ func (c *call) roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *f
 
 // try is one try of roundTrip. retry reports a connection that
 // had served requests before and gave nothing back for this one: the
-// engine closed it while it was idle.
+// engine closed it while it was idle. Writing and reading are functions
+// of their own so that the frames a request waits under for its first
+// byte stay small (router/DESIGN.md, "Memory per in-flight request").
 func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
 	cc, err := hc.AcquireConn(0, false)
 	if err != nil {
@@ -277,34 +279,12 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 	c.conn = cc.Conn()
 	c.aborted.Store(false)
 	c.stop = context.AfterFunc(c.ctx, c.abort)
-	bw := hc.AcquireWriter(c.conn)
-	err = req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	hc.ReleaseWriter(bw)
-	if err == nil {
-		// The reader is held only while the header is read, from when the
-		// engine starts answering (a request waiting in the engine's queue
-		// or prefill holds none); what came after the header is copied
-		// out (usually nothing, or the first event), and the body is read
-		// from the connection straight into the caller's buffer.
+	if err = c.write(hc, req); err == nil {
+		// The engine's queue and prefill are waited out holding no buffer
+		// (waitReadable) under this small frame.
 		c.watch()
 		c.waitReadable()
-		br := hc.AcquireReader(c.conn)
-		if err = readHeader(br, &resp.Header); err == nil {
-			c.body = newUpstreamBody(&resp.Header, c.head)
-			if k := br.Buffered(); k > 0 {
-				b, _ := br.Peek(k)
-				c.body.pending = append([]byte(nil), b...)
-			}
-		}
-		hc.ReleaseReader(br)
-		if err == nil {
-			// The engine answered: the body will not be sent again, and
-			// the stream need not keep it.
-			c.resend, c.spliced = nil, splicedBody{}
-			c.keep = !resp.ConnectionClose()
+		if err = c.readHeader(hc, resp); err == nil {
 			c.release = func(reuse bool) {
 				if reuse {
 					hc.ReleaseConn(cc)
@@ -321,6 +301,40 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 		return false, c.ctx.Err()
 	}
 	return reused && staleConn(err), err
+}
+
+// write writes req on c.conn through a pooled writer.
+func (c *call) write(hc *fasthttp.HostClient, req *fasthttp.Request) error {
+	bw := hc.AcquireWriter(c.conn)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	return err
+}
+
+// readHeader reads the response header into resp and sets up the body.
+// The reader is held only while the header is read, once the engine
+// started answering; what came after the header is copied out (usually
+// nothing, or the first event), and the body is read from the connection
+// straight into the caller's buffer.
+func (c *call) readHeader(hc *fasthttp.HostClient, resp *fasthttp.Response) error {
+	br := hc.AcquireReader(c.conn)
+	err := readHeader(br, &resp.Header)
+	if err == nil {
+		c.body = newUpstreamBody(&resp.Header, c.head)
+		if k := br.Buffered(); k > 0 {
+			b, _ := br.Peek(k)
+			c.body.pending = append([]byte(nil), b...)
+		}
+		// The engine answered: the body will not be sent again, and the
+		// stream need not keep it.
+		c.resend, c.spliced = nil, splicedBody{}
+		c.keep = !resp.ConnectionClose()
+	}
+	hc.ReleaseReader(br)
+	return err
 }
 
 // abort closes the connection when the request's context ends.
