@@ -31,8 +31,9 @@ func newClient() *http.Client {
 
 // request is what the generator sends: the same body every time.
 type request struct {
-	path string
-	body []byte
+	path   string
+	body   []byte
+	stream bool // the answer must be an event stream, else JSON
 }
 
 // benchRequest is a chat request with a PromptWords-word user message, or
@@ -48,7 +49,7 @@ func benchRequest(cfg Config, stream bool) request {
 			b = strconv.AppendUint(b, uint64(i*7919%128000), 10)
 		}
 		b = fmt.Appendf(b, `],"max_tokens":%d,"stream":%t}`, cfg.MaxTokens, stream)
-		return request{path: "/v1/completions", body: b}
+		return request{path: "/v1/completions", body: b, stream: stream}
 	}
 	var w strings.Builder
 	for i := range cfg.PromptWords {
@@ -56,7 +57,7 @@ func benchRequest(cfg Config, stream bool) request {
 		w.WriteString(strconv.Itoa(i))
 		w.WriteByte(' ')
 	}
-	return request{path: "/v1/chat/completions", body: fmt.Appendf(nil,
+	return request{path: "/v1/chat/completions", stream: stream, body: fmt.Appendf(nil,
 		`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":%d,"stream":%t}`, model, w.String(), cfg.MaxTokens, stream)}
 }
 
@@ -97,7 +98,7 @@ func openLoop(ctx context.Context, client *http.Client, base func(int) string, r
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lat[i], failed[i] = send(ctx, client, base(i)+rq.path, rq.body, at)
+			lat[i], failed[i] = send(ctx, client, base(i), rq, at)
 		}()
 	}
 	wg.Wait()
@@ -137,10 +138,13 @@ func pool(runs []loadStats) loadStats {
 	return s
 }
 
-// send posts body to url and reads the whole response (every SSE event
-// when streaming).
-func send(ctx context.Context, client *http.Client, url string, body []byte, at time.Time) (time.Duration, bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+// send posts rq to base and reads the whole response (every SSE event
+// when streaming). An answer that is not 200, or not an event stream
+// when one was asked for (and the other way round), is a failure: a
+// proxy or engine that answered the wrong mode must not pass for a
+// cheap one.
+func send(ctx context.Context, client *http.Client, base string, rq request, at time.Time) (time.Duration, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+rq.path, bytes.NewReader(rq.body))
 	if err != nil {
 		return 0, true
 	}
@@ -153,5 +157,6 @@ func send(ctx context.Context, client *http.Client, url string, body []byte, at 
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		return 0, true
 	}
-	return time.Since(at), resp.StatusCode != http.StatusOK
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	return time.Since(at), resp.StatusCode != http.StatusOK || sse != rq.stream
 }

@@ -113,8 +113,10 @@ func (o Options) Run(ctx context.Context, stdout io.Writer) error {
 	}
 	cfg.Log = stdout
 	if cfg.Streams > 0 {
-		fmt.Fprintf(stdout, "open streams: %d closed-loop clients, %d token events %v apart per stream; %d rounds of %v per path, direct and proxies in turn; engine %s\n",
-			cfg.Streams, cfg.StreamTokens, cfg.StreamGap, cfg.StreamRounds, cfg.StreamDuration, cfg.Engine)
+		least := time.Duration(cfg.StreamTokens) * cfg.StreamGap
+		fmt.Fprintf(stdout, "open streams: %d closed-loop clients, %d token events %v apart per stream (at least %v each, so at most %.1f streams/s); "+
+			"%d rounds of %v per path, direct and proxies in turn; engine %s\n",
+			cfg.Streams, cfg.StreamTokens, cfg.StreamGap, least, float64(cfg.Streams)/least.Seconds(), cfg.StreamRounds, cfg.StreamDuration, cfg.Engine)
 	} else {
 		fmt.Fprintf(stdout, "open-loop constant rate, latency from each request's scheduled send time; fixed rate %.0f/s, %d windows of %v "+
 			"(CPU: median of the windows); idle CPU over %v; max rate: steps ×%.2f from %.0f/s, %v each, p99 < %v; engine %s\n",

@@ -167,8 +167,8 @@ func (c *Config) check() error {
 	if c.Engine != EngineCanned && c.Engine != EngineSim {
 		return fmt.Errorf("%w: engines are %s and %s, not %q", ErrConfig, EngineCanned, EngineSim, c.Engine)
 	}
-	if c.Streams > 0 && (c.Engine != EngineCanned || c.StreamTokens < 1 || c.StreamRounds < 1 || c.StreamDuration <= 0 || c.StreamGap < 0) {
-		return fmt.Errorf("%w: the open-streams mode needs the %s engine, tokens, rounds and a duration", ErrConfig, EngineCanned)
+	if c.Streams > 0 && (c.Engine != EngineCanned || c.StreamTokens < 1 || c.StreamRounds < 1 || c.StreamDuration <= 0 || c.StreamGap <= 0) {
+		return fmt.Errorf("%w: the open-streams mode needs the %s engine, tokens, rounds, a duration and a gap between events", ErrConfig, EngineCanned)
 	}
 	for _, m := range c.Modes {
 		if m != "plain" && m != "stream" {

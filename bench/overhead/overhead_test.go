@@ -144,3 +144,21 @@ func TestWindowsGoRoundThePaths(t *testing.T) {
 		t.Errorf("direct CPU %v, measured path's CPU %v over %d requests", cells[0].cpu, cells[1].cpu, cells[1].fixed.sent)
 	}
 }
+
+// An answer in the wrong mode (JSON to a streamed request, a stream to a
+// plain one) is an error, not a fast request.
+func TestWrongModeAnswerIsAnError(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}")
+	}))
+	defer srv.Close()
+	base := func(int) string { return srv.URL }
+	cfg := Config{PromptWords: 4, MaxTokens: 1}
+	if s := openLoop(t.Context(), newClient(), base, benchRequest(cfg, true), 100, 100*time.Millisecond); s.errors != s.sent {
+		t.Errorf("JSON answers to streamed requests: %d errors of %d", s.errors, s.sent)
+	}
+	if s := openLoop(t.Context(), newClient(), base, benchRequest(cfg, false), 100, 100*time.Millisecond); s.errors != 0 {
+		t.Errorf("JSON answers to plain requests: %d errors of %d", s.errors, s.sent)
+	}
+}
