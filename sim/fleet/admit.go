@@ -10,17 +10,19 @@ import (
 
 // Admission in the simulator: with Config.Admission set, every replica
 // holds a package admission Queue and decides with the Queue's own rules
-// as a router's Gate does, in virtual time. An arrival goes to the
-// strategy at once when Queue.AdmitsNow says so under the replica's probe
+// as a router's Gate does, in virtual time. An arrival passes at once
+// when Queue.AdmitsNow says so under the replica's probe
 // (per band, Σ Config.For(band).Headroom over the engines as the replica
 // sees them: its own in-flight and queued prefill plus the other
 // replicas' as gossiped); otherwise it queues by band, and a full band
 // rejects it (the router's 429). Every admission.DefaultTick while some
 // replica queues, each replica expires waiters past their TTL (the
-// router's 503) and releases what Queue.Release allows, each picked by the
-// strategy at that moment among the engines with room for the band it
-// left under (Config.Room), as the router's pick does. The admissions
-// within a tick count as recent, as the Gate counts them. The other
+// router's 503) and releases what Queue.Release allows. A request that
+// passed, either way, waits as the router's does after its gate for the
+// mesh's order of same-instant picks (send), then is picked by the
+// strategy among the engines with room for the band it passed under
+// (Config.Room), as the router's pick does. The admissions within a
+// tick count as recent, as the Gate counts them. The other
 // replicas' waiters per band come from their mesh publications (package
 // meshstate, PoolWaiting), as rolter router's do; with Config.AloneQueues
 // every replica releases as if it were alone.
