@@ -117,6 +117,15 @@ type Pick struct {
 	intent time.Time
 }
 
+// window is IntentWindow for the transport's peer delay now (PeerHop
+// without one).
+func (s *State) window() time.Duration {
+	if pd, ok := s.tr.(PeerDelay); ok {
+		return IntentWindow(pd.PeerDelay())
+	}
+	return IntentWindow(PeerHop)
+}
+
 // IntentsSent returns how many intents this router announced.
 func (s *State) IntentsSent() uint64 { return s.intentsSent.Load() }
 
@@ -140,11 +149,7 @@ func (s *State) Arrive(now time.Time) Pick {
 		return p
 	}
 	p.order = true
-	delay := PeerHop
-	if pd, ok := s.tr.(PeerDelay); ok {
-		delay = pd.PeerDelay()
-	}
-	p.window = IntentWindow(delay)
+	p.window = s.window()
 	if rank >= live-1 {
 		return p
 	}
