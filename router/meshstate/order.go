@@ -8,8 +8,8 @@ import (
 // The order of the first picks of an instant. Routers that receive
 // requests at one instant all see the same picture, and no publication
 // arrives in zero time, so each one's first pick lands on the same
-// emptiest engine (the hold after a router's own pick covers its second
-// and later ones). Ordering them by rank ends that: a router announces an
+// emptiest engine (a router's later picks of the instant see its first
+// at once). Ordering them by rank ends that: a router announces an
 // intent the moment a request reaches it, and a pick waits until every
 // lower-ranked router with an intent of the same instant has published
 // the pick that followed it. Rank 0 never waits, waits only point to lower
@@ -71,12 +71,13 @@ type PeerPick struct {
 // Intend sets this router's pending intent: at non-zero announces "the
 // router of rank has a pick pending since at", sent to the other routers
 // at once (not after PublishGap) and carried by every publication after
-// it; at zero withdraws it, and the next message (at once) carries none.
+// it; at zero withdraws it, and the next message (at once) says it is no
+// longer pending.
 //
 // Resolve says the next Publish carries the pick that followed the
-// pending intent: that publication goes without the intent, in the same
-// message as the loads (a peer must not see the intent resolved before
-// the loads it waited for).
+// pending intent: that publication says the intent is resolved, in the
+// same message as the loads (a peer must not see the intent resolved
+// before the loads it waited for).
 //
 // PeerPicks appends to buf, for every other router it has heard an intent
 // from, what its newest message says (a router's messages are taken in
@@ -117,6 +118,15 @@ type Pick struct {
 	intent time.Time
 }
 
+// window is IntentWindow for the transport's peer delay now (PeerHop
+// without one).
+func (s *State) window() time.Duration {
+	if pd, ok := s.tr.(PeerDelay); ok {
+		return IntentWindow(pd.PeerDelay())
+	}
+	return IntentWindow(PeerHop)
+}
+
 // IntentsSent returns how many intents this router announced.
 func (s *State) IntentsSent() uint64 { return s.intentsSent.Load() }
 
@@ -140,11 +150,7 @@ func (s *State) Arrive(now time.Time) Pick {
 		return p
 	}
 	p.order = true
-	delay := PeerHop
-	if pd, ok := s.tr.(PeerDelay); ok {
-		delay = pd.PeerDelay()
-	}
-	p.window = IntentWindow(delay)
+	p.window = s.window()
 	if rank >= live-1 {
 		return p
 	}
@@ -168,10 +174,11 @@ func (s *State) Arrive(now time.Time) Pick {
 // arrival, for every lower rank r: while a router of rank r has an intent
 // of its instant (within IntentWindow) still pending, and, for at most
 // IntentWindow, while it has heard no intent of rank r at all (both for
-// the peer delay at its arrival). A pick on
-// a transport without intents that follows this router's own pick within
-// MaxHold waits as Hold says. reason is what it waits for (HoldIntent or
-// HoldInstant). It does not allocate.
+// the peer delay at its arrival). A pick on a transport without intents
+// that follows this router's own pick within MaxHold waits until a
+// publication another router made since arrives, or MaxHold has passed.
+// reason is what it waits for (HoldIntent or HoldInstant). It does not
+// allocate.
 func (s *State) Ready(p Pick, now time.Time) (wait time.Duration, reason string) {
 	wait, reason, _ = s.ready(p, now)
 	return wait, reason

@@ -280,6 +280,9 @@ func TestHoldReasonsAreLabelled(t *testing.T) {
 		if h := holds[0].GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 0.001 {
 			t.Errorf("hold histogram %d samples, sum %v; want 1 of 1ms", h.GetSampleCount(), h.GetSampleSum())
 		}
+		if w := m["rolter_mesh_intent_window_seconds"][0].GetGauge().GetValue(); w != MaxHold.Seconds() {
+			t.Errorf("window gauge %v, want MaxHold", w)
+		}
 		for _, c := range m["rolter_mesh_intents_total"] {
 			if c.GetLabel()[0].GetValue() == "sent" && c.GetCounter().GetValue() != 1 {
 				t.Errorf("intents sent %v, want 1", c.GetCounter().GetValue())

@@ -274,6 +274,11 @@ func (s *State) Collector() prometheus.Collector {
 
 type collectors []prometheus.Collector
 
+var descWindow = prometheus.NewDesc("rolter_mesh_intent_window_seconds",
+	"The order of first picks' window now: how long a pick listens for a lower-ranked router's intent, and "+
+		"the wait allowed per lower rank (4 ms, or the measured one-way delay of the other routers' messages + 2 ms).",
+	nil, nil)
+
 var descIntents = prometheus.NewDesc("rolter_mesh_intents_total",
 	"Intents (a pick pending, announced for the order of the first picks of an instant): sent by this router, "+
 		"received from the others.", []string{"event"}, nil)
@@ -282,13 +287,14 @@ var descIntents = prometheus.NewDesc("rolter_mesh_intents_total",
 // them (IntentsReceived), received.
 type intentCounts struct{ s *State }
 
-func (c intentCounts) Describe(ch chan<- *prometheus.Desc) { ch <- descIntents }
+func (c intentCounts) Describe(ch chan<- *prometheus.Desc) { ch <- descIntents; ch <- descWindow }
 
 func (c intentCounts) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descIntents, prometheus.CounterValue, float64(c.s.intentsSent.Load()), "sent")
 	if r, ok := c.s.tr.(IntentsReceived); ok {
 		ch <- prometheus.MustNewConstMetric(descIntents, prometheus.CounterValue, float64(r.IntentsReceived()), "received")
 	}
+	ch <- prometheus.MustNewConstMetric(descWindow, prometheus.GaugeValue, c.s.window().Seconds())
 }
 
 func (c collectors) Describe(ch chan<- *prometheus.Desc) {
