@@ -70,7 +70,7 @@ func TestParseRequestJudgesUTF8AndJSONAsBefore(t *testing.T) {
 
 // Every kind of byte that ends plain ASCII text, at every position of
 // strings up to 100 bytes long (so at every offset in and across the
-// 32-byte blocks read at once), in a key and in a value: parseRequest
+// words and 32-byte blocks read at once), in a key and in a value: parseRequest
 // accepts exactly the bodies that are UTF-8 and JSON, and refuses the
 // others with the answer of the two checks made one after the other.
 func TestParseRequestTextEveryPosition(t *testing.T) {
