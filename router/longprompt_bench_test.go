@@ -122,35 +122,26 @@ func BenchmarkLongChat(b *testing.B) {
 // prompt through a precise_cache_aware route, in process (an in-memory
 // upstream): everything the router does for it but the sockets.
 func BenchmarkLongPromptRequest(b *testing.B) {
-	cfg := strings.Replace(benchConfig, "[[routes]]\nmodel = \"llama\"\n", "[[routes]]\nmodel = \"llama\"\nstrategy = \"precise_cache_aware\"\n", 1)
-	s := benchServerFrom(b, memEngine{}, cfg)
-	h := s.Handler()
-	body := string(tokenBody(100_000))
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	defer reportCPU(b)()
-	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body))
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		if w.Code != 200 {
-			b.Fatalf("status %d: %s", w.Code, w.Body)
-		}
-	}
+	benchWholeRequest(b, "precise_cache_aware", "/v1/completions", string(tokenBody(100_000)))
 }
 
 // BenchmarkLongChatRequest is a whole request with a 100k-word chat
 // through a cache_aware route, in process, as BenchmarkLongPromptRequest.
 func BenchmarkLongChatRequest(b *testing.B) {
-	cfg := strings.Replace(benchConfig, "[[routes]]\nmodel = \"llama\"\n", "[[routes]]\nmodel = \"llama\"\nstrategy = \"cache_aware\"\n", 1)
+	benchWholeRequest(b, "cache_aware", "/v1/chat/completions", string(chatWordsBody(100_000)))
+}
+
+// benchWholeRequest sends body to path through a route of strategy, in
+// process, once per iteration, and fails on any answer but 200.
+func benchWholeRequest(b *testing.B, strategy, path, body string) {
+	cfg := strings.Replace(benchConfig, "[[routes]]\nmodel = \"llama\"\n", "[[routes]]\nmodel = \"llama\"\nstrategy = \""+strategy+"\"\n", 1)
 	s := benchServerFrom(b, memEngine{}, cfg)
 	h := s.Handler()
-	body := string(chatWordsBody(100_000))
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	defer reportCPU(b)()
 	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		if w.Code != 200 {
