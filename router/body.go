@@ -269,7 +269,18 @@ func skipSpace(b []byte, i int) int {
 
 // skipValue returns the index just past the JSON value starting at i. b is
 // known to be valid JSON.
-func skipValue(b []byte, i int) int {
+func skipValue(b []byte, i int) int { return skipNoted(nil, b, i) }
+
+// skipNoted is skipValue stepping over, at any depth and without reading
+// them, the values validation noted in s (scanner.knownAt); a nil s, or
+// one that noted none, skips as skipValue does.
+func skipNoted(s *scanner, b []byte, i int) int {
+	noted := s != nil && s.spans.n > 0
+	if noted {
+		if sp := s.knownAt(b, i); sp != nil {
+			return i + sp.end - sp.at
+		}
+	}
 	switch b[i] {
 	case '"':
 		return skipString(b, i)
@@ -284,6 +295,12 @@ func skipValue(b []byte, i int) int {
 			}
 			switch b[i] {
 			case '"':
+				if noted {
+					if sp := s.knownAt(b, i); sp != nil {
+						i += sp.end - sp.at
+						continue
+					}
+				}
 				i = skipString(b, i)
 				continue
 			case '{', '[':

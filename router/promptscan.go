@@ -115,46 +115,7 @@ func (s *scanner) knownAt(b []byte, i int) *knownSpan {
 
 // skipValue is skipValue (body.go) stepping over the values validation
 // noted, at any depth, without reading them.
-func (s *scanner) skipValue(b []byte, i int) int {
-	if sp := s.knownAt(b, i); sp != nil {
-		return i + sp.end - sp.at
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		if s.spans.n == 0 {
-			return skipValue(b, i)
-		}
-		depth := 0
-		for i < len(b) {
-			i = nextStructural(b, i)
-			if i == len(b) {
-				break
-			}
-			switch b[i] {
-			case '"':
-				if sp := s.knownAt(b, i); sp != nil {
-					i += sp.end - sp.at
-				} else {
-					i = skipString(b, i)
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	default:
-		return skipValue(b, i)
-	}
-}
+func (s *scanner) skipValue(b []byte, i int) int { return skipNoted(s, b, i) }
 
 // isStringOrNull reports whether a raw JSON value decodes into a Go string
 // without error.
