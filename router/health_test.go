@@ -2,7 +2,9 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,11 +114,13 @@ func TestHealthLoopRunsPerProviderAndStops(t *testing.T) {
 	testwait.For(t, 5*time.Second, "recovery cadence", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(intervals) == 2
+		return len(intervals) == 3
 	})
 	mu.Lock()
-	if intervals[0] != 10*time.Second || intervals[1] != 2*time.Second {
-		t.Errorf("probe intervals %v, want [10s 2s] (the defaults)", intervals)
+	// The provider's offset to its first probe, 10 s while healthy, then
+	// the 2 s recovery cadence once it is down (the defaults).
+	if want := []time.Duration{probeOffset("a", 10*time.Second), 10 * time.Second, 2 * time.Second}; !slices.Equal(intervals, want) {
+		t.Errorf("probe intervals %v, want %v", intervals, want)
 	}
 	mu.Unlock()
 	cancel()
@@ -216,8 +220,8 @@ func TestOpenBreakerIsProbedInBackground(t *testing.T) {
 	testwait.For(t, 5*time.Second, "a probe right after the breaker opened", func() bool { return probes.Load() == 1 })
 	testwait.For(t, 5*time.Second, "the recovery cadence", func() bool { mu.Lock(); defer mu.Unlock(); return len(intervals) == 2 })
 	mu.Lock()
-	if intervals[0] != 10*time.Second || intervals[1] != 2*time.Second {
-		t.Errorf("probe intervals %v, want [10s 2s]", intervals)
+	if intervals[0] != probeOffset("a", 10*time.Second) || intervals[1] != 2*time.Second {
+		t.Errorf("probe intervals %v, want [the provider's offset, 2s]", intervals)
 	}
 	mu.Unlock()
 	// The probe succeeded: the breaker's open period is over without any
@@ -255,5 +259,175 @@ func TestOnlyAFreshlyOpenedBreakerWakesItsProbe(t *testing.T) {
 	}
 	if len(u.wake) != 0 {
 		t.Error("a failed half-open probe asked for another probe at once")
+	}
+}
+
+// virtualTickers stands in for time.NewTicker in the health loops: time
+// is virtual and moves only when the test fires the next tick due.
+type virtualTickers struct {
+	mu      sync.Mutex
+	now     time.Duration
+	tickers []*virtualTicker
+}
+
+type virtualTicker struct {
+	next, every time.Duration
+	c           chan time.Time
+	stopped     bool
+}
+
+func (v *virtualTickers) newTicker(d time.Duration) (<-chan time.Time, func()) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	tk := &virtualTicker{next: v.now + d, every: d, c: make(chan time.Time, 1)}
+	v.tickers = append(v.tickers, tk)
+	return tk.c, func() { v.mu.Lock(); tk.stopped = true; v.mu.Unlock() }
+}
+
+// created is how many tickers the loops have asked for.
+func (v *virtualTickers) created() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.tickers)
+}
+
+func (v *virtualTickers) time() time.Duration {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.now
+}
+
+// fire moves time to the earliest tick due and delivers it (dropped, as
+// time.Ticker drops it, if the last one is still unread). It reports the
+// ticker's period.
+func (v *virtualTickers) fire() time.Duration {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var due *virtualTicker
+	for _, tk := range v.tickers {
+		if !tk.stopped && (due == nil || tk.next < due.next) {
+			due = tk
+		}
+	}
+	v.now = due.next
+	due.next += due.every
+	select {
+	case due.c <- time.Time{}:
+	default:
+	}
+	return due.every
+}
+
+// probeLog is an engine serving several providers, one per path prefix
+// (api_base = engine/<name>), that notes the virtual time of each
+// provider's probes.
+type probeLog struct {
+	mu     sync.Mutex
+	at     map[string][]time.Duration
+	probes int
+}
+
+func (l *probeLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.probes
+}
+
+func (l *probeLog) times(name string) []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.at[name])
+}
+
+// spreadConfig routes model m over providers p0..p(n-1) (and extra),
+// each a path of base.
+func spreadConfig(base string, n int, extra ...string) string {
+	var kv, targets []string
+	for i := range n {
+		kv = append(kv, fmt.Sprintf("p%d", i), fmt.Sprintf("%s/p%d", base, i))
+		targets = append(targets, fmt.Sprintf("{provider = %q}", fmt.Sprintf("p%d", i)))
+	}
+	for _, name := range extra {
+		kv = append(kv, name, base+"/"+name)
+		targets = append(targets, fmt.Sprintf("{provider = %q}", name))
+	}
+	return providers(kv...) + "[[routes]]\nmodel = \"m\"\ntargets = [" + strings.Join(targets, ", ") + "]\n[health]\nenabled = true\n"
+}
+
+// Every provider's probe used to fall due at the same instant (64
+// targets: a 64-request burst every interval). Each provider now probes
+// first at its own offset into the interval, then every interval; one
+// added by Apply probes at its offset from then.
+func TestHealthProbesSpreadOverTheInterval(t *testing.T) {
+	const n, every = 16, 10 * time.Second
+	vt := &virtualTickers{}
+	log := &probeLog{at: map[string][]time.Duration{}}
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+		name, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		log.mu.Lock()
+		log.at[name] = append(log.at[name], vt.time())
+		log.probes++
+		log.mu.Unlock()
+		w.WriteHeader(200)
+	})
+	h := newHarnessWith(t, spreadConfig(eng.URL, n), nil, func(o *Options) { o.NewTicker = vt.newTicker })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.srv.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	testwait.For(t, 5*time.Second, "every provider's loop started", func() bool { return vt.created() == n })
+
+	// step fires the next tick and waits for its probe and, after a
+	// provider's first probe, for its loop to set up the interval's ticker,
+	// so virtual time moves on only once the loops are idle.
+	step := func() {
+		t.Helper()
+		probes, tickers := log.count(), vt.created()
+		period := vt.fire()
+		testwait.For(t, 5*time.Second, "the probe of the tick", func() bool { return log.count() == probes+1 })
+		if period != every {
+			testwait.For(t, 5*time.Second, "the interval's ticker", func() bool { return vt.created() == tickers+1 })
+		}
+	}
+	for vt.time() <= 2*every {
+		step()
+	}
+
+	firsts := map[time.Duration]string{}
+	perSecond := map[time.Duration]int{}
+	for i := range n {
+		name := fmt.Sprintf("p%d", i)
+		at := log.times(name)
+		if len(at) < 2 {
+			t.Fatalf("%s probed at %v in two intervals, want twice", name, at)
+		}
+		if at[0] <= 0 || at[0] > every {
+			t.Errorf("%s first probed at %v, want within the first interval", name, at[0])
+		}
+		if other, ok := firsts[at[0]]; ok {
+			t.Errorf("%s and %s probe at the same instant %v", name, other, at[0])
+		}
+		firsts[at[0]] = name
+		perSecond[at[0].Truncate(time.Second)]++
+		if at[1]-at[0] != every {
+			t.Errorf("%s probed at %v then %v, want %v apart", name, at[0], at[1], every)
+		}
+	}
+	for sec, c := range perSecond {
+		if c > n/2 {
+			t.Errorf("%d of %d providers probe in the second from %v", c, n, sec)
+		}
+	}
+
+	// A provider added by Apply starts at its offset from the Apply.
+	tickers := vt.created()
+	added := vt.time()
+	h.apply(spreadConfig(eng.URL, n, "late"))
+	testwait.For(t, 5*time.Second, "the added provider's loop", func() bool { return vt.created() == tickers+1 })
+	for len(log.times("late")) == 0 {
+		step()
+	}
+	if got, want := log.times("late")[0]-added, probeOffset("late", every); got != want {
+		t.Errorf("the added provider first probed %v after the Apply, want its offset %v", got, want)
 	}
 }
