@@ -105,12 +105,19 @@ func (h *healthManager) loop(ctx context.Context, p *provider, every, recovery t
 	cur := probeOffset(p.name, every)
 	tick, stop := h.newTicker(cur)
 	defer func() { stop() }()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick:
 		case <-p.up.wake:
+		}
+		if first && cur != every {
+			// The interval's ticker starts with the first probe, not
+			// after it: the offset stays where probeOffset put it.
+			stop()
+			cur = every
+			tick, stop = h.newTicker(cur)
 		}
 		// Probe with the provider as the running snapshot has it (its
 		// api key may have changed since the loop started).

@@ -218,10 +218,12 @@ func TestOpenBreakerIsProbedInBackground(t *testing.T) {
 		}
 	}
 	testwait.For(t, 5*time.Second, "a probe right after the breaker opened", func() bool { return probes.Load() == 1 })
-	testwait.For(t, 5*time.Second, "the recovery cadence", func() bool { mu.Lock(); defer mu.Unlock(); return len(intervals) == 2 })
+	testwait.For(t, 5*time.Second, "the recovery cadence", func() bool { mu.Lock(); defer mu.Unlock(); return len(intervals) == 3 })
 	mu.Lock()
-	if intervals[0] != probeOffset("a", 10*time.Second) || intervals[1] != 2*time.Second {
-		t.Errorf("probe intervals %v, want [the provider's offset, 2s]", intervals)
+	// The provider's offset, the interval from the first probe (the wake-up
+	// here), then the recovery cadence.
+	if want := []time.Duration{probeOffset("a", 10*time.Second), 10 * time.Second, 2 * time.Second}; !slices.Equal(intervals, want) {
+		t.Errorf("probe intervals %v, want %v", intervals, want)
 	}
 	mu.Unlock()
 	// The probe succeeded: the breaker's open period is over without any
@@ -377,8 +379,8 @@ func TestHealthProbesSpreadOverTheInterval(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	testwait.For(t, 5*time.Second, "every provider's loop started", func() bool { return vt.created() == n })
 
-	// step fires the next tick and waits for its probe and, after a
-	// provider's first probe, for its loop to set up the interval's ticker,
+	// step fires the next tick and waits for its probe and, on a
+	// provider's first tick, for its loop to set up the interval's ticker,
 	// so virtual time moves on only once the loops are idle.
 	step := func() {
 		t.Helper()
