@@ -77,7 +77,9 @@ func (c *Conn) Close() error {
 // Context finds the departure context of c: c itself when it is a *Conn,
 // or the connection under it when c wraps one and says so with
 // NetConn() net.Conn (as *tls.Conn does). ok is false for a connection
-// that no Watcher's listener accepted.
+// that no Watcher's listener accepted, and for one hidden by a wrapper
+// without NetConn (fasthttp's per-IP limit, Server.MaxConnsPerIP, wraps
+// each connection so).
 func Context(c net.Conn) (ctx context.Context, ok bool) {
 	for c != nil {
 		switch v := c.(type) {
