@@ -137,7 +137,7 @@ func slots(ws []WindowRun) []int {
 // rate where the path stops holding, the answer is below it and the
 // failed rate above it, within 1.5^(1/4) after two bisections.
 func TestSearchBisectsToItsBound(t *testing.T) {
-	bound := math.Pow(1.5, 0.25) + 0.002 // rounding to whole rates
+	bound := math.Pow(1.5, 0.25) + 0.002                // rounding to whole rates
 	for limit := 260.0; limit < 14000; limit *= 1.037 { // 14416 is the last step under the 20000 limit
 		steps := 0
 		held, failed := searchMaxRate(250, 1.5, 20000, 2, func(rate float64) bool { steps++; return rate < limit })
