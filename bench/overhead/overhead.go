@@ -9,7 +9,8 @@
 // several windows that go round the paths, the latency the proxy adds over
 // direct, the highest rate sustained under a p99 limit, the proxy
 // processes' CPU seconds per 1000 requests (nanoseconds from the kernel's
-// per-process CPU clock, the median of the windows, cpu.go) and their CPU
+// per-process CPU clock, the windows' mean without the highest and the
+// lowest, cpu.go) and their CPU
 // with no request in flight. Its open-streams mode (streams.go) measures
 // resident memory per open stream and streaming throughput against
 // direct.
@@ -36,8 +37,8 @@ type Config struct {
 	Rate     float64       // fixed rate (requests/s) of the latency measurement
 	Duration time.Duration // length of one fixed-rate window
 	// Windows is the number of fixed-rate windows per cell: CPU per
-	// request is their median, latency percentiles are over every
-	// request of them.
+	// request is their trimmed mean (trimmedMean), latency percentiles
+	// are over every request of them.
 	Windows int
 	// Idle is how long each proxy's CPU is read with no request in
 	// flight, after it answered its first and a second's settling; 0
@@ -111,11 +112,11 @@ type Row struct {
 	MaxRateFail *float64 `json:"max_rate_fail,omitempty"`
 	// CPU seconds of the proxy's processes per 1000 requests: all the CPU
 	// they used in a fixed-rate window (background work included) over
-	// the window's requests, the median of the windows used; nil for
-	// direct.
+	// the window's requests, the trimmed mean of the windows used (the
+	// highest and the lowest left out); nil for direct.
 	CPUPer1k *float64 `json:"cpu_s_per_1k,omitempty"`
 	Windows  int      `json:"windows,omitempty"`
-	// Each used window's figure, and the median of the same from
+	// Each used window's figure, and the trimmed mean of the same from
 	// /proc/<pid>/stat clock ticks (the cross-check).
 	CPUPer1kWindows []float64 `json:"cpu_s_per_1k_windows,omitempty"`
 	CPUPer1kTicks   *float64  `json:"cpu_s_per_1k_ticks,omitempty"`
@@ -356,7 +357,7 @@ func summarise(r *Row, used []WindowRun) {
 		}
 		r.Disturbed = r.Disturbed || w.Disturbed
 	}
-	r.CPUPer1k, r.CPUPer1kTicks, r.CPUPer1kWindows = ptr(median(cpu)), ptr(median(ticks)), cpu
+	r.CPUPer1k, r.CPUPer1kTicks, r.CPUPer1kWindows = ptr(trimmedMean(cpu)), ptr(trimmedMean(ticks)), cpu
 	r.RunqWaitMsPerS = ptr(median(wait))
 	if len(steal) > 0 {
 		r.StealMsPerS = ptr(median(steal))
