@@ -20,13 +20,15 @@ ctxt 456
 
 func TestParseProcStat(t *testing.T) {
 	tick := 10 * time.Millisecond
+	cpu0 := hostCPU{busy: (5000 + 20 + 1500 + 300) * tick, steal: 400 * tick}
+	cpu1 := hostCPU{busy: (7000 + 30 + 1500 + 400) * tick, steal: 200 * tick}
 	for _, tc := range []struct {
 		cpu  int
-		want hostCPU
+		want hostSample
 	}{
-		{0, hostCPU{busy: (5000 + 20 + 1500 + 300) * tick, steal: 400 * tick}},
-		{1, hostCPU{busy: (7000 + 30 + 1500 + 400) * tick, steal: 200 * tick}},
-		{-1, hostCPU{busy: (12000 + 50 + 3000 + 700) * tick, steal: 600 * tick}},
+		{0, hostSample{proxy: cpu0, rest: cpu1, restCPUs: 1}},
+		{1, hostSample{proxy: cpu1, rest: cpu0, restCPUs: 1}},
+		{-1, hostSample{proxy: hostCPU{busy: (12000 + 50 + 3000 + 700) * tick, steal: 600 * tick}}},
 	} {
 		got, err := parseProcStat([]byte(procStatText), tc.cpu)
 		if err != nil || got != tc.want {
@@ -41,24 +43,32 @@ func TestParseProcStat(t *testing.T) {
 	}
 }
 
-// Pinned, the other tasks' time is the CPU's busy time less the proxy's
-// own; not pinned there is no such figure, and only steal counts.
+// Pinned, the other tasks' time is a CPU's busy time less what the
+// benchmark's processes ran there: the proxy on its CPU, this process on
+// the generator's, per CPU; not pinned only steal is known.
 func TestWindowDisturbance(t *testing.T) {
 	el := 1500 * time.Millisecond
-	host := hostCPU{busy: 300 * time.Millisecond, steal: 30 * time.Millisecond}
-	d := windowDisturbance(host, 225*time.Millisecond, el, true)
-	if d.steal != 20 || d.other == nil || *d.other != 50 || d.total() != 70 {
-		t.Errorf("pinned: %+v (other %v), want steal 20, other 50 ms/s", d, d.other)
+	h := hostSample{proxy: hostCPU{busy: 300 * time.Millisecond, steal: 30 * time.Millisecond},
+		rest: hostCPU{busy: 3000 * time.Millisecond, steal: 300 * time.Millisecond}, restCPUs: 2}
+	var w WindowRun
+	w.setDisturbance(h, 225*time.Millisecond, 2700*time.Millisecond, el, true)
+	if *w.StealMsPerS != 20 || *w.OtherMsPerS != 50 || *w.GenStealMsPerS != 100 || *w.GenOtherMsPerS != 100 {
+		t.Errorf("pinned: steal %v other %v, generator's %v %v; want 20, 50, 100, 100", *w.StealMsPerS, *w.OtherMsPerS, *w.GenStealMsPerS, *w.GenOtherMsPerS)
 	}
-	// The ticks' rounding can leave the proxy's exact time above the
+	if d := w.disturbance(); d != 200 {
+		t.Errorf("disturbance %v, want the generator's 200", d)
+	}
+	// The ticks' rounding can leave the proxy's exact time above its
 	// CPU's busy ticks: that is no negative disturbance.
-	d = windowDisturbance(hostCPU{busy: 200 * time.Millisecond}, 210*time.Millisecond, el, true)
-	if d.total() != 0 {
-		t.Errorf("rounding below zero counted %v", d.total())
+	w = WindowRun{}
+	w.setDisturbance(hostSample{proxy: hostCPU{busy: 200 * time.Millisecond}}, 210*time.Millisecond, 0, el, true)
+	if w.disturbance() != 0 || w.GenStealMsPerS != nil {
+		t.Errorf("rounding below zero, no other CPU: disturbance %v, generator's steal %v", w.disturbance(), w.GenStealMsPerS)
 	}
-	d = windowDisturbance(host, 225*time.Millisecond, el, false)
-	if d.other != nil || d.total() != 20 {
-		t.Errorf("not pinned: %+v", d)
+	w = WindowRun{}
+	w.setDisturbance(h, 225*time.Millisecond, 0, el, false)
+	if w.OtherMsPerS != nil || w.GenStealMsPerS != nil || w.disturbance() != 20 {
+		t.Errorf("not pinned: %+v", w)
 	}
 }
 
@@ -80,12 +90,12 @@ func TestDisturbedWindowIsRerun(t *testing.T) {
 	}
 	var steal time.Duration
 	calls := 0
-	host := func() (hostCPU, error) {
+	host := func() (hostSample, error) {
 		if calls%2 == 1 { // a window's end
 			steal += time.Duration(script[calls/2] * float64(time.Second))
 		}
 		calls++
-		return hostCPU{steal: steal}, nil
+		return hostSample{proxy: hostCPU{steal: steal}}, nil
 	}
 	cfg := Config{Rate: 200, Duration: 50 * time.Millisecond, Windows: 3, SearchStart: 2, SearchMax: 1, SearchFactor: 2,
 		PromptWords: 4, MaxTokens: 1, Disturbed: DefaultDisturbed, Reruns: 2, host: host}

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -83,7 +84,7 @@ type Config struct {
 
 	// host reads the proxy's CPU's /proc/stat times; nil: the real file
 	// (tests inject readings).
-	host func() (hostCPU, error)
+	host func() (hostSample, error)
 }
 
 // Row is one measured (targets, mode, path) combination.
@@ -138,8 +139,11 @@ type Row struct {
 	// machine's.
 	StealMsPerS *float64 `json:"steal_ms_per_s,omitempty"`
 	OtherMsPerS *float64 `json:"other_cpu_ms_per_s,omitempty"`
-	Rerun       int      `json:"windows_rerun"`
-	Disturbed   bool     `json:"disturbed"`
+	// The same per CPU on the generator's CPUs.
+	GenStealMsPerS *float64 `json:"generator_steal_ms_per_s,omitempty"`
+	GenOtherMsPerS *float64 `json:"generator_other_cpu_ms_per_s,omitempty"`
+	Rerun          int      `json:"windows_rerun"`
+	Disturbed      bool     `json:"disturbed"`
 	// Every window measured, reruns included, in the order they ran.
 	WindowRuns []WindowRun `json:"window_runs,omitempty"`
 
@@ -179,8 +183,11 @@ type WindowRun struct {
 	// of the cell's figures (a rerun replaces a disturbed one).
 	StealMsPerS *float64 `json:"steal_ms_per_s,omitempty"`
 	OtherMsPerS *float64 `json:"other_cpu_ms_per_s,omitempty"`
-	Disturbed   bool     `json:"disturbed"`
-	Used        bool     `json:"used"`
+	// The same per CPU on the generator's CPUs (pinned only).
+	GenStealMsPerS *float64 `json:"generator_steal_ms_per_s,omitempty"`
+	GenOtherMsPerS *float64 `json:"generator_other_cpu_ms_per_s,omitempty"`
+	Disturbed      bool     `json:"disturbed"`
+	Used           bool     `json:"used"`
 }
 
 // ErrConfig is returned for a Config that cannot run.
@@ -346,25 +353,32 @@ func columns(ctx context.Context, cfg Config, addrs []string) []func() (column, 
 
 // summarise sets a proxy's row figures from its used windows.
 func summarise(r *Row, used []WindowRun) {
-	var cpu, ticks, wait, steal, other []float64
+	var cpu, ticks, wait []float64
 	for _, w := range used {
 		cpu, ticks, wait = append(cpu, w.CPUPer1k), append(ticks, w.CPUPer1kTicks), append(wait, w.RunqWaitMsPerS)
-		if w.StealMsPerS != nil {
-			steal = append(steal, *w.StealMsPerS)
-		}
-		if w.OtherMsPerS != nil {
-			other = append(other, *w.OtherMsPerS)
-		}
 		r.Disturbed = r.Disturbed || w.Disturbed
 	}
 	r.CPUPer1k, r.CPUPer1kTicks, r.CPUPer1kWindows = ptr(trimmedMean(cpu)), ptr(trimmedMean(ticks)), cpu
 	r.RunqWaitMsPerS = ptr(median(wait))
-	if len(steal) > 0 {
-		r.StealMsPerS = ptr(median(steal))
+	r.StealMsPerS = medianOf(used, func(w WindowRun) *float64 { return w.StealMsPerS })
+	r.OtherMsPerS = medianOf(used, func(w WindowRun) *float64 { return w.OtherMsPerS })
+	r.GenStealMsPerS = medianOf(used, func(w WindowRun) *float64 { return w.GenStealMsPerS })
+	r.GenOtherMsPerS = medianOf(used, func(w WindowRun) *float64 { return w.GenOtherMsPerS })
+}
+
+// medianOf is the median of a figure over the windows that have it; nil
+// when none has.
+func medianOf(ws []WindowRun, get func(WindowRun) *float64) *float64 {
+	var vs []float64
+	for _, w := range ws {
+		if v := get(w); v != nil {
+			vs = append(vs, *v)
+		}
 	}
-	if len(other) > 0 {
-		r.OtherMsPerS = ptr(median(other))
+	if len(vs) == 0 {
+		return nil
 	}
+	return ptr(median(vs))
 }
 
 // windowsNote is a progress line's list of a proxy's windows: CPU per
@@ -375,17 +389,13 @@ func windowsNote(runs []WindowRun) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString(" windows (CPU s/1k, wait, steal+other ms/s):")
+	b.WriteString(" windows (CPU s/1k, wait, disturbance ms/s):")
 	for _, w := range runs {
 		mark := ""
 		if w.Disturbed {
 			mark = "*"
 		}
-		d := "-"
-		if w.StealMsPerS != nil {
-			d = strconv.FormatFloat((disturbance{steal: *w.StealMsPerS, other: w.OtherMsPerS}).total(), 'f', 0, 64)
-		}
-		item := fmt.Sprintf("%.4f %.0f %s%s", w.CPUPer1k, w.RunqWaitMsPerS, d, mark)
+		item := fmt.Sprintf("%.4f %.0f %.0f%s", w.CPUPer1k, w.RunqWaitMsPerS, w.disturbance(), mark)
 		if !w.Used {
 			item = "[" + item + "]"
 		}
@@ -490,8 +500,7 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 			for ctx.Err() == nil {
 				w, st := window(ctx, cfg, clients[i], col, rq, host)
 				w.Slot = slot
-				w.Disturbed = col.pid != nil && cfg.Disturbed > 0 && w.StealMsPerS != nil &&
-					(disturbance{steal: *w.StealMsPerS, other: w.OtherMsPerS}).total() > cfg.Disturbed
+				w.Disturbed = col.pid != nil && cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
 				tries, stats = append(tries, w), append(stats, st)
 				if !w.Disturbed || cells[i].reruns >= cfg.Reruns {
 					break
@@ -534,10 +543,7 @@ func leastDisturbed(tries []WindowRun) int {
 		if !w.Disturbed {
 			return i
 		}
-		d := 0.0
-		if w.StealMsPerS != nil {
-			d = (disturbance{steal: *w.StealMsPerS, other: w.OtherMsPerS}).total()
-		}
+		d := w.disturbance()
 		if i == 0 || d < bestD {
 			best, bestD = i, d
 		}
@@ -549,7 +555,7 @@ func leastDisturbed(tries []WindowRun) int {
 // proxy and the host did in it. The proxy's runtime figures (GC cycles)
 // are read outside the CPU readings, so the scrape's own cost is not
 // counted.
-func window(ctx context.Context, cfg Config, client *http.Client, col column, rq request, host func() (hostCPU, error)) (WindowRun, loadStats) {
+func window(ctx context.Context, cfg Config, client *http.Client, col column, rq request, host func() (hostSample, error)) (WindowRun, loadStats) {
 	var gc0 goRuntime
 	gcOK := false
 	if col.metrics != "" {
@@ -559,9 +565,11 @@ func window(ctx context.Context, cfg Config, client *http.Client, col column, rq
 	}
 	sw0 := ctxSwitches(col.pid)
 	h0, hostErr := host()
+	self0, selfErr := processClock(os.Getpid())
 	before, t0 := readCPU(col.pid), time.Now()
 	st := openLoop(ctx, client, col.base, rq, cfg.Rate, cfg.Duration)
 	used, el := readCPU(col.pid).sub(before), time.Since(t0)
+	self1, selfErr1 := processClock(os.Getpid())
 	h1, hostErr1 := host()
 	sw1 := ctxSwitches(col.pid)
 	w := WindowRun{Sent: st.sent, Errors: st.errors, P50us: us(st.p50), P99us: us(st.p99)}
@@ -572,8 +580,11 @@ func window(ctx context.Context, cfg Config, client *http.Client, col column, rq
 		w.SwitchesPerReq = (sw1 - sw0) / float64(st.sent)
 	}
 	if hostErr == nil && hostErr1 == nil {
-		d := windowDisturbance(h1.sub(h0), used.Exact, el, cfg.Pin)
-		w.StealMsPerS, w.OtherMsPerS = ptr(d.steal), d.other
+		var self time.Duration
+		if selfErr == nil && selfErr1 == nil {
+			self = self1 - self0
+		}
+		w.setDisturbance(h1.sub(h0), used.Exact, self, el, cfg.Pin)
 	}
 	if gcOK {
 		if gc1, err := scrapeGoRuntime(ctx, col.metrics); err == nil {
@@ -642,7 +653,7 @@ func printStreams(w io.Writer, rows []Row) {
 func printCells(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tfailed at\t"+
-		"CPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\treruns\t")
+		"CPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\tgenerator steal/other\treruns\t")
 	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 	opt := func(v *float64, prec int) string {
 		if v == nil {
@@ -661,14 +672,14 @@ func printCells(w io.Writer, rows []Row) {
 			cpu += " (disturbed)"
 			disturbed++
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.Targets, r.Mode, r.name(),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t\n", r.Targets, r.Mode, r.name(),
 			f0(r.P50us), f0(r.P99us), f0(r.P999us), opt(r.AddedP50us, 0), opt(r.AddedP99us, 0), opt(r.AddedP999us, 0),
 			r.Errors, r.MaxRate, opt(r.MaxRateFail, 0), cpu, opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0),
-			opt(r.StealMsPerS, 0), opt(r.OtherMsPerS, 0), r.Rerun)
+			opt(r.StealMsPerS, 0), opt(r.OtherMsPerS, 0), opt(r.GenStealMsPerS, 0), opt(r.GenOtherMsPerS, 0), r.Rerun)
 	}
 	tw.Flush()
 	if disturbed > 0 {
-		fmt.Fprintf(w, "\n%d cell(s) marked disturbed: a window they use still had more steal + other tasks' time on the proxy's CPU than the threshold after the bound of reruns; their CPU figure is a disturbed machine's.\n", disturbed)
+		fmt.Fprintf(w, "\n%d cell(s) marked disturbed: a window they use still had more steal + other tasks' time on the proxy's CPU (or per CPU on the generator's) than the threshold after the bound of reruns; their CPU figure is a disturbed machine's.\n", disturbed)
 	}
 }
 
