@@ -72,21 +72,24 @@ func TestWindowDisturbance(t *testing.T) {
 	}
 }
 
-// A proxy window the host disturbed is measured again, up to the bound
-// per cell; the slot keeps the undisturbed rerun, or the least disturbed
-// try once the reruns are spent; every try stays in the cell's record and
-// the cell says it is still disturbed. Direct's windows are never rerun.
+// A proxy window the host disturbed is measured again after the rounds
+// of windows, the most disturbed first, up to the bound per cell; a rerun
+// takes the slot when it is less disturbed, every window stays in the
+// cell's record, and the cell says it is still disturbed when a used
+// window is. Direct's windows are never rerun.
 func TestDisturbedWindowIsRerun(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") }))
 	defer srv.Close()
 	base := func(int) string { return srv.URL }
 	cols := []column{{path: "direct", base: base}, {path: "proxy", base: base, pid: func() []int { return []int{os.Getpid()} }}}
-	// Steal each window gets, in the order the windows run; 0 is quiet,
+	// Steal each window gets, in the order the windows run: 0 is quiet,
 	// 1e6 s disturbed whatever the window's length, 1e5 s less so.
 	script := []float64{
-		0, 1e6, 0, // slot 0: direct, proxy disturbed, its rerun quiet
-		1e6, 1e6, 1e5, // slot 1: direct disturbed (not rerun), proxy disturbed twice: the bound of 2 is spent
-		0, 1e6, // slot 2: proxy disturbed, no rerun left
+		0, 2e6, // slot 0: direct, proxy disturbed (the most)
+		1e6, 1e6, // slot 1: direct disturbed (not rerun), proxy disturbed
+		0, 1e6, // slot 2: proxy disturbed
+		0,   // rerun of slot 0: quiet, takes the slot
+		1e5, // rerun of slot 1 (the first of the two left): less disturbed, takes it; the bound of 2 is spent
 	}
 	var steal time.Duration
 	calls := 0
@@ -110,11 +113,12 @@ func TestDisturbedWindowIsRerun(t *testing.T) {
 	if len(p.runs) != 5 || p.reruns != 2 {
 		t.Fatalf("proxy: %d runs, %d reruns; want 5, 2", len(p.runs), p.reruns)
 	}
-	wantUsed := []bool{false, true, false, true, true}
-	wantDisturbed := []bool{true, false, true, true, true}
+	wantSlot := []int{0, 1, 2, 0, 1}
+	wantUsed := []bool{false, false, true, true, true}
+	wantDisturbed := []bool{true, true, true, false, true}
 	for i, w := range p.runs {
-		if w.Used != wantUsed[i] || w.Disturbed != wantDisturbed[i] {
-			t.Errorf("proxy window %d (slot %d): used %v disturbed %v; want %v, %v", i, w.Slot, w.Used, w.Disturbed, wantUsed[i], wantDisturbed[i])
+		if w.Slot != wantSlot[i] || w.Used != wantUsed[i] || w.Disturbed != wantDisturbed[i] {
+			t.Errorf("proxy window %d: slot %d used %v disturbed %v; want %d, %v, %v", i, w.Slot, w.Used, w.Disturbed, wantSlot[i], wantUsed[i], wantDisturbed[i])
 		}
 	}
 	if !slices.Equal(slots(p.used()), []int{0, 1, 2}) || p.fixed.sent != 30 {

@@ -27,6 +27,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -448,16 +449,18 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // cell is one (column, mode) measured: every window run (reruns
-// included), the used windows' requests pooled, how many windows were
-// measured again, and the max-rate search's result.
+// included) and its requests, the used windows' requests pooled, how
+// many windows were measured again, and the max-rate search's result.
 type cell struct {
 	runs            []WindowRun
+	stats           []loadStats // runs[i]'s requests
 	fixed           loadStats
 	reruns          int
 	maxRate, failed float64
 }
 
-// used is the cell's windows that are its figures, one per slot.
+// used is the cell's windows that are its figures, one per slot, in
+// slot order.
 func (c cell) used() []WindowRun {
 	var out []WindowRun
 	for _, w := range c.runs {
@@ -465,15 +468,30 @@ func (c cell) used() []WindowRun {
 			out = append(out, w)
 		}
 	}
+	slices.SortFunc(out, func(a, b WindowRun) int { return a.Slot - b.Slot })
 	return out
+}
+
+// worst is the index in c.runs of the most disturbed used window, -1 when
+// none is disturbed.
+func (c cell) worst() int {
+	at := -1
+	for i, w := range c.runs {
+		if w.Used && w.Disturbed && (at < 0 || w.disturbance() > c.runs[at].disturbance()) {
+			at = i
+		}
+	}
+	return at
 }
 
 // measure runs one mode's fixed-rate windows, round the columns
 // Windows times, then each column's max-rate search. A proxy's window
-// the host disturbed (steal plus other tasks' time on the proxy's CPU
-// above cfg.Disturbed) is measured again at once, up to cfg.Reruns times
-// per cell; the slot takes the first undisturbed run, or the least
-// disturbed one when the reruns ran out.
+// the host disturbed (WindowRun.disturbance above cfg.Disturbed) is
+// measured again after the rounds, not at once, so a disturbance that
+// lasts a few seconds has passed: rounds of reruns go over the columns
+// again, each rerunning its most disturbed window, up to cfg.Reruns per
+// cell. A rerun takes the slot when it is less disturbed; the window it
+// replaces stays in the record.
 func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell {
 	rq := benchRequest(cfg, mode == "stream")
 	host := cfg.host
@@ -492,32 +510,45 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 		openLoop(ctx, clients[i], col.base, rq, min(cfg.Rate, 500), 500*time.Millisecond)
 	}
 	cells := make([]cell, len(cols))
-	used := make([][]loadStats, len(cols))
+	run := func(i, slot int) {
+		w, st := window(ctx, cfg, clients[i], cols[i], rq, host)
+		w.Slot = slot
+		w.Disturbed = cols[i].pid != nil && cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
+		cells[i].runs, cells[i].stats = append(cells[i].runs, w), append(cells[i].stats, st)
+	}
 	for slot := range cfg.Windows {
-		for i, col := range cols {
-			var tries []WindowRun
-			var stats []loadStats
-			for ctx.Err() == nil {
-				w, st := window(ctx, cfg, clients[i], col, rq, host)
-				w.Slot = slot
-				w.Disturbed = col.pid != nil && cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
-				tries, stats = append(tries, w), append(stats, st)
-				if !w.Disturbed || cells[i].reruns >= cfg.Reruns {
-					break
-				}
-				cells[i].reruns++
-			}
-			if len(tries) == 0 {
+		for i := range cols {
+			if ctx.Err() != nil {
 				return cells
 			}
-			pick := leastDisturbed(tries)
-			tries[pick].Used = true
-			cells[i].runs = append(cells[i].runs, tries...)
-			used[i] = append(used[i], stats[pick])
+			run(i, slot)
+			cells[i].runs[len(cells[i].runs)-1].Used = true
+		}
+	}
+	for again := true; again && ctx.Err() == nil; {
+		again = false
+		for i := range cols {
+			c := &cells[i]
+			old := c.worst()
+			if old < 0 || c.reruns >= cfg.Reruns || ctx.Err() != nil {
+				continue
+			}
+			c.reruns++
+			again = true
+			run(i, c.runs[old].Slot)
+			if n := len(c.runs) - 1; c.runs[n].disturbance() < c.runs[old].disturbance() {
+				c.runs[old].Used, c.runs[n].Used = false, true
+			}
 		}
 	}
 	for i, col := range cols {
-		cells[i].fixed = pool(used[i])
+		var used []loadStats
+		for k, w := range cells[i].runs {
+			if w.Used {
+				used = append(used, cells[i].stats[k])
+			}
+		}
+		cells[i].fixed = pool(used)
 		// A step that fails is run once more before it counts as failed, so
 		// one burst of noise from a neighbour does not end the search.
 		cells[i].maxRate, cells[i].failed = searchMaxRate(cfg.SearchStart, cfg.SearchFactor, cfg.SearchMax, cfg.SearchBisect, func(rate float64) bool {
@@ -533,22 +564,6 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 		})
 	}
 	return cells
-}
-
-// leastDisturbed is the index of the first undisturbed run of tries, or
-// of the one with the least steal and other time when all were.
-func leastDisturbed(tries []WindowRun) int {
-	best, bestD := 0, 0.0
-	for i, w := range tries {
-		if !w.Disturbed {
-			return i
-		}
-		d := w.disturbance()
-		if i == 0 || d < bestD {
-			best, bestD = i, d
-		}
-	}
-	return best
 }
 
 // window runs one fixed-rate window against col and reads what the
