@@ -151,8 +151,10 @@ func slots(ws []WindowRun) []int {
 // rate where the path stops holding, the answer is below it and the
 // failed rate above it, within 1.5^(1/4) after two bisections.
 func TestSearchBisectsToItsBound(t *testing.T) {
-	bound := math.Pow(1.5, 0.25) + 0.002                // rounding to whole rates
-	for limit := 260.0; limit < 14000; limit *= 1.037 { // 14416 is the last step under the 20000 limit
+	// The bound allows for the rounding to whole rates; 14416 is the last
+	// ×1.5 step under the 20000 limit.
+	bound := math.Pow(1.5, 0.25) + 0.002
+	for limit := 260.0; limit < 14000; limit *= 1.037 {
 		steps := 0
 		held, failed := searchMaxRate(250, 1.5, 20000, 2, func(rate float64) bool { steps++; return rate < limit })
 		if held >= limit || failed < limit || failed/held > bound {

@@ -7,13 +7,15 @@
 // `rolter router` and through nginx, each started as a subprocess with a
 // generated config. It reports latency percentiles at a fixed rate over
 // several windows that go round the paths, the latency the proxy adds over
-// direct, the highest rate sustained under a p99 limit, the proxy
-// processes' CPU seconds per 1000 requests (nanoseconds from the kernel's
-// per-process CPU clock, the windows' mean without the highest and the
-// lowest, cpu.go) and their CPU
-// with no request in flight. Its open-streams mode (streams.go) measures
-// resident memory per open stream and streaming throughput against
-// direct.
+// direct, the highest rate sustained under a p99 limit (search.go), the
+// proxy processes' CPU seconds per 1000 requests (nanoseconds from the
+// kernel's per-process CPU clock, the windows' mean without the highest
+// and the lowest, cpu.go) and their CPU with no request in flight. Every
+// window also reads what the host and other tasks took of the
+// benchmark's CPUs, and a disturbed one is measured again (host.go). Its
+// open-streams mode (streams.go) measures resident memory per open stream,
+// split by a Go proxy's runtime figures (goruntime.go), and streaming
+// throughput against direct.
 //
 // With Config.Pin the proxy under test runs on one CPU and the generator
 // and the engine (this process) on the others (taskset), so the CPU figure
@@ -54,8 +56,9 @@ type Config struct {
 	// that held and the first that failed (search.go).
 	SearchBisect int
 	// Disturbed is the steal plus other tasks' time on the proxy's CPU,
-	// ms per second of window, above which a window is measured again
-	// (host.go); 0 never does. Reruns bounds the extra windows per cell.
+	// or per CPU on the generator's, ms per second of window, above which
+	// a window is measured again (host.go); 0 never does. Reruns bounds
+	// the extra windows per cell.
 	Disturbed  float64
 	Reruns     int
 	Targets    []int    // ports of the one engine, per run
@@ -83,8 +86,8 @@ type Config struct {
 	ProxyCPU int
 	Log      io.Writer // progress lines; nil: none
 
-	// host reads the proxy's CPU's /proc/stat times; nil: the real file
-	// (tests inject readings).
+	// host reads /proc/stat's times for the proxy's CPU and the others;
+	// nil: the real file (tests inject readings).
 	host func() (hostSample, error)
 }
 
@@ -382,9 +385,9 @@ func medianOf(ws []WindowRun, get func(WindowRun) *float64) *float64 {
 	return ptr(median(vs))
 }
 
-// windowsNote is a progress line's list of a proxy's windows: CPU per
-// request, run-queue wait, steal + other time on its CPU, a star on the
-// disturbed ones and brackets round the ones not used.
+// windowsNote is a progress line's list of a proxy's windows in the order
+// they ran: CPU per request, run-queue wait, the disturbance, a star on
+// the disturbed ones and brackets round the ones not used.
 func windowsNote(runs []WindowRun) string {
 	if len(runs) == 0 || runs[0].CPUPer1k == 0 && runs[0].RunqWaitMsPerS == 0 {
 		return ""
