@@ -69,3 +69,30 @@ func TestScrapeGoRuntime(t *testing.T) {
 		t.Error("an empty answer read as metrics")
 	}
 }
+
+// The table marks a cell still disturbed after its reruns and says how
+// many windows were rerun; the open-streams table adds the breakdown for
+// a row that has one.
+func TestTablesShowDisturbanceAndBreakdown(t *testing.T) {
+	cpu, steal, fail := 0.15, 80.0, 1033.0
+	rows := []Row{
+		{Path: "rolter router", Strategy: "round_robin", Targets: 1, Mode: "plain", CPUPer1k: &cpu, StealMsPerS: &steal,
+			Rerun: 4, Disturbed: true, MaxRate: 934, MaxRateFail: &fail},
+		{Path: "nginx", Strategy: "round_robin", Targets: 1, Mode: "plain", CPUPer1k: &cpu},
+	}
+	var b strings.Builder
+	PrintTable(&b, rows)
+	out := b.String()
+	if strings.Count(out, "(disturbed)") != 1 || !strings.Contains(out, "1 cell(s) marked disturbed") || !strings.Contains(out, "1033") {
+		t.Errorf("cells table:\n%s", out)
+	}
+	rss := 60.0
+	idle, open := goRuntime{HeapInuse: 4 << 20, NextGC: 8 << 20}, goRuntime{HeapInuse: 44 << 20, NextGC: 80 << 20}
+	m := breakdown(idle, open, rss, 1000)
+	b.Reset()
+	PrintTable(&b, []Row{{Path: "rolter router", Strategy: "round_robin", Targets: 1, Mode: "streams", Streams: 1000,
+		RSSPerStreamKB: &rss, RuntimeIdle: &idle, RuntimeOpen: &open, PerStream: &m}})
+	if out := b.String(); !strings.Contains(out, "heap in use KB") || !strings.Contains(out, "41.0") || !strings.Contains(out, "8.0 → 80.0") {
+		t.Errorf("streams table:\n%s", out)
+	}
+}
