@@ -129,3 +129,25 @@ func median(vs []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// trimmedMean is the mean of vs without its highest and its lowest value
+// (with fewer than three, the mean of all; 0 for none): the CPU figure of
+// a cell. Against the median it uses six of eight windows, not two, and a
+// window a neighbour disturbed still cannot move it alone; on the three
+// pairs of default runs of the previous round it agreed with the other
+// run of its pair within 15 % in 16 of 36 cells, the median in 12.
+func trimmedMean(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s) >= 3 {
+		s = s[1 : len(s)-1]
+	}
+	var sum float64
+	for _, v := range s {
+		sum += v
+	}
+	return sum / float64(len(s))
+}

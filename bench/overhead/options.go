@@ -28,7 +28,7 @@ type Options struct {
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Config.Rate, "rate", 1000, "fixed rate (requests/s) of the latency measurement")
 	fs.DurationVar(&o.Config.Duration, "duration", 1500*time.Millisecond, "length of one fixed-rate window")
-	fs.IntVar(&o.Config.Windows, "windows", 8, "fixed-rate windows per cell: CPU per request is their median, latency is over all of them")
+	fs.IntVar(&o.Config.Windows, "windows", 8, "fixed-rate windows per cell: CPU per request is their mean without the highest and the lowest, latency is over all of them")
 	fs.DurationVar(&o.Config.Idle, "idle", 10*time.Second, "read each proxy's CPU for this long with no request in flight, one [health] interval by default (0: skip)")
 	fs.StringVar(&o.Config.Engine, "engine", EngineCanned, "canned (the sim's answers replayed, the body read but not decoded) or sim (the instant-mode sim decodes every request)")
 	fs.IntVar(&o.Config.Streams, "streams", 0, "open-streams mode: this many clients each keep one streamed request open (replaces the fixed-rate cells)")
@@ -40,6 +40,9 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Config.SearchFactor, "search-factor", 1.5, "each search step multiplies the rate by this")
 	fs.Float64Var(&o.Config.SearchMax, "search-max", 20000, "highest rate the search tries")
 	fs.DurationVar(&o.Config.SearchDuration, "search-duration", 2*time.Second, "length of each search step")
+	fs.IntVar(&o.Config.SearchBisect, "search-bisect", 2, "after the first step that fails, bisect this many more steps between it and the last rate that held")
+	fs.Float64Var(&o.Config.Disturbed, "disturbed", DefaultDisturbed, "a window with more host steal + other tasks' time on the proxy's CPU than this (ms per s) is measured again (0: never)")
+	fs.IntVar(&o.Config.Reruns, "reruns", 4, "at most this many windows measured again per cell")
 	fs.DurationVar(&o.Config.P99Limit, "p99-limit", 10*time.Millisecond, "a rate is sustained while p99 stays under this (and < 0.1% errors)")
 	fs.StringVar(&o.Targets, "targets", "1,64", "comma-separated target counts (one in-process sim listening on that many ports)")
 	fs.StringVar(&o.Strategies, "strategies", "round_robin,precise_cache_aware", "router strategies to measure")
@@ -119,8 +122,10 @@ func (o Options) Run(ctx context.Context, stdout io.Writer) error {
 			cfg.Streams, cfg.StreamTokens, cfg.StreamGap, least, float64(cfg.Streams)/least.Seconds(), cfg.StreamRounds, cfg.StreamDuration, cfg.Engine)
 	} else {
 		fmt.Fprintf(stdout, "open-loop constant rate, latency from each request's scheduled send time; fixed rate %.0f/s, %d windows of %v "+
-			"(CPU: median of the windows); idle CPU over %v; max rate: steps ×%.2f from %.0f/s, %v each, p99 < %v; engine %s\n",
-			cfg.Rate, cfg.Windows, cfg.Duration, cfg.Idle, cfg.SearchFactor, cfg.SearchStart, cfg.SearchDuration, cfg.P99Limit, cfg.Engine)
+			"(CPU: mean of the windows without the highest and the lowest; a window with steal + other tasks' time on the proxy's CPU over %.0f ms/s measured again, at most %d per cell); "+
+			"idle CPU over %v; max rate: steps ×%.2f from %.0f/s then %d bisections, %v each, p99 < %v; engine %s\n",
+			cfg.Rate, cfg.Windows, cfg.Duration, cfg.Disturbed, cfg.Reruns, cfg.Idle, cfg.SearchFactor, cfg.SearchStart, cfg.SearchBisect,
+			cfg.SearchDuration, cfg.P99Limit, cfg.Engine)
 	}
 	if cfg.Pin {
 		fmt.Fprintf(stdout, "pinned: each proxy on CPU %d, generator and engine on the other CPUs (taskset)\n", cfg.ProxyCPU)

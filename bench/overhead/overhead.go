@@ -7,12 +7,15 @@
 // `rolter router` and through nginx, each started as a subprocess with a
 // generated config. It reports latency percentiles at a fixed rate over
 // several windows that go round the paths, the latency the proxy adds over
-// direct, the highest rate sustained under a p99 limit, the proxy
-// processes' CPU seconds per 1000 requests (nanoseconds from the kernel's
-// per-process CPU clock, the median of the windows, cpu.go) and their CPU
-// with no request in flight. Its open-streams mode (streams.go) measures
-// resident memory per open stream and streaming throughput against
-// direct.
+// direct, the highest rate sustained under a p99 limit (search.go), the
+// proxy processes' CPU seconds per 1000 requests (nanoseconds from the
+// kernel's per-process CPU clock, the windows' mean without the highest
+// and the lowest, cpu.go) and their CPU with no request in flight. Every
+// window also reads what the host and other tasks took of the
+// benchmark's CPUs, and a disturbed one is measured again (host.go). Its
+// open-streams mode (streams.go) measures resident memory per open stream,
+// split by a Go proxy's runtime figures (goruntime.go), and streaming
+// throughput against direct.
 //
 // With Config.Pin the proxy under test runs on one CPU and the generator
 // and the engine (this process) on the others (taskset), so the CPU figure
@@ -25,6 +28,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -36,8 +41,8 @@ type Config struct {
 	Rate     float64       // fixed rate (requests/s) of the latency measurement
 	Duration time.Duration // length of one fixed-rate window
 	// Windows is the number of fixed-rate windows per cell: CPU per
-	// request is their median, latency percentiles are over every
-	// request of them.
+	// request is their trimmed mean (trimmedMean), latency percentiles
+	// are over every request of them.
 	Windows int
 	// Idle is how long each proxy's CPU is read with no request in
 	// flight, after it answered its first and a second's settling; 0
@@ -47,9 +52,18 @@ type Config struct {
 	// SearchDuration each, while p99 < P99Limit and errors < 0.1 %.
 	SearchStart, SearchFactor, SearchMax float64
 	SearchDuration, P99Limit             time.Duration
-	Targets                              []int    // ports of the one engine, per run
-	Strategies                           []string // router strategies, one column each
-	Modes                                []string // "plain" and/or "stream"
+	// SearchBisect is how many more steps bisect between the last rate
+	// that held and the first that failed (search.go).
+	SearchBisect int
+	// Disturbed is the steal plus other tasks' time on the proxy's CPU,
+	// or per CPU on the generator's, ms per second of window, above which
+	// a window is measured again (host.go); 0 never does. Reruns bounds
+	// the extra windows per cell.
+	Disturbed  float64
+	Reruns     int
+	Targets    []int    // ports of the one engine, per run
+	Strategies []string // router strategies, one column each
+	Modes      []string // "plain" and/or "stream"
 	// PromptWords is the user message's length of the default chat
 	// request; PromptTokens > 0 sends /v1/completions requests whose
 	// prompt is that many token ids instead.
@@ -71,6 +85,10 @@ type Config struct {
 	Pin      bool
 	ProxyCPU int
 	Log      io.Writer // progress lines; nil: none
+
+	// host reads /proc/stat's times for the proxy's CPU and the others;
+	// nil: the real file (tests inject readings).
+	host func() (hostSample, error)
 }
 
 // Row is one measured (targets, mode, path) combination.
@@ -93,12 +111,17 @@ type Row struct {
 	AddedP99us  *float64 `json:"added_p99_us,omitempty"`
 	AddedP999us *float64 `json:"added_p99_9_us,omitempty"`
 	MaxRate     float64  `json:"max_rate"`
+	// The lowest rate the search saw fail above MaxRate: the rate where
+	// the path stops holding is between the two. nil when none failed up
+	// to the search's limit.
+	MaxRateFail *float64 `json:"max_rate_fail,omitempty"`
 	// CPU seconds of the proxy's processes per 1000 requests: all the CPU
 	// they used in a fixed-rate window (background work included) over
-	// the window's requests, the median of the windows; nil for direct.
+	// the window's requests, the trimmed mean of the windows used (the
+	// highest and the lowest left out); nil for direct.
 	CPUPer1k *float64 `json:"cpu_s_per_1k,omitempty"`
 	Windows  int      `json:"windows,omitempty"`
-	// Each window's figure, and the median of the same from
+	// Each used window's figure, and the trimmed mean of the same from
 	// /proc/<pid>/stat clock ticks (the cross-check).
 	CPUPer1kWindows []float64 `json:"cpu_s_per_1k_windows,omitempty"`
 	CPUPer1kTicks   *float64  `json:"cpu_s_per_1k_ticks,omitempty"`
@@ -112,6 +135,21 @@ type Row struct {
 	// itself; more means other processes took it, and the CPU figure is
 	// from a disturbed machine.
 	RunqWaitMsPerS *float64 `json:"runq_wait_ms_per_s,omitempty"`
+	// The host's steal and the other tasks' time on the proxy's CPU, ms
+	// per second of window (medians of the windows used; other is nil
+	// when not pinned), how many windows were measured again because they
+	// exceeded the threshold, and whether a used window still did after
+	// the bound of reruns: then the cell's figures are a disturbed
+	// machine's.
+	StealMsPerS *float64 `json:"steal_ms_per_s,omitempty"`
+	OtherMsPerS *float64 `json:"other_cpu_ms_per_s,omitempty"`
+	// The same per CPU on the generator's CPUs.
+	GenStealMsPerS *float64 `json:"generator_steal_ms_per_s,omitempty"`
+	GenOtherMsPerS *float64 `json:"generator_other_cpu_ms_per_s,omitempty"`
+	Rerun          int      `json:"windows_rerun"`
+	Disturbed      bool     `json:"disturbed"`
+	// Every window measured, reruns included, in the order they ran.
+	WindowRuns []WindowRun `json:"window_runs,omitempty"`
 
 	// The open-streams mode (streams.go).
 	Streams         int       `json:"streams,omitempty"`
@@ -121,6 +159,39 @@ type Row struct {
 	RSSIdleKB       *float64  `json:"rss_idle_kb,omitempty"` // before the first run
 	RSSOpenKB       *float64  `json:"rss_open_kb,omitempty"` // median of the runs' medians while every stream is open
 	RSSPerStreamKB  *float64  `json:"rss_kb_per_stream,omitempty"`
+	// A Go proxy's runtime figures idle and with the streams open (medians
+	// of the runs), and the RSS growth per stream split by them.
+	RuntimeIdle *goRuntime    `json:"go_runtime_idle,omitempty"`
+	RuntimeOpen *goRuntime    `json:"go_runtime_open,omitempty"`
+	PerStream   *memBreakdown `json:"per_stream,omitempty"`
+}
+
+// WindowRun is one fixed-rate window of one path as measured.
+type WindowRun struct {
+	Slot   int     `json:"slot"` // which of the cell's windows it measured, from 0
+	Sent   int     `json:"sent"`
+	Errors int     `json:"errors"`
+	P50us  float64 `json:"p50_us"`
+	P99us  float64 `json:"p99_us"`
+	// The proxy's CPU (nanosecond clock and ticks), run-queue wait and
+	// context switches per request; zero for direct.
+	CPUPer1k       float64 `json:"cpu_s_per_1k"`
+	CPUPer1kTicks  float64 `json:"cpu_s_per_1k_ticks"`
+	RunqWaitMsPerS float64 `json:"runq_wait_ms_per_s"`
+	SwitchesPerReq float64 `json:"ctx_switches_per_req"`
+	// GC cycles the proxy's Go runtime ran in the window (a router's
+	// /metrics read at both ends); nil for others.
+	GCCycles *float64 `json:"gc_cycles,omitempty"`
+	// The host's readings (nil where /proc/stat could not be read) and
+	// whether they exceeded the threshold, and whether this window is one
+	// of the cell's figures (a rerun replaces a disturbed one).
+	StealMsPerS *float64 `json:"steal_ms_per_s,omitempty"`
+	OtherMsPerS *float64 `json:"other_cpu_ms_per_s,omitempty"`
+	// The same per CPU on the generator's CPUs (pinned only).
+	GenStealMsPerS *float64 `json:"generator_steal_ms_per_s,omitempty"`
+	GenOtherMsPerS *float64 `json:"generator_other_cpu_ms_per_s,omitempty"`
+	Disturbed      bool     `json:"disturbed"`
+	Used           bool     `json:"used"`
 }
 
 // ErrConfig is returned for a Config that cannot run.
@@ -163,6 +234,9 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 func (c *Config) check() error {
 	if c.Rate <= 0 || c.SearchStart <= 0 || c.SearchFactor <= 1 || c.Duration <= 0 || c.SearchDuration <= 0 || c.Windows < 1 || c.Idle < 0 {
 		return fmt.Errorf("%w: rates, durations and windows must be positive, the search factor > 1", ErrConfig)
+	}
+	if c.SearchBisect < 0 || c.Reruns < 0 || c.Disturbed < 0 {
+		return fmt.Errorf("%w: bisection steps, reruns and the disturbance threshold must be ≥ 0", ErrConfig)
 	}
 	if c.Engine != EngineCanned && c.Engine != EngineSim {
 		return fmt.Errorf("%w: engines are %s and %s, not %q", ErrConfig, EngineCanned, EngineSim, c.Engine)
@@ -221,10 +295,13 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 			c, st := cells[i], cells[i].fixed
 			r := Row{Path: col.path, Strategy: col.strategy, Targets: n, Mode: mode, PromptTokens: cfg.PromptTokens,
 				Engine: cfg.Engine, Pinned: cfg.Pin && col.pid != nil, Sent: st.sent, Errors: st.errors,
-				P50us: us(st.p50), P99us: us(st.p99), P999us: us(st.p999), MaxRate: c.maxRate, Windows: cfg.Windows}
+				P50us: us(st.p50), P99us: us(st.p99), P999us: us(st.p999), MaxRate: c.maxRate, Windows: cfg.Windows,
+				WindowRuns: c.runs, Rerun: c.reruns}
+			if c.failed > 0 {
+				r.MaxRateFail = ptr(c.failed)
+			}
 			if col.pid != nil {
-				r.CPUPer1k, r.CPUPer1kTicks, r.CPUPer1kWindows = ptr(median(c.cpu)), ptr(median(c.ticks)), c.cpu
-				r.RunqWaitMsPerS = ptr(median(c.wait))
+				summarise(&r, c.used())
 				r.AddedP50us, r.AddedP99us, r.AddedP999us = ptr(us(st.p50-d.p50)), ptr(us(st.p99-d.p99)), ptr(us(st.p999-d.p999))
 				if idle[i] != nil && *r.CPUPer1k > 0 {
 					// idle ms in a window's length ÷ the window's CPU in ms
@@ -234,7 +311,7 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 				}
 			}
 			fmt.Fprintf(cfg.Log, "  %d targets %-6s %-34s p50 %v p99 %v max %.0f/s%s\n", n, mode, col.name(),
-				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), c.maxRate, cpuNote(c.cpu, c.wait))
+				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), c.maxRate, windowsNote(c.runs))
 			rows = append(rows, r)
 		}
 	}
@@ -278,25 +355,62 @@ func columns(ctx context.Context, cfg Config, addrs []string) []func() (column, 
 	return cols
 }
 
-func cpuNote(cpu, wait []float64) string {
-	if len(cpu) == 0 {
+// summarise sets a proxy's row figures from its used windows.
+func summarise(r *Row, used []WindowRun) {
+	var cpu, ticks, wait []float64
+	for _, w := range used {
+		cpu, ticks, wait = append(cpu, w.CPUPer1k), append(ticks, w.CPUPer1kTicks), append(wait, w.RunqWaitMsPerS)
+		r.Disturbed = r.Disturbed || w.Disturbed
+	}
+	r.CPUPer1k, r.CPUPer1kTicks, r.CPUPer1kWindows = ptr(trimmedMean(cpu)), ptr(trimmedMean(ticks)), cpu
+	r.RunqWaitMsPerS = ptr(median(wait))
+	r.StealMsPerS = medianOf(used, func(w WindowRun) *float64 { return w.StealMsPerS })
+	r.OtherMsPerS = medianOf(used, func(w WindowRun) *float64 { return w.OtherMsPerS })
+	r.GenStealMsPerS = medianOf(used, func(w WindowRun) *float64 { return w.GenStealMsPerS })
+	r.GenOtherMsPerS = medianOf(used, func(w WindowRun) *float64 { return w.GenOtherMsPerS })
+}
+
+// medianOf is the median of a figure over the windows that have it; nil
+// when none has.
+func medianOf(ws []WindowRun, get func(WindowRun) *float64) *float64 {
+	var vs []float64
+	for _, w := range ws {
+		if v := get(w); v != nil {
+			vs = append(vs, *v)
+		}
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	return ptr(median(vs))
+}
+
+// windowsNote is a progress line's list of a proxy's windows in the order
+// they ran: CPU per request, run-queue wait, the disturbance, a star on
+// the disturbed ones and brackets round the ones not used.
+func windowsNote(runs []WindowRun) string {
+	if len(runs) == 0 || runs[0].CPUPer1k == 0 && runs[0].RunqWaitMsPerS == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString(" CPU s/1k")
-	for _, v := range cpu {
-		fmt.Fprintf(&b, " %.4f", v)
-	}
-	b.WriteString("; run-queue wait ms/s")
-	for _, v := range wait {
-		fmt.Fprintf(&b, " %.0f", v)
+	b.WriteString(" windows (CPU s/1k, wait, disturbance ms/s):")
+	for _, w := range runs {
+		mark := ""
+		if w.Disturbed {
+			mark = "*"
+		}
+		item := fmt.Sprintf("%.4f %.0f %.0f%s", w.CPUPer1k, w.RunqWaitMsPerS, w.disturbance(), mark)
+		if !w.Used {
+			item = "[" + item + "]"
+		}
+		b.WriteString(" " + item)
 	}
 	return b.String()
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-func ptr(v float64) *float64 { return &v }
+func ptr[T any](v T) *T { return &v }
 
 // idleSettle is how long proxies that have just answered their first
 // request are left before their idle CPU is read.
@@ -337,20 +451,60 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// cell is one (column, mode) measured: the pooled fixed-rate windows,
-// each window's proxy CPU seconds per 1000 requests (exact and from
-// clock ticks) and its threads' run-queue wait in ms per second, and the
-// max-rate search's result.
+// cell is one (column, mode) measured: every window run (reruns
+// included) and its requests, the used windows' requests pooled, how
+// many windows were measured again, and the max-rate search's result.
 type cell struct {
-	fixed            loadStats
-	cpu, ticks, wait []float64
-	maxRate          float64
+	runs            []WindowRun
+	stats           []loadStats // runs[i]'s requests
+	fixed           loadStats
+	reruns          int
+	maxRate, failed float64
+}
+
+// used is the cell's windows that are its figures, one per slot, in
+// slot order.
+func (c cell) used() []WindowRun {
+	var out []WindowRun
+	for _, w := range c.runs {
+		if w.Used {
+			out = append(out, w)
+		}
+	}
+	slices.SortFunc(out, func(a, b WindowRun) int { return a.Slot - b.Slot })
+	return out
+}
+
+// worst is the index in c.runs of the most disturbed used window, -1 when
+// none is disturbed.
+func (c cell) worst() int {
+	at := -1
+	for i, w := range c.runs {
+		if w.Used && w.Disturbed && (at < 0 || w.disturbance() > c.runs[at].disturbance()) {
+			at = i
+		}
+	}
+	return at
 }
 
 // measure runs one mode's fixed-rate windows, round the columns
-// Windows times, then each column's max-rate search.
+// Windows times, then each column's max-rate search. A proxy's window
+// the host disturbed (WindowRun.disturbance above cfg.Disturbed) is
+// measured again after the rounds, not at once, so a disturbance that
+// lasts a few seconds has passed: rounds of reruns go over the columns
+// again, each rerunning its most disturbed window, up to cfg.Reruns per
+// cell. A rerun takes the slot when it is less disturbed; the window it
+// replaces stays in the record.
 func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell {
 	rq := benchRequest(cfg, mode == "stream")
+	host := cfg.host
+	if host == nil {
+		cpu := -1
+		if cfg.Pin {
+			cpu = cfg.ProxyCPU
+		}
+		host = procStatReader(cpu)
+	}
 	clients := make([]*http.Client, len(cols))
 	for i, col := range cols {
 		clients[i] = newClient()
@@ -359,36 +513,103 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 		openLoop(ctx, clients[i], col.base, rq, min(cfg.Rate, 500), 500*time.Millisecond)
 	}
 	cells := make([]cell, len(cols))
-	runs := make([][]loadStats, len(cols))
-	for range cfg.Windows {
-		for i, col := range cols {
-			before, t0 := readCPU(col.pid), time.Now()
-			st := openLoop(ctx, clients[i], col.base, rq, cfg.Rate, cfg.Duration)
-			used, el := readCPU(col.pid).sub(before), time.Since(t0)
-			runs[i] = append(runs[i], st)
-			if col.pid != nil && st.sent > 0 {
-				cells[i].cpu = append(cells[i].cpu, used.Exact.Seconds()*1000/float64(st.sent))
-				cells[i].ticks = append(cells[i].ticks, used.Ticks.Seconds()*1000/float64(st.sent))
-				cells[i].wait = append(cells[i].wait, float64(used.Wait)/float64(time.Millisecond)/el.Seconds())
+	run := func(i, slot int) {
+		w, st := window(ctx, cfg, clients[i], cols[i], rq, host)
+		w.Slot = slot
+		w.Disturbed = cols[i].pid != nil && cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
+		cells[i].runs, cells[i].stats = append(cells[i].runs, w), append(cells[i].stats, st)
+	}
+	for slot := range cfg.Windows {
+		for i := range cols {
+			if ctx.Err() != nil {
+				return cells
+			}
+			run(i, slot)
+			cells[i].runs[len(cells[i].runs)-1].Used = true
+		}
+	}
+	for again := true; again && ctx.Err() == nil; {
+		again = false
+		for i := range cols {
+			c := &cells[i]
+			old := c.worst()
+			if old < 0 || c.reruns >= cfg.Reruns || ctx.Err() != nil {
+				continue
+			}
+			c.reruns++
+			again = true
+			run(i, c.runs[old].Slot)
+			if n := len(c.runs) - 1; c.runs[n].disturbance() < c.runs[old].disturbance() {
+				c.runs[old].Used, c.runs[n].Used = false, true
 			}
 		}
 	}
 	for i, col := range cols {
-		cells[i].fixed = pool(runs[i])
-		// A step that fails is run once more before the search stops, so
-		// one burst of noise from a neighbour does not end it.
-		for rate := cfg.SearchStart; rate <= cfg.SearchMax && ctx.Err() == nil; rate *= cfg.SearchFactor {
-			ok := false
-			for try := 0; try < 2 && !ok; try++ {
-				ok = openLoop(ctx, clients[i], col.base, rq, rate, cfg.SearchDuration).sustained(cfg.P99Limit)
+		var used []loadStats
+		for k, w := range cells[i].runs {
+			if w.Used {
+				used = append(used, cells[i].stats[k])
 			}
-			if !ok {
-				break
-			}
-			cells[i].maxRate = rate
 		}
+		cells[i].fixed = pool(used)
+		// A step that fails is run once more before it counts as failed, so
+		// one burst of noise from a neighbour does not end the search.
+		cells[i].maxRate, cells[i].failed = searchMaxRate(cfg.SearchStart, cfg.SearchFactor, cfg.SearchMax, cfg.SearchBisect, func(rate float64) bool {
+			for range 2 {
+				if ctx.Err() != nil {
+					return false
+				}
+				if openLoop(ctx, clients[i], col.base, rq, rate, cfg.SearchDuration).sustained(cfg.P99Limit) {
+					return true
+				}
+			}
+			return false
+		})
 	}
 	return cells
+}
+
+// window runs one fixed-rate window against col and reads what the
+// proxy and the host did in it. The proxy's runtime figures (GC cycles)
+// are read outside the CPU readings, so the scrape's own cost is not
+// counted.
+func window(ctx context.Context, cfg Config, client *http.Client, col column, rq request, host func() (hostSample, error)) (WindowRun, loadStats) {
+	var gc0 goRuntime
+	gcOK := false
+	if col.metrics != "" {
+		var err error
+		gc0, err = scrapeGoRuntime(ctx, col.metrics)
+		gcOK = err == nil
+	}
+	sw0 := ctxSwitches(col.pid)
+	h0, hostErr := host()
+	self0, selfErr := processClock(os.Getpid())
+	before, t0 := readCPU(col.pid), time.Now()
+	st := openLoop(ctx, client, col.base, rq, cfg.Rate, cfg.Duration)
+	used, el := readCPU(col.pid).sub(before), time.Since(t0)
+	self1, selfErr1 := processClock(os.Getpid())
+	h1, hostErr1 := host()
+	sw1 := ctxSwitches(col.pid)
+	w := WindowRun{Sent: st.sent, Errors: st.errors, P50us: us(st.p50), P99us: us(st.p99)}
+	if col.pid != nil && st.sent > 0 {
+		w.CPUPer1k = used.Exact.Seconds() * 1000 / float64(st.sent)
+		w.CPUPer1kTicks = used.Ticks.Seconds() * 1000 / float64(st.sent)
+		w.RunqWaitMsPerS = float64(used.Wait) / float64(time.Millisecond) / el.Seconds()
+		w.SwitchesPerReq = (sw1 - sw0) / float64(st.sent)
+	}
+	if hostErr == nil && hostErr1 == nil {
+		var self time.Duration
+		if selfErr == nil && selfErr1 == nil {
+			self = self1 - self0
+		}
+		w.setDisturbance(h1.sub(h0), used.Exact, self, el, cfg.Pin)
+	}
+	if gcOK {
+		if gc1, err := scrapeGoRuntime(ctx, col.metrics); err == nil {
+			w.GCCycles = ptr(gc1.GCCycles - gc0.GCCycles)
+		}
+	}
+	return w, st
 }
 
 // PrintTable writes rows as an aligned table (the open-streams rows as
@@ -429,11 +650,28 @@ func printStreams(w io.Writer, rows []Row) {
 			opt(r.RSSIdleKB, 1.0/1024, 1), opt(r.RSSOpenKB, 1.0/1024, 1), opt(r.RSSPerStreamKB, 1, 1), opt(r.CPUPer1k, 1, 3))
 	}
 	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	header := false
+	for _, r := range rows {
+		m := r.PerStream
+		if m == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\nper open stream, from the Go runtime's /metrics idle and open (the rest: RSS growth the runtime's figures do not explain):")
+			fmt.Fprintln(tw, "targets\tpath\tRSS KB\theap in use KB\tfree heap kept KB\tstacks KB\tgoroutines\trest KB\tnext GC MB idle → open\t")
+			header = true
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f → %.1f\t\n", r.Targets, r.name(), *r.RSSPerStreamKB,
+			m.HeapKB, m.HeapKeptKB, m.StackKB, m.Goroutines, m.RestKB, r.RuntimeIdle.NextGC/(1<<20), r.RuntimeOpen.NextGC/(1<<20))
+	}
+	tw.Flush()
 }
 
 func printCells(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tCPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\t")
+	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tfailed at\t"+
+		"CPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\tgenerator steal/other\treruns\t")
 	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 	opt := func(v *float64, prec int) string {
 		if v == nil {
@@ -441,16 +679,26 @@ func printCells(w io.Writer, rows []Row) {
 		}
 		return strconv.FormatFloat(*v, 'f', prec, 64)
 	}
+	disturbed := 0
 	for _, r := range rows {
 		share := "-"
 		if r.IdleShare != nil {
 			share = strconv.FormatFloat(*r.IdleShare*100, 'f', 1, 64) + " %"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Targets, r.Mode, r.name(),
+		cpu := opt(r.CPUPer1k, 4)
+		if r.Disturbed {
+			cpu += " (disturbed)"
+			disturbed++
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t\n", r.Targets, r.Mode, r.name(),
 			f0(r.P50us), f0(r.P99us), f0(r.P999us), opt(r.AddedP50us, 0), opt(r.AddedP99us, 0), opt(r.AddedP999us, 0),
-			r.Errors, r.MaxRate, opt(r.CPUPer1k, 4), opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0))
+			r.Errors, r.MaxRate, opt(r.MaxRateFail, 0), cpu, opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0),
+			opt(r.StealMsPerS, 0), opt(r.OtherMsPerS, 0), opt(r.GenStealMsPerS, 0), opt(r.GenOtherMsPerS, 0), r.Rerun)
 	}
 	tw.Flush()
+	if disturbed > 0 {
+		fmt.Fprintf(w, "\n%d cell(s) marked disturbed: a window they use still had more steal + other tasks' time on the proxy's CPU (or per CPU on the generator's) than the threshold after the bound of reruns; their CPU figure is a disturbed machine's.\n", disturbed)
+	}
 }
 
 func (r Row) name() string {

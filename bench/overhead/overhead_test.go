@@ -140,8 +140,13 @@ func TestWindowsGoRoundThePaths(t *testing.T) {
 	if want := []string{"a", "b", "a", "b", "a", "b", "a", "b"}; !slices.Equal(order, want) {
 		t.Errorf("requests reached the paths in the runs %v, want %v", order, want)
 	}
-	if len(cells[0].cpu) != 0 || len(cells[1].cpu) != 3 || cells[1].fixed.sent != 30 {
-		t.Errorf("direct CPU %v, measured path's CPU %v over %d requests", cells[0].cpu, cells[1].cpu, cells[1].fixed.sent)
+	if len(cells[0].used()) != 3 || cells[0].used()[0].CPUPer1k != 0 || len(cells[1].used()) != 3 || cells[1].fixed.sent != 30 {
+		t.Errorf("direct windows %+v, measured path's %+v over %d requests", cells[0].used(), cells[1].used(), cells[1].fixed.sent)
+	}
+	for _, w := range cells[1].used() {
+		if w.CPUPer1k <= 0 {
+			t.Errorf("a measured window without its CPU figure: %+v", w)
+		}
 	}
 }
 

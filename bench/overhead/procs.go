@@ -27,7 +27,10 @@ type column struct {
 	// base returns the URL to send request i to.
 	base func(i int) string
 	pid  func() []int // the proxy's processes (nil: none measured)
-	stop func()
+	// metrics is a Go proxy's /metrics URL (its admin port), "" for
+	// others: the runtime's own figures (goruntime.go).
+	metrics string
+	stop    func()
 }
 
 func (c column) name() string { return Row{Path: c.path, Strategy: c.strategy}.name() }
@@ -101,7 +104,7 @@ func routerColumn(ctx context.Context, cfg Config, strategy string, addrs []stri
 	}
 	pid := p.Pid()
 	return column{path: "rolter router", strategy: strategy, base: func(int) string { return base },
-		pid: func() []int { return []int{pid} }, stop: stop}, nil
+		pid: func() []int { return []int{pid} }, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", admin), stop: stop}, nil
 }
 
 // nginxColumn starts nginx as a round-robin reverse proxy over the sim's

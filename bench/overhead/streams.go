@@ -32,7 +32,15 @@ type streamsRun struct {
 	rssKB   float64 // median of the samples; 0 for direct
 	openAvg float64 // mean open streams at the samples
 	cpu     float64 // the proxy's CPU seconds per 1000 streams completed in the measured part
+	// A Go proxy's runtime figures, the median of the reads while the
+	// streams were open; nil for others.
+	runtime *goRuntime
 }
+
+// runtimeEvery is how many RSS samples apart a run reads a Go proxy's
+// /metrics: every 2 s, few enough that the scrapes' own work stays small
+// beside the streams'.
+const runtimeEvery = 8
 
 func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -50,8 +58,16 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	if !sleepCtx(ctx, idleSettle) {
 		return nil, ctx.Err()
 	}
+	idleRT := make([]*goRuntime, len(cols))
 	for i, c := range cols {
 		idle[i] = rssKB(c.pid)
+		if c.metrics != "" {
+			rt, err := scrapeGoRuntime(ctx, c.metrics)
+			if err != nil {
+				return nil, fmt.Errorf("bench overhead: %s's runtime figures: %w", c.name(), err)
+			}
+			idleRT[i] = &rt
+		}
 	}
 	runs := make([][]streamsRun, len(cols))
 	for round := range cfg.StreamRounds {
@@ -70,11 +86,15 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	for i, c := range cols {
 		var rates, rss, cpu []float64
 		var all []loadStats
+		var rts []goRuntime
 		for _, r := range runs[i] {
 			rates = append(rates, r.perSec)
 			rss = append(rss, r.rssKB)
 			cpu = append(cpu, r.cpu)
 			all = append(all, r.stats)
+			if r.runtime != nil {
+				rts = append(rts, *r.runtime)
+			}
 		}
 		st := pool(all)
 		row := Row{Path: c.path, Strategy: c.strategy, Targets: n, Mode: "streams", Engine: cfg.Engine,
@@ -88,6 +108,11 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 			row.CPUPer1k, row.CPUPer1kWindows, row.Windows = ptr(median(cpu)), cpu, len(cpu)
 			row.RSSIdleKB, row.RSSOpenKB = ptr(idle[i]), ptr(open)
 			row.RSSPerStreamKB = ptr((open - idle[i]) / float64(cfg.Streams))
+			if idleRT[i] != nil && len(rts) > 0 {
+				rt := medianRuntime(rts)
+				row.RuntimeIdle, row.RuntimeOpen = idleRT[i], &rt
+				row.PerStream = ptr(breakdown(*idleRT[i], rt, *row.RSSPerStreamKB, cfg.Streams))
+			}
 			if directRate > 0 {
 				row.ReqPerSVsDirect = ptr(median(rates) / directRate)
 			}
@@ -152,6 +177,7 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 		}()
 	}
 	var rss, opens []float64
+	var rts []goRuntime
 	var cpu0, cpu1 cpuUse
 	if sleepCtx(ctx, time.Until(from)) {
 		cpu0 = readCPU(col.pid)
@@ -164,6 +190,11 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 				rss = append(rss, rssKB(col.pid))
 			}
 			opens = append(opens, float64(open.Load()))
+			if col.metrics != "" && len(opens)%runtimeEvery == runtimeEvery/2 {
+				if rt, err := scrapeGoRuntime(ctx, col.metrics); err == nil {
+					rts = append(rts, rt)
+				}
+			}
 		}
 		t.Stop()
 		cpu1 = readCPU(col.pid)
@@ -171,6 +202,9 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 	wg.Wait()
 	done.summarise()
 	r := streamsRun{stats: done, perSec: float64(done.sent-done.errors) / cfg.StreamDuration.Seconds(), rssKB: median(rss)}
+	if len(rts) > 0 {
+		r.runtime = ptr(medianRuntime(rts))
+	}
 	if done.sent > 0 {
 		r.cpu = cpu1.sub(cpu0).Exact.Seconds() * 1000 / float64(done.sent)
 	}
@@ -178,6 +212,25 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 		r.openAvg += o / float64(len(opens))
 	}
 	return r
+}
+
+// medianRuntime is the field-by-field median of rts.
+func medianRuntime(rts []goRuntime) goRuntime {
+	field := func(get func(goRuntime) float64) float64 {
+		vs := make([]float64, len(rts))
+		for i, rt := range rts {
+			vs[i] = get(rt)
+		}
+		return median(vs)
+	}
+	return goRuntime{
+		HeapInuse:  field(func(r goRuntime) float64 { return r.HeapInuse }),
+		HeapKept:   field(func(r goRuntime) float64 { return r.HeapKept }),
+		StackInuse: field(func(r goRuntime) float64 { return r.StackInuse }),
+		NextGC:     field(func(r goRuntime) float64 { return r.NextGC }),
+		Goroutines: field(func(r goRuntime) float64 { return r.Goroutines }),
+		GCCycles:   field(func(r goRuntime) float64 { return r.GCCycles }),
+	}
 }
 
 // rssKB sums VmRSS of the processes pids returns, in KiB.

@@ -1,0 +1,200 @@
+package overhead
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// What else ran on the benchmark's CPUs during a window. A pinned proxy
+// has CPU ProxyCPU to itself only if nothing else of the machine's is
+// scheduled there and the host does not take the vCPU away, and the
+// generator paces its requests evenly only if it has its CPUs: a
+// generator that lost its CPU sends a burst after, which the proxy serves
+// with fewer wake-ups per request, and reads cheaper. /proc/stat says
+// both, per CPU. Steal is time the hypervisor ran something else while
+// the vCPU wanted to run; a CPU's busy time (user, nice, system, irq,
+// softirq) minus what the benchmark's own processes ran there (the proxy
+// on its CPU, this process, the generator and the engine, on the rest) is
+// what other tasks and interrupts used. A window with more of the two
+// than the threshold on the proxy's CPU, or per CPU on the generator's,
+// is measured again (measure), up to a bound per cell.
+
+// hostCPU is a CPU's (or CPUs') accumulated time from /proc/stat.
+type hostCPU struct {
+	busy, steal time.Duration
+}
+
+func (a hostCPU) sub(b hostCPU) hostCPU { return hostCPU{a.busy - b.busy, a.steal - b.steal} }
+
+// hostSample is /proc/stat at one moment: the proxy's CPU, and every
+// other CPU summed (the generator's) with their count. Not pinned, the
+// proxy's is every CPU and there is no rest.
+type hostSample struct {
+	proxy, rest hostCPU
+	restCPUs    int
+}
+
+func (a hostSample) sub(b hostSample) hostSample {
+	return hostSample{a.proxy.sub(b.proxy), a.rest.sub(b.rest), a.restCPUs}
+}
+
+// errProcStat is a /proc/stat without the line asked for, or one that
+// does not read as a CPU line.
+var errProcStat = errors.New("unreadable /proc/stat")
+
+// parseProcStat reads a /proc/stat text: CPU cpu's line ("cpuN") and the
+// sum of the other CPUs' lines, or for a negative cpu the "cpu" line,
+// every CPU summed. The fields are USER_HZ ticks: user nice system idle
+// iowait irq softirq steal (guest time is already in user).
+func parseProcStat(b []byte, cpu int) (hostSample, error) {
+	var h hostSample
+	found := false
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		f := bytes.Fields(line)
+		if len(f) == 0 || !bytes.HasPrefix(f[0], []byte("cpu")) {
+			continue
+		}
+		n := -1
+		if id := f[0][3:]; len(id) > 0 {
+			v, err := strconv.Atoi(string(id))
+			if err != nil {
+				continue
+			}
+			n = v
+		}
+		if (cpu < 0) != (n < 0) {
+			continue
+		}
+		t, err := cpuLine(f)
+		if err != nil {
+			return hostSample{}, fmt.Errorf("%w: %q", err, line)
+		}
+		if n == cpu {
+			h.proxy, found = t, true
+		} else {
+			h.rest.busy += t.busy
+			h.rest.steal += t.steal
+			h.restCPUs++
+		}
+	}
+	if !found {
+		return hostSample{}, fmt.Errorf("%w: no line for CPU %d", errProcStat, cpu)
+	}
+	return h, nil
+}
+
+// cpuLine reads the busy and steal time of one /proc/stat CPU line's
+// fields.
+func cpuLine(f [][]byte) (hostCPU, error) {
+	if len(f) < 9 {
+		return hostCPU{}, errProcStat
+	}
+	var v [8]int64
+	for i := range v {
+		n, err := strconv.ParseInt(string(f[i+1]), 10, 64)
+		if err != nil || n < 0 {
+			return hostCPU{}, errProcStat
+		}
+		v[i] = n
+	}
+	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / clockTick }
+	return hostCPU{busy: tick(v[0] + v[1] + v[2] + v[5] + v[6]), steal: tick(v[7])}, nil
+}
+
+// procStatReader reads /proc/stat for CPU cpu (negative: all CPUs).
+func procStatReader(cpu int) func() (hostSample, error) {
+	return func() (hostSample, error) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return hostSample{}, err
+		}
+		return parseProcStat(b, cpu)
+	}
+}
+
+// setDisturbance fills w's host figures, in ms per second of window, from
+// the /proc/stat difference h over a window of length el in which the
+// proxy ran proxy and this process self. Not pinned there is no other
+// tasks' figure: the proxy's CPU is every CPU, which the generator and the
+// engine share with it.
+func (w *WindowRun) setDisturbance(h hostSample, proxy, self, el time.Duration, pinned bool) {
+	perS := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / el.Seconds() }
+	w.StealMsPerS = ptr(perS(h.proxy.steal))
+	if !pinned {
+		return
+	}
+	w.OtherMsPerS = ptr(perS(h.proxy.busy - proxy))
+	if h.restCPUs > 0 {
+		n := time.Duration(h.restCPUs)
+		w.GenStealMsPerS = ptr(perS(h.rest.steal / n))
+		if self > 0 {
+			w.GenOtherMsPerS = ptr(perS((h.rest.busy - self) / n))
+		}
+	}
+}
+
+// disturbance is the figure the threshold is compared with: steal plus
+// other tasks' time on the proxy's CPU, or per CPU on the generator's,
+// whichever is more (0 where unread; the ticks' rounding can leave a
+// small negative other time, which counts as 0).
+func (w WindowRun) disturbance() float64 {
+	v := func(p *float64) float64 {
+		if p == nil {
+			return 0
+		}
+		return max(*p, 0)
+	}
+	return max(v(w.StealMsPerS)+v(w.OtherMsPerS), v(w.GenStealMsPerS)+v(w.GenOtherMsPerS))
+}
+
+// DefaultDisturbed is the default threshold (ms per second of window) of
+// WindowRun.disturbance above which a window is measured again.
+// /proc/stat counts in 10 ms ticks, so over a 1.5 s window the reading
+// itself is uncertain by about ±13 ms/s; BENCHMARKS.md §2 has the quiet
+// and loaded readings the value was chosen from.
+const DefaultDisturbed = 50.0
+
+// ctxSwitches sums the voluntary and involuntary context switches of
+// every thread of the processes pids returns: wake-ups, the unit of the
+// proxy's per-request system cost, so a window whose CPU per request
+// moved can be told apart from one whose wake-ups per request did.
+func ctxSwitches(pids func() []int) float64 {
+	if pids == nil {
+		return 0
+	}
+	var n float64
+	for _, pid := range pids() {
+		dir := fmt.Sprintf("/proc/%d/task", pid)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
+			if err == nil {
+				n += statusSwitches(b)
+			}
+		}
+	}
+	return n
+}
+
+// statusSwitches reads voluntary_ctxt_switches + nonvoluntary_ctxt_switches
+// of a /proc/<pid>/task/<tid>/status text.
+func statusSwitches(b []byte) float64 {
+	var n float64
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if !ok || (!bytes.Equal(k, []byte("voluntary_ctxt_switches")) && !bytes.Equal(k, []byte("nonvoluntary_ctxt_switches"))) {
+			continue
+		}
+		if c, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64); err == nil {
+			n += c
+		}
+	}
+	return n
+}

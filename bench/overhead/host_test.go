@@ -1,0 +1,188 @@
+package overhead
+
+import (
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+const procStatText = `cpu  12000 50 3000 900000 200 0 700 600 0 0
+cpu0 5000 20 1500 450000 100 0 300 400 0 0
+cpu1 7000 30 1500 450000 100 0 400 200 0 0
+intr 123
+ctxt 456
+`
+
+func TestParseProcStat(t *testing.T) {
+	tick := 10 * time.Millisecond
+	cpu0 := hostCPU{busy: (5000 + 20 + 1500 + 300) * tick, steal: 400 * tick}
+	cpu1 := hostCPU{busy: (7000 + 30 + 1500 + 400) * tick, steal: 200 * tick}
+	for _, tc := range []struct {
+		cpu  int
+		want hostSample
+	}{
+		{0, hostSample{proxy: cpu0, rest: cpu1, restCPUs: 1}},
+		{1, hostSample{proxy: cpu1, rest: cpu0, restCPUs: 1}},
+		{-1, hostSample{proxy: hostCPU{busy: (12000 + 50 + 3000 + 700) * tick, steal: 600 * tick}}},
+	} {
+		got, err := parseProcStat([]byte(procStatText), tc.cpu)
+		if err != nil || got != tc.want {
+			t.Errorf("cpu %d: %+v, %v; want %+v", tc.cpu, got, err, tc.want)
+		}
+	}
+	if _, err := parseProcStat([]byte(procStatText), 2); err == nil {
+		t.Error("a CPU with no line read without error")
+	}
+	if _, err := parseProcStat([]byte("cpu0 1 2 x 4 5 6 7 8\n"), 0); err == nil {
+		t.Error("a garbled line read without error")
+	}
+}
+
+// Pinned, the other tasks' time is a CPU's busy time less what the
+// benchmark's processes ran there: the proxy on its CPU, this process on
+// the generator's, per CPU; not pinned only steal is known.
+func TestWindowDisturbance(t *testing.T) {
+	el := 1500 * time.Millisecond
+	h := hostSample{proxy: hostCPU{busy: 300 * time.Millisecond, steal: 30 * time.Millisecond},
+		rest: hostCPU{busy: 3000 * time.Millisecond, steal: 300 * time.Millisecond}, restCPUs: 2}
+	var w WindowRun
+	w.setDisturbance(h, 225*time.Millisecond, 2700*time.Millisecond, el, true)
+	if *w.StealMsPerS != 20 || *w.OtherMsPerS != 50 || *w.GenStealMsPerS != 100 || *w.GenOtherMsPerS != 100 {
+		t.Errorf("pinned: steal %v other %v, generator's %v %v; want 20, 50, 100, 100", *w.StealMsPerS, *w.OtherMsPerS, *w.GenStealMsPerS, *w.GenOtherMsPerS)
+	}
+	if d := w.disturbance(); d != 200 {
+		t.Errorf("disturbance %v, want the generator's 200", d)
+	}
+	// The ticks' rounding can leave the proxy's exact time above its
+	// CPU's busy ticks: that is no negative disturbance.
+	w = WindowRun{}
+	w.setDisturbance(hostSample{proxy: hostCPU{busy: 200 * time.Millisecond}}, 210*time.Millisecond, 0, el, true)
+	if w.disturbance() != 0 || w.GenStealMsPerS != nil {
+		t.Errorf("rounding below zero, no other CPU: disturbance %v, generator's steal %v", w.disturbance(), w.GenStealMsPerS)
+	}
+	w = WindowRun{}
+	w.setDisturbance(h, 225*time.Millisecond, 0, el, false)
+	if w.OtherMsPerS != nil || w.GenStealMsPerS != nil || w.disturbance() != 20 {
+		t.Errorf("not pinned: %+v", w)
+	}
+}
+
+// A proxy window the host disturbed is measured again after the rounds
+// of windows, the most disturbed first, up to the bound per cell; a rerun
+// takes the slot when it is less disturbed, every window stays in the
+// cell's record, and the cell says it is still disturbed when a used
+// window is. Direct's windows are never rerun.
+func TestDisturbedWindowIsRerun(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "{}") }))
+	defer srv.Close()
+	base := func(int) string { return srv.URL }
+	cols := []column{{path: "direct", base: base}, {path: "proxy", base: base, pid: func() []int { return []int{os.Getpid()} }}}
+	// Steal each window gets, in the order the windows run: 0 is quiet,
+	// 1e6 s disturbed whatever the window's length, 1e5 s less so.
+	script := []float64{
+		0, 2e6, // slot 0: direct, proxy disturbed (the most)
+		1e6, 1e6, // slot 1: direct disturbed (not rerun), proxy disturbed
+		0, 1e6, // slot 2: proxy disturbed
+		0,   // rerun of slot 0: quiet, takes the slot
+		1e5, // rerun of slot 1 (the first of the two left): less disturbed, takes it; the bound of 2 is spent
+	}
+	var steal time.Duration
+	calls := 0
+	host := func() (hostSample, error) {
+		if calls%2 == 1 { // a window's end
+			steal += time.Duration(script[calls/2] * float64(time.Second))
+		}
+		calls++
+		return hostSample{proxy: hostCPU{steal: steal}}, nil
+	}
+	cfg := Config{Rate: 200, Duration: 50 * time.Millisecond, Windows: 3, SearchStart: 2, SearchMax: 1, SearchFactor: 2,
+		PromptWords: 4, MaxTokens: 1, Disturbed: DefaultDisturbed, Reruns: 2, host: host}
+	cells := measure(t.Context(), cfg, cols, "plain")
+	if calls != 2*len(script) {
+		t.Fatalf("%d windows ran, want %d", calls/2, len(script))
+	}
+	if d := cells[0]; len(d.runs) != 3 || d.reruns != 0 || !slices.Equal(slots(d.used()), []int{0, 1, 2}) {
+		t.Errorf("direct: %d runs, %d reruns, used slots %v", len(d.runs), d.reruns, slots(d.used()))
+	}
+	p := cells[1]
+	if len(p.runs) != 5 || p.reruns != 2 {
+		t.Fatalf("proxy: %d runs, %d reruns; want 5, 2", len(p.runs), p.reruns)
+	}
+	wantSlot := []int{0, 1, 2, 0, 1}
+	wantUsed := []bool{false, false, true, true, true}
+	wantDisturbed := []bool{true, true, true, false, true}
+	for i, w := range p.runs {
+		if w.Slot != wantSlot[i] || w.Used != wantUsed[i] || w.Disturbed != wantDisturbed[i] {
+			t.Errorf("proxy window %d: slot %d used %v disturbed %v; want %d, %v, %v", i, w.Slot, w.Used, w.Disturbed, wantSlot[i], wantUsed[i], wantDisturbed[i])
+		}
+	}
+	if !slices.Equal(slots(p.used()), []int{0, 1, 2}) || p.fixed.sent != 30 {
+		t.Errorf("used slots %v over %d requests; want one per slot, 30 requests", slots(p.used()), p.fixed.sent)
+	}
+	var r Row
+	summarise(&r, p.used())
+	if !r.Disturbed || len(r.CPUPer1kWindows) != 3 || r.StealMsPerS == nil || *r.StealMsPerS <= DefaultDisturbed {
+		t.Errorf("row: disturbed %v, %d windows, steal %v", r.Disturbed, len(r.CPUPer1kWindows), r.StealMsPerS)
+	}
+	// With no threshold nothing is rerun.
+	calls, steal = 0, 0
+	cfg.Disturbed = 0
+	script = script[:6]
+	cells = measure(t.Context(), cfg, cols, "plain")
+	if len(cells[1].runs) != 3 || cells[1].reruns != 0 || cells[1].runs[0].Disturbed {
+		t.Errorf("threshold 0: %d runs, %d reruns", len(cells[1].runs), cells[1].reruns)
+	}
+}
+
+func slots(ws []WindowRun) []int {
+	var out []int
+	for _, w := range ws {
+		out = append(out, w.Slot)
+	}
+	return out
+}
+
+// The search steps ×factor until a rate fails, then bisects: for any
+// rate where the path stops holding, the answer is below it and the
+// failed rate above it, within 1.5^(1/4) after two bisections.
+func TestSearchBisectsToItsBound(t *testing.T) {
+	// The bound allows for the rounding to whole rates; 14416 is the last
+	// ×1.5 step under the 20000 limit.
+	bound := math.Pow(1.5, 0.25) + 0.002
+	for limit := 260.0; limit < 14000; limit *= 1.037 {
+		steps := 0
+		held, failed := searchMaxRate(250, 1.5, 20000, 2, func(rate float64) bool { steps++; return rate < limit })
+		if held >= limit || failed < limit || failed/held > bound {
+			t.Fatalf("limit %.0f: held %.0f, failed %.0f (ratio %.3f > %.3f)", limit, held, failed, failed/held, bound)
+		}
+		if want := int(math.Floor(math.Log(limit/250)/math.Log(1.5))) + 1 + 1 + 2; steps > want {
+			t.Errorf("limit %.0f: %d steps, want at most %d", limit, steps, want)
+		}
+	}
+	if held, failed := searchMaxRate(250, 1.5, 20000, 2, func(float64) bool { return false }); held != 0 || failed != 250 {
+		t.Errorf("first step failing: held %v, failed %v; want 0, 250 and no bisection below the start", held, failed)
+	}
+	if held, failed := searchMaxRate(250, 1.5, 1000, 2, func(float64) bool { return true }); held != 843.75 || failed != 0 {
+		t.Errorf("every step holding: held %v, failed %v; want 843.75 and none failed", held, failed)
+	}
+	held, failed := searchMaxRate(250, 1.5, 20000, 0, func(r float64) bool { return r < 1000 })
+	if held != 843.75 || failed != 1265.625 {
+		t.Errorf("no bisection: held %v, failed %v; want the ×1.5 steps around 1000", held, failed)
+	}
+}
+
+func TestStatusSwitches(t *testing.T) {
+	st := "Name:\trolter\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t1200\nnonvoluntary_ctxt_switches:\t34\n"
+	if got := statusSwitches([]byte(st)); got != 1234 {
+		t.Errorf("%v switches, want 1234", got)
+	}
+	self := func() []int { return []int{os.Getpid()} }
+	if n := ctxSwitches(self); n <= 0 {
+		t.Errorf("this process's threads switched %v times", n)
+	}
+}
