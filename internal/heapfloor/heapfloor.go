@@ -26,20 +26,26 @@ import (
 	"sync"
 )
 
-// Percent is the GC percent that makes a heap of live bytes grow by at
-// least floor bytes before the next collection, and never less than
-// base (a percent of 0 or less is returned as it is: off stays off).
+// goMinimum is Go's minimum heap goal at GOGC 100; the runtime scales it
+// by the GC percent (runtime/mgcpacer.go, heapMinimum).
+const goMinimum = 4 << 20
+
+// Percent is the GC percent that makes a heap of live bytes grow by
+// floor bytes before the next collection, and never less than base (a
+// percent of 0 or less is returned as it is: off stays off). The goal a
+// percent p gives is the larger of live × (1 + p/100) and Go's minimum
+// heap scaled by p/100, so the percent is the lower of the two that
+// reach live + floor.
 func Percent(live, floor uint64, base int) int {
 	if base <= 0 || live == 0 {
 		return base
 	}
-	p := math.Ceil(float64(floor) * 100 / float64(live))
+	target := float64(live + floor)
+	p := math.Floor(min(float64(floor)*100/float64(live), target*100/goMinimum))
 	if p <= float64(base) {
 		return base
 	}
-	// A percent beyond this is a heap of a few hundred bytes; the floor
-	// is reached either way.
-	return int(min(p, 1<<20))
+	return int(p)
 }
 
 // keeper re-arms itself on every collection: its sentinel becomes

@@ -16,16 +16,24 @@ func TestPercentKeepsTheFloorAndNeverGoesBelowTheBase(t *testing.T) {
 		live, floor       uint64
 		base, wantPercent int
 	}{
-		{"small live heap: the floor decides", 1 * mb, 16 * mb, 100, 1600},
-		{"rounded up, so the floor is reached", 3 * mb, 16 * mb, 100, 534},
+		// Goal at 425 %: max(1 MiB × 5.25, 4 MiB × 4.25) = 17 MiB.
+		{"small live heap: Go's scaled minimum heap decides", 1 * mb, 16 * mb, 100, 425},
+		// Goal at 200 %: max(8 MiB × 3, 4 MiB × 2) = 24 MiB.
+		{"larger live heap: its growth decides", 8 * mb, 16 * mb, 100, 200},
 		{"live heap past floor/base: the base decides", 50 * mb, 16 * mb, 100, 100},
 		{"a higher base is kept", 1 * mb, 2 * mb, 400, 400},
 		{"GOGC=off stays off", 1 * mb, 16 * mb, -1, -1},
 		{"no measurement yet", 0, 16 * mb, 100, 100},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Percent(c.live, c.floor, c.base); got != c.wantPercent {
+			got := Percent(c.live, c.floor, c.base)
+			if got != c.wantPercent {
 				t.Fatalf("Percent(%d, %d, %d) = %d, want %d", c.live, c.floor, c.base, got, c.wantPercent)
+			}
+			// The goal the runtime derives from it never passes live + floor.
+			p := uint64(got)
+			if goal := max(c.live*(100+p)/100, goMinimum*p/100); got > c.base && goal > c.live+c.floor {
+				t.Fatalf("percent %d gives a goal of %d bytes, past live + floor %d", got, goal, c.live+c.floor)
 			}
 		})
 	}
