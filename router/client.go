@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -134,16 +135,22 @@ type call struct {
 	head bool // a HEAD request: the response has no body
 
 	// Set once the response header is read.
-	resp    *fasthttp.Response // until response converts its header
-	body    upstreamBody       // the body's framing and what came with the header
-	keep    bool               // the engine did not ask to close the connection
-	conn    net.Conn           // the connection it reads from
-	stop    func() bool        // unregisters the context's close of conn
-	release func(reuse bool)   // hands conn back, or closes it
-	mu      sync.Mutex         // held by Read and waitReadable
-	closed  atomic.Bool        // Close ran or began
-	aborted atomic.Bool        // the context closed conn
-	eof     bool               // the body was read to its end
+	resp    *fasthttp.Response   // until response converts its header
+	body    upstreamBody         // the body's framing and what came with the header
+	keep    bool                 // the engine did not ask to close the connection
+	hc      *fasthttp.HostClient // the pool conn goes back to (release)
+	cc      any                  // conn as hc's pool knows it (fasthttp's *clientConn)
+	conn    net.Conn             // the connection it reads from
+	stop    func() bool          // unregisters the context's close of conn
+	mu      sync.Mutex           // held by Read and waitReadable
+	closed  atomic.Bool          // Close ran or began
+	aborted atomic.Bool          // the context closed conn
+	eof     bool                 // the body was read to its end
+
+	// out is what RoundTrip returns, its Body the call; values holds its
+	// header's values when there are few enough (response).
+	out    http.Response
+	values [inlineHeaders]string
 
 	// raw waits for conn to be readable without a buffer (nil: a TLS
 	// connection, whose reads go through its own record buffer);
@@ -276,7 +283,7 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 		return false, err
 	}
 	reused := !cc.LastUseTime().IsZero()
-	c.conn = cc.Conn()
+	c.hc, c.cc, c.conn = hc, cc, cc.Conn()
 	c.aborted.Store(false)
 	c.stop = context.AfterFunc(c.ctx, c.abort)
 	if err = c.write(hc, req); err == nil {
@@ -285,13 +292,6 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 		c.watch()
 		c.waitReadable()
 		if err = c.readHeader(hc, resp); err == nil {
-			c.release = func(reuse bool) {
-				if reuse {
-					hc.ReleaseConn(cc)
-				} else {
-					hc.CloseConn(cc)
-				}
-			}
 			return false, nil
 		}
 	}
@@ -337,6 +337,21 @@ func (c *call) readHeader(hc *fasthttp.HostClient, resp *fasthttp.Response) erro
 	return err
 }
 
+// release hands the connection back to its pool (reuse), or closes it.
+func (c *call) release(reuse bool) {
+	if reuse {
+		giveBack(c.hc.ReleaseConn, c.cc)
+	} else {
+		giveBack(c.hc.CloseConn, c.cc)
+	}
+}
+
+// giveBack calls f with cc as f's parameter type: fasthttp's pool takes
+// its connections as a type it does not export, which a call keeps in an
+// interface (holding the pointer allocates nothing, as a closure over it
+// would).
+func giveBack[C any](f func(C), cc any) { f(cc.(C)) }
+
 // abort closes the connection when the request's context ends.
 func (c *call) abort() {
 	c.aborted.Store(true)
@@ -361,13 +376,21 @@ var statusLines = func() (l [600]string) {
 	return l
 }()
 
+// inlineHeaders is how many response header fields a call holds the
+// values of without an allocation: an engine sends four to six (date,
+// server, content-type, content-length or transfer-encoding, a request
+// id).
+const inlineHeaders = 8
+
 // response converts fasthttp's response header into an http.Response
 // whose Body is c (header keys canonical, as net/http's would be). The
-// header's keys and values share one string.
+// response is part of the call, and the header's keys and values share
+// one string: converting a header of up to inlineHeaders fields costs
+// that string and the map.
 func (c *call) response() *http.Response {
 	h := &c.resp.Header
 	code := h.StatusCode()
-	out := &http.Response{
+	c.out = http.Response{
 		StatusCode: code,
 		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		ContentLength: int64(h.ContentLength()),
@@ -375,6 +398,7 @@ func (c *call) response() *http.Response {
 		// its body) for as long as the stream is open; nothing reads it.
 		Body: c,
 	}
+	out := &c.out
 	if code >= 0 && code < len(statusLines) && statusLines[code] != "" {
 		out.Status = statusLines[code]
 	} else {
@@ -383,30 +407,38 @@ func (c *call) response() *http.Response {
 	if out.ContentLength < 0 {
 		out.ContentLength = -1
 	}
-	size, count := 0, 0
+	// lens are the fields' key and value lengths, in order.
+	var inline [2 * inlineHeaders]int
+	lens, size := inline[:0], 0
 	for k, v := range h.All() {
+		lens = append(lens, len(k), len(v))
 		size += len(k) + len(v)
-		count++
 	}
-	all := make([]byte, 0, size)
+	// The builder's bytes become the string without a copy.
+	var all strings.Builder
+	all.Grow(size)
 	for k, v := range h.All() {
-		all = append(append(all, k...), v...)
+		all.Write(k)
+		all.Write(v)
 	}
-	text := string(all)
-	values := make([]string, count)
+	text := all.String()
+	count := len(lens) / 2
+	values := c.values[:]
+	if count > len(values) {
+		values = make([]string, count)
+	}
 	out.Header = make(http.Header, count)
-	i, at := 0, 0
-	for k, v := range h.All() {
-		key := text[at : at+len(k)]
-		at += len(k)
-		values[i] = text[at : at+len(v)]
-		at += len(v)
+	at := 0
+	for i := range count {
+		key := text[at : at+lens[2*i]]
+		at += len(key)
+		values[i] = text[at : at+lens[2*i+1]]
+		at += len(values[i])
 		if prev, ok := out.Header[key]; ok {
 			out.Header[key] = append(prev, values[i])
 		} else {
 			out.Header[key] = values[i : i+1 : i+1]
 		}
-		i++
 	}
 	// Only the header was needed: the body is read from the connection.
 	fasthttp.ReleaseResponse(c.resp)

@@ -8,6 +8,7 @@ import (
 	"github.com/rolter/rolter/certs"
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/internal/cli"
+	"github.com/rolter/rolter/internal/heapfloor"
 	"github.com/rolter/rolter/routerd"
 )
 
@@ -21,10 +22,15 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var rc routerd.Config
 	rc.RegisterFlags(fs)
 	logFormat := fs.String("log-format", "text", "log format: text or json (the request log is one line per request)")
+	gcFloor := fs.Int("gc-floor-mb", 16, "the heap grows by at least this many MiB between garbage collections "+
+		"(GOGC, when set, is the percent above it; 0: Go's own pacing, as GOGC alone gives)")
 	var tf certs.ListenerFlags
 	tf.RegisterFlags(fs, true, "admin")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *gcFloor > 0 {
+		defer heapfloor.Keep(uint64(*gcFloor)<<20, heapfloor.Base())()
 	}
 	api, admin, err := tf.Load()
 	if err != nil {

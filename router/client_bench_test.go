@@ -1,0 +1,133 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cannedConnEngine is a loopback engine that answers every request on a
+// connection with the same bytes, parsing no more of the request than
+// its Content-Length and allocating nothing per request, so a benchmark
+// of the upstream client counts the client's allocations alone.
+func cannedConnEngine(tb testing.TB, answer []byte) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serveRaw(c, answer)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func serveRaw(c net.Conn, answer []byte) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	prefix := []byte("content-length:")
+	for {
+		n := 0
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			if len(line) <= 2 {
+				break
+			}
+			if len(line) > len(prefix) && bytes.EqualFold(line[:len(prefix)], prefix) {
+				for _, d := range bytes.TrimSpace(line[len(prefix):]) {
+					n = n*10 + int(d-'0')
+				}
+			}
+		}
+		if _, err := br.Discard(n); err != nil {
+			return
+		}
+		if _, err := c.Write(answer); err != nil {
+			return
+		}
+	}
+}
+
+// BenchmarkUpstreamRoundTrip is one attempt through the upstream client
+// as proxy.go sends it (its own cancellable context, a 200-byte body),
+// the answer's body read to its end through waitReadable and Read, over
+// one pooled loopback connection: what client.go costs per request, in
+// allocations and time.
+func BenchmarkUpstreamRoundTrip(b *testing.B) {
+	plain := fmt.Sprintf("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n"+
+		"content-length: %d\r\ncontent-type: application/json\r\nx-request-id: chatcmpl-1\r\n\r\n%s", len(cannedJSON), cannedJSON)
+	var sse strings.Builder
+	sse.WriteString("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n" +
+		"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
+	for _, ev := range strings.SplitAfter(string(cannedSSE), "\n\n") {
+		if ev != "" {
+			fmt.Fprintf(&sse, "%x\r\n%s\r\n", len(ev), ev)
+		}
+	}
+	sse.WriteString("0\r\n\r\n")
+	for _, v := range []struct {
+		name, answer string
+		size         int
+	}{{"json", plain, len(cannedJSON)}, {"sse", sse.String(), len(cannedSSE)}} {
+		b.Run(v.name, func(b *testing.B) {
+			addr := cannedConnEngine(b, []byte(v.answer))
+			u, _ := url.Parse("http://" + addr + "/v1/chat/completions")
+			tr := &fastTransport{connectTimeout: func() time.Duration { return time.Second }, connected: func(time.Time) {}}
+			defer tr.CloseIdleConnections()
+			body := strings.Repeat("x", 200)
+			h := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"r1"}}
+			buf := make([]byte, 4<<10)
+			var rd strings.Reader
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx, cancel := context.WithCancel(context.Background())
+				rd.Reset(body)
+				r := (&http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+					Header: h, Body: io.NopCloser(&rd), ContentLength: int64(len(body)), Host: u.Host}).WithContext(ctx)
+				resp, err := tr.RoundTrip(r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if resp.StatusCode != 200 || resp.Header.Get("Content-Type") == "" {
+					b.Fatalf("status %d, header %v", resp.StatusCode, resp.Header)
+				}
+				wait := resp.Body.(readableWaiter)
+				got := 0
+				for {
+					wait.waitReadable()
+					n, err := resp.Body.Read(buf)
+					got += n
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				resp.Body.Close()
+				cancel()
+				if got != v.size {
+					b.Fatalf("read %d body bytes, want %d", got, v.size)
+				}
+			}
+		})
+	}
+}
