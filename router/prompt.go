@@ -89,11 +89,11 @@ type contentPart struct {
 // sum of its bytes (contentSum) rather than byte by byte: a long prompt's
 // text is most of its request, and byte-wise FNV over it (one dependent
 // multiply per byte) was the router's largest cost on a long chat. A
-// digest made with skipLong (for a strategy that does not read it, see
-// strategies.ReadsPromptDigest) leaves long fields out and its sum is 0.
+// digest made off (for a strategy that does not read it, see
+// strategies.ReadsPromptDigest) takes no field in and its sum is 0.
 type digest struct {
-	h        uint64
-	skipLong bool
+	h   uint64
+	off bool
 }
 
 const (
@@ -108,9 +108,9 @@ const longField = 512
 
 func newDigest() digest { return digest{h: fnvOffset} }
 
-// sum is the digest's value: 0 when long fields were left out.
+// sum is the digest's value: 0 when it is off.
 func (d *digest) sum() uint64 {
-	if d.skipLong {
+	if d.off {
 		return 0
 	}
 	return d.h
@@ -129,11 +129,11 @@ func (d *digest) word(v uint64) {
 func (d *digest) field(tag byte, s string) { d.bytes(tag, stringBytes(s)) }
 
 func (d *digest) bytes(tag byte, b []byte) {
+	if d.off {
+		return
+	}
 	n := len(b)
 	if n >= longField {
-		if d.skipLong {
-			return
-		}
 		d.byte1(tag)
 		d.byte1(byte(n))
 		d.byte1(byte(n >> 8))
@@ -254,14 +254,18 @@ func extract(body []byte, valid bool, req *request, digest bool) promptInfo {
 	defer extractions.Put(e)
 	e.s.known, e.s.knownIDs, e.s.body, e.s.spans = nil, nil, body, knownSpans{}
 	if req != nil {
-		e.s.spans = req.known
+		if req.known != nil {
+			// Read once: the buffer holding them may serve another
+			// request before this one ends.
+			e.s.spans, req.known = *req.known, nil
+		}
 		if req.promptIDs != nil {
 			e.s.known, e.s.knownIDs = body[req.promptAt:req.promptEnd], req.promptIDs
 		}
 	}
 	x := &e.x
 	d := newDigest()
-	d.skipLong = !digest
+	d.off = !digest
 	*x = extractor{prompt: x.prompt[:0], d: d}
 	var ids []uint32
 	ok := false

@@ -492,7 +492,7 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
 	}
 	model := t.upstreamModel(a.res.requested)
-	body := a.req.bodyFor(model)
+	body := t.body(a.req, model)
 	*l = leg{t: t, idx: idx, queue: strategies.QueueDepth(a.loads, idx)}
 	t.stats.Begin()
 	a.holdPrefill(t, idx)

@@ -66,8 +66,11 @@ type provider struct {
 type target struct {
 	provider *provider
 	// model is the upstream model forwarded; "" for a passthrough member,
-	// which forwards whatever model the caller asked for.
-	model string
+	// which forwards whatever model the caller asked for. quoted is model
+	// as a JSON string (nil for a passthrough member), spliced into each
+	// attempt's body as it is (request.bodyFor).
+	model  string
+	quoted []byte
 	// label names the target in metrics: provider/model (or provider/*).
 	label string
 	stats *strategies.TargetStats
@@ -146,6 +149,15 @@ func (t *target) upstreamModel(requested string) string {
 		return requested
 	}
 	return t.model
+}
+
+// body is the upstream body of req for t, which forwards model
+// (upstreamModel).
+func (t *target) body(req *request, model string) *splicedBody {
+	if t.model == "" {
+		return req.bodyFor(model, nil)
+	}
+	return req.bodyFor(model, t.quoted)
 }
 
 // resolved is a request's address resolved against a snapshot.
@@ -250,10 +262,13 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			m = ""
 		}
 		label := p.name + "/" + m
+		var quoted []byte
 		if m == "" {
 			label = p.name + "/*"
+		} else {
+			quoted = quotedJSON(m)
 		}
-		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label),
+		return target{provider: p, model: m, quoted: quoted, label: label, stats: b.tracker.Target(label),
 			park: b.parks.get(label + "\x00" + p.apiBase), series: &targetSeries{}}, nil
 	}
 	for _, rc := range cfg.Routes {
