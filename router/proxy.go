@@ -92,8 +92,8 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 	// A client that trickles its body is cut after [timeouts] read_body;
 	// the deadline is lifted again for the (long) streaming response.
 	ctl := a.ctl
-	t0 := time.Now()
-	_ = ctl.SetReadDeadline(t0.Add(sn.cfg.Timeouts.ReadBody.Duration))
+	t0 := a.start
+	_ = ctl.SetReadDeadline(time.Now().Add(sn.cfg.Timeouts.ReadBody.Duration))
 	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
 	a.body = body
 	_ = ctl.SetReadDeadline(time.Time{})
@@ -113,10 +113,10 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 		fail(err, 0)
 		return nil, false
 	}
-	t1 := time.Now()
+	t1 := a.s.clock.Now()
 	a.obs.parse = t1.Sub(t0)
 	a.res, err = sn.resolve(req.model)
-	a.stage(stageResolve, t1)
+	t0 = a.stage(stageResolve, t1)
 	if err != nil {
 		fail(err, 0)
 		return nil, false
@@ -142,7 +142,6 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 		}
 		open = n
 	}
-	t0 = time.Now()
 	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, strategies.ReadsPromptDigest(res.pool.strategy)); err != nil {
 		fail(err, 0)
 		return open, false
@@ -350,9 +349,9 @@ func (a *attempt) anyEligible() bool {
 // slot when half-open. retry tells the balancer the request already had
 // an attempt (rotations do not advance on it).
 func (a *attempt) pick(retry bool) (int, bool) {
-	defer a.stage(stagePick, time.Now())
 	p := a.res.pool
 	now := a.s.clock.Now()
+	defer a.stage(stagePick, now)
 	pv, _ := a.s.engine.(PrefillView)
 	for i := range p.targets {
 		t := &p.targets[i]
@@ -478,7 +477,7 @@ func (a *attempt) end(l *leg, success bool, outcome string) {
 	l.inflight.Dec()
 	s.metrics.targetOutcome(l.t, outcome).Inc()
 	a.recordStats(l.t, success, l.begin, now)
-	a.endAttempt(outcome)
+	a.endAttempt(outcome, now)
 }
 
 // send sends the attempt and reads the engine's response header. Unless
@@ -513,7 +512,7 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 	actx, cancelAttempt := context.WithCancel(a.r.Context())
 	l.cancel = cancelAttempt
 	out := upstreamRequest(actx, u, outboundHeader(a.r.Header, t.provider), body)
-	a.startAttempt(out, t, model)
+	a.startAttempt(out, t, model, l.begin)
 	timer := time.AfterFunc(min(a.sn.cfg.Timeouts.FirstByte.Duration, time.Until(deadline)), cancelAttempt)
 	l.timer = timer
 	resp, err = s.transport.RoundTrip(out)
