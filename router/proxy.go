@@ -212,7 +212,8 @@ func (a *attempt) run() int {
 	size := len(p.targets)
 	a.tried, a.loads, a.queued = a.triedBuf[:0], a.loadBuf[:0], a.queuedBuf[:0]
 	if size > len(a.triedBuf) {
-		a.tried, a.loads, a.queued = make([]bool, 0, size), make([]uint64, 0, size), make([]uint64, 0, size)
+		u := make([]uint64, 2*size) // loads and queued share one allocation
+		a.tried, a.loads, a.queued = make([]bool, 0, size), u[:0:size], u[size:size:2*size]
 	}
 	a.tried, a.loads, a.queued = a.tried[:size], a.loads[:size], a.queued[:size]
 	a.sp = a.newSplice()
