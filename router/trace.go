@@ -53,7 +53,7 @@ type reqObs struct {
 
 	logOn bool      // the line is written whatever the status
 	tap   *usageTap // non-nil when usage is read from the response
-	usage usage
+	usage *usage    // what the tap read at the end of a relay (nil: nothing); in the tap
 
 	ctx    context.Context // carries the route span
 	span   trace.Span      // route; nil when tracing is off
@@ -109,7 +109,7 @@ func (a *attempt) begin() {
 	}
 	if o.logOn || o.traced {
 		o.tap = taps.Get().(*usageTap)
-		o.tap.n = 0
+		o.tap.n, o.tap.usage = 0, usage{}
 	}
 }
 
@@ -278,7 +278,8 @@ func (a *attempt) endAttempt(outcome string, now time.Time) {
 		o.relaying = false
 		a.stageTo(stageRelay, o.headersAt, now)
 		if o.tap != nil {
-			o.usage = parseUsage(o.tap.tail())
+			o.tap.usage = parseUsage(o.tap.tail())
+			o.usage = &o.tap.usage
 		}
 	}
 	if o.att == nil {
@@ -329,12 +330,16 @@ func (a *attempt) finish(code int) {
 	}
 	if o.tap != nil {
 		taps.Put(o.tap)
-		o.tap = nil
+		o.tap, o.usage = nil, nil
 	}
 }
 
-// usageAttrs appends the GenAI semantic-convention usage attributes.
-func usageAttrs(attrs []attribute.KeyValue, u usage) []attribute.KeyValue {
+// usageAttrs appends the GenAI semantic-convention usage attributes
+// (none for a nil u).
+func usageAttrs(attrs []attribute.KeyValue, u *usage) []attribute.KeyValue {
+	if u == nil {
+		return attrs
+	}
 	if u.reported {
 		attrs = append(attrs, attribute.Int("gen_ai.usage.input_tokens", u.prompt),
 			attribute.Int("gen_ai.usage.output_tokens", u.completion))
