@@ -22,7 +22,21 @@ func (a *attempt) recordStats(t *target, success bool, begin, now time.Time) {
 	if prompt, cached, ok := a.tail.tokens(); ok {
 		at.PromptTokens, at.CachedTokens = prompt, cached
 	}
-	a.s.routeStats.Record(a.res.pool.key, t.provider.name, t.label, at)
+	if t.series == nil {
+		a.s.routeStats.Record(a.res.pool.key, t.provider.name, t.label, at)
+		return
+	}
+	// The pair's handle is kept on the target: no lookup per attempt.
+	h := t.series.stats.Load()
+	if h != nil && h.Add(at) {
+		return
+	}
+	// The target's first attempt, or the ring forgot the pair (idle).
+	if h = a.s.routeStats.Handle(a.res.pool.key, t.provider.name, t.label); h == nil {
+		return // the ring is full and counted the attempt as dropped
+	}
+	t.series.stats.Store(h)
+	h.Add(at)
 }
 
 // usageTail keeps the last bytes of a response relayed to the client:
