@@ -243,13 +243,14 @@ type extraction struct {
 // (promptscan.go), which hands the shapes it does not mirror to the
 // decoder.
 func extractValidated(body []byte, valid bool) promptInfo {
-	return extract(body, valid, nil, true)
+	return extract(body, valid, nil, allOfThePrompt)
 }
 
 // extract is extractValidated; a non-nil req is body's parseRequest,
 // whose token-id prompt and noted values are taken as read. Without
-// digest, the digest is not made (promptInfo.digest is 0).
-func extract(body []byte, valid bool, req *request, digest bool) promptInfo {
+// reads.digest, the digest is not made (promptInfo.digest is 0); without
+// reads.text, the text is measured but not copied out (prompt is "").
+func extract(body []byte, valid bool, req *request, reads promptReads) promptInfo {
 	e := extractions.Get().(*extraction)
 	defer extractions.Put(e)
 	e.s.known, e.s.knownIDs, e.s.body, e.s.spans = nil, nil, body, knownSpans{}
@@ -265,7 +266,7 @@ func extract(body []byte, valid bool, req *request, digest bool) promptInfo {
 	}
 	x := &e.x
 	d := newDigest()
-	d.off = !digest
+	d.off = !reads.digest
 	*x = extractor{prompt: x.prompt[:0], d: d}
 	var ids []uint32
 	ok := false
@@ -277,7 +278,10 @@ func extract(body []byte, valid bool, req *request, digest bool) promptInfo {
 		ids = x.decode(body)
 	}
 	e.s.known, e.s.knownIDs, e.s.body = nil, nil, nil
-	p := promptInfo{prompt: string(x.prompt), n: x.n, digest: x.d.sum(), tokenIDs: ids}
+	p := promptInfo{n: x.n, digest: x.d.sum(), tokenIDs: ids}
+	if reads.text {
+		p.prompt = string(x.prompt)
+	}
 	if cap(e.s.scratch) > 64<<10 {
 		e.s.scratch = nil // do not keep one huge message's buffer
 	}
@@ -440,23 +444,41 @@ func buildRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte
 // fillRouteContext is buildRouteContext for a body whose validity as UTF-8
 // JSON is known (parseRequest checked it).
 func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, model, adapter string) error {
-	return fill(rc, hdr, body, valid, nil, model, adapter, true)
+	return fill(rc, hdr, body, valid, nil, model, adapter, allOfThePrompt)
+}
+
+// promptReads is what a pool's strategy reads of a request's prompt
+// beyond its length and token ids: PromptDigest (digest) and Prompt
+// (text). What it does not read is left zero.
+type promptReads struct{ digest, text bool }
+
+// allOfThePrompt is every part of the RouteContext filled.
+var allOfThePrompt = promptReads{digest: true, text: true}
+
+// readsFor is what of the prompt fillFromRequest fills for p: a mesh
+// learner (learn) shares and recalls prefixes of the text, whatever the
+// pool's strategy.
+func readsFor(p *pool, learn bool) promptReads {
+	r := p.reads
+	r.text = r.text || learn
+	return r
 }
 
 // fillFromRequest is fillRouteContext for a body parseRequest read (and
-// so validated) as req. digest says whether the pool's strategy reads
-// PromptDigest (strategies.ReadsPromptDigest); without it PromptDigest is
-// left 0.
-func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string, digest bool) error {
-	return fill(rc, hdr, req.body, true, req, req.model, adapter, digest)
+// so validated) as req. reads says what the pool's strategy reads
+// (readsFor): without digest PromptDigest is left 0, without text Prompt
+// is left empty (the text is still measured for PromptLen and
+// PromptTokens).
+func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string, reads promptReads) error {
+	return fill(rc, hdr, req.body, true, req, req.model, adapter, reads)
 }
 
-func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string, digest bool) error {
+func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string, reads promptReads) error {
 	ids, err := parseTokenIDs(firstValue(hdr, canonTokenIDs))
 	if err != nil {
 		return err
 	}
-	p := extract(body, valid, req, digest)
+	p := extract(body, valid, req, reads)
 	if ids == nil {
 		ids = p.tokenIDs
 	}
@@ -478,9 +500,11 @@ func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool,
 			keys = make([]uint64, 0, len(ids)/blockSize)
 		}
 		rc.BlockKeys = kvblock.Keys(keys, ids, blockSize, kvblock.Extra(adapter, ""))
-		if rc.Prompt == "" {
+		if p.n == 0 {
 			// No text to match: prefix affinity keys the ids instead.
-			rc.Prompt = strategies.TokenPrompt(ids)
+			if reads.text {
+				rc.Prompt = strategies.TokenPrompt(ids)
+			}
 			rc.PromptLen = strategies.TokenKeyBytes * len(ids)
 		}
 	} else {

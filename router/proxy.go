@@ -142,7 +142,7 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 		}
 		open = n
 	}
-	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, strategies.ReadsPromptDigest(res.pool.strategy)); err != nil {
+	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, readsFor(res.pool, s.learn != nil)); err != nil {
 		fail(err, 0)
 		return open, false
 	}

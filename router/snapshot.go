@@ -140,6 +140,9 @@ type pool struct {
 	// resume continues streams broken after the first byte on another
 	// target (resume.go).
 	resume bool
+	// reads is what of the prompt the pool's strategy reads beyond its
+	// length and token ids (strategies.ReadsPromptDigest, ReadsPrompt).
+	reads promptReads
 }
 
 // upstreamModel is the model forwarded to t for a request that asked for
@@ -383,6 +386,7 @@ func (b *builder) prevPool(get func(*snapshot) *pool) *pool {
 // prev's when nothing it was built from changed. A pool with no targets
 // (a discover route the mesh has not filled) has none.
 func (b *builder) balance(s *snapshot, p *pool, w []int, maxLoRAs int, prev *pool) error {
+	p.reads = promptReads{digest: strategies.ReadsPromptDigest(p.strategy), text: strategies.ReadsPrompt(p.strategy)}
 	if len(p.targets) == 0 {
 		return nil
 	}
