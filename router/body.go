@@ -28,8 +28,11 @@ type request struct {
 	promptAt, promptEnd int
 
 	// known are the long values validation found the extent of, so
-	// extraction steps over them without reading them again.
-	known knownSpans
+	// extraction steps over them without reading them again: storage in
+	// the body's buffer (bodyBuf.parse), not in the request, which every
+	// open stream holds; nil when nothing kept them. They are read once,
+	// by extract, which lets go of them.
+	known *knownSpans
 	// keys is storage for the block keys of the request's token ids
 	// (bodyBuf.parse); nil: they are allocated.
 	keys []uint64
@@ -63,13 +66,18 @@ func (k *knownSpans) add(at, end int, esc bool) {
 // parseRequest validates body (UTF-8, one JSON object with a string
 // "model") and locates the model value, in one pass over the bytes.
 // Errors wrap ErrBadRequest.
-func parseRequest(body []byte) (request, error) { return parseRequestInto(body, nil) }
+func parseRequest(body []byte) (request, error) {
+	var known knownSpans
+	return parseRequestInto(body, nil, &known)
+}
 
 // parseRequestInto is parseRequest reading a token-id prompt onto ids
 // (empty, with room: it grows if the prompt needs more), or into storage
-// of its own when ids is nil.
-func parseRequestInto(body []byte, ids []uint32) (request, error) {
+// of its own when ids is nil, and noting long values in known (reset
+// first; the request does not keep it: the caller may, as request.known).
+func parseRequestInto(body []byte, ids []uint32, known *knownSpans) (request, error) {
 	r := request{body: body, modelStart: -1}
+	*known = knownSpans{}
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		if err := unreadable(body); err != nil || !validJSON(body) {
@@ -111,11 +119,11 @@ func parseRequestInto(body []byte, ids []uint32) (request, error) {
 				var ids []uint32
 				if ids, i, read = readTokenIDs(dst, body, vs); read {
 					r.promptIDs, r.promptAt, r.promptEnd = ids, vs, i
-					r.known.add(vs, i, false)
+					known.add(vs, i, false)
 				}
 			}
 			if !read {
-				if i, ok = validValue(body, vs, 1, &r.known); !ok {
+				if i, ok = validValue(body, vs, 1, known); !ok {
 					return invalid()
 				}
 			}
@@ -173,23 +181,22 @@ func (r *request) withModel(model string) []byte {
 		return r.body
 	}
 	var out bytes.Buffer
-	_, _ = r.bodyFor(model).WriteTo(&out)
+	_, _ = r.bodyFor(model, nil).WriteTo(&out)
 	return out.Bytes()
 }
 
 // bodyFor is the upstream body for model: the client's bytes with the
 // model value spliced in, read from the client's buffer in place (a long
-// prompt is not copied per attempt).
-func (r *request) bodyFor(model string) *splicedBody {
+// prompt is not copied per attempt). quoted is model written as a JSON
+// string (quotedJSON) when the caller keeps it, the target's made once
+// per snapshot; nil: it is written here.
+func (r *request) bodyFor(model string, quoted []byte) *splicedBody {
 	if model == r.model {
 		return &splicedBody{parts: [3][]byte{r.body}, n: int64(len(r.body))}
 	}
-	var q []byte
-	if plainJSONString(model) {
-		q = make([]byte, 0, len(model)+2)
-		q = append(append(append(q, '"'), model...), '"')
-	} else {
-		q, _ = json.Marshal(model)
+	q := quoted
+	if q == nil {
+		q = quotedJSON(model)
 	}
 	sp := &splicedBody{parts: [3][]byte{r.body[:r.modelStart], q, r.body[r.modelEnd:]}}
 	sp.n = int64(len(sp.parts[0]) + len(q) + len(sp.parts[2]))
@@ -234,6 +241,16 @@ func (b *splicedBody) WriteTo(w io.Writer) (int64, error) {
 // plainJSONString reports whether json.Marshal would write s as is between
 // quotes: printable ASCII other than the quote, the backslash and the
 // characters it escapes for HTML.
+// quotedJSON is s as a JSON string, written as json.Marshal writes it.
+func quotedJSON(s string) []byte {
+	if !plainJSONString(s) {
+		q, _ := json.Marshal(s)
+		return q
+	}
+	q := make([]byte, 0, len(s)+2)
+	return append(append(append(q, '"'), s...), '"')
+}
+
 func plainJSONString(s string) bool {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {

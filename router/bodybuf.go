@@ -43,14 +43,15 @@ type bodyBuf struct {
 	class int // index into bodyPools; -1: not pooled
 	ids   []uint32
 	keys  []uint64
+	known knownSpans // the parse's noted values (request.known)
 }
 
 // parse is parseRequest of the body, reading a token-id prompt into the
 // buffer's ids storage and leaving its keys storage for the block keys
 // (request.keys).
 func (bb *bodyBuf) parse() (request, error) {
-	r, err := parseRequestInto(bb.b, bb.ids[:0])
-	r.keys = bb.keys[:0]
+	r, err := parseRequestInto(bb.b, bb.ids[:0], &bb.known)
+	r.keys, r.known = bb.keys[:0], &bb.known
 	return r, err
 }
 

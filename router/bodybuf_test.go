@@ -217,7 +217,7 @@ func TestRecycledIDStorageKeepsEveryRequestsKeys(t *testing.T) {
 					return
 				}
 				var rc strategies.RouteContext
-				if err := fillFromRequest(&rc, http.Header{}, &req, "", false); err != nil {
+				if err := fillFromRequest(&rc, http.Header{}, &req, "", promptReads{text: true}); err != nil {
 					t.Error(err)
 					return
 				}

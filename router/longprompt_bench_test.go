@@ -42,7 +42,7 @@ func BenchmarkLongPrompt(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := fillFromRequest(&rc, hdr, &req, "", true); err != nil {
+				if err := fillFromRequest(&rc, hdr, &req, "", allOfThePrompt); err != nil {
 					b.Fatal(err)
 				}
 				if len(rc.TokenIDs) != n || len(rc.BlockKeys) != n/blockSize {
@@ -105,7 +105,7 @@ func BenchmarkLongChat(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if err := fillFromRequest(&rc, hdr, &req, "", digest); err != nil {
+					if err := fillFromRequest(&rc, hdr, &req, "", promptReads{digest: digest, text: true}); err != nil {
 						b.Fatal(err)
 					}
 					if rc.PromptLen != len(body)-len(`{"model":"llama","messages":[{"role":"user","content":""}],"max_tokens":8}`) {

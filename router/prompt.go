@@ -89,11 +89,11 @@ type contentPart struct {
 // sum of its bytes (contentSum) rather than byte by byte: a long prompt's
 // text is most of its request, and byte-wise FNV over it (one dependent
 // multiply per byte) was the router's largest cost on a long chat. A
-// digest made with skipLong (for a strategy that does not read it, see
-// strategies.ReadsPromptDigest) leaves long fields out and its sum is 0.
+// digest made off (for a strategy that does not read it, see
+// strategies.ReadsPromptDigest) takes no field in and its sum is 0.
 type digest struct {
-	h        uint64
-	skipLong bool
+	h   uint64
+	off bool
 }
 
 const (
@@ -108,9 +108,9 @@ const longField = 512
 
 func newDigest() digest { return digest{h: fnvOffset} }
 
-// sum is the digest's value: 0 when long fields were left out.
+// sum is the digest's value: 0 when it is off.
 func (d *digest) sum() uint64 {
-	if d.skipLong {
+	if d.off {
 		return 0
 	}
 	return d.h
@@ -129,11 +129,11 @@ func (d *digest) word(v uint64) {
 func (d *digest) field(tag byte, s string) { d.bytes(tag, stringBytes(s)) }
 
 func (d *digest) bytes(tag byte, b []byte) {
+	if d.off {
+		return
+	}
 	n := len(b)
 	if n >= longField {
-		if d.skipLong {
-			return
-		}
 		d.byte1(tag)
 		d.byte1(byte(n))
 		d.byte1(byte(n >> 8))
@@ -243,25 +243,30 @@ type extraction struct {
 // (promptscan.go), which hands the shapes it does not mirror to the
 // decoder.
 func extractValidated(body []byte, valid bool) promptInfo {
-	return extract(body, valid, nil, true)
+	return extract(body, valid, nil, allOfThePrompt)
 }
 
 // extract is extractValidated; a non-nil req is body's parseRequest,
 // whose token-id prompt and noted values are taken as read. Without
-// digest, the digest is not made (promptInfo.digest is 0).
-func extract(body []byte, valid bool, req *request, digest bool) promptInfo {
+// reads.digest, the digest is not made (promptInfo.digest is 0); without
+// reads.text, the text is measured but not copied out (prompt is "").
+func extract(body []byte, valid bool, req *request, reads promptReads) promptInfo {
 	e := extractions.Get().(*extraction)
 	defer extractions.Put(e)
 	e.s.known, e.s.knownIDs, e.s.body, e.s.spans = nil, nil, body, knownSpans{}
 	if req != nil {
-		e.s.spans = req.known
+		if req.known != nil {
+			// Read once: the buffer holding them may serve another
+			// request before this one ends.
+			e.s.spans, req.known = *req.known, nil
+		}
 		if req.promptIDs != nil {
 			e.s.known, e.s.knownIDs = body[req.promptAt:req.promptEnd], req.promptIDs
 		}
 	}
 	x := &e.x
 	d := newDigest()
-	d.skipLong = !digest
+	d.off = !reads.digest
 	*x = extractor{prompt: x.prompt[:0], d: d}
 	var ids []uint32
 	ok := false
@@ -273,7 +278,10 @@ func extract(body []byte, valid bool, req *request, digest bool) promptInfo {
 		ids = x.decode(body)
 	}
 	e.s.known, e.s.knownIDs, e.s.body = nil, nil, nil
-	p := promptInfo{prompt: string(x.prompt), n: x.n, digest: x.d.sum(), tokenIDs: ids}
+	p := promptInfo{n: x.n, digest: x.d.sum(), tokenIDs: ids}
+	if reads.text {
+		p.prompt = string(x.prompt)
+	}
 	if cap(e.s.scratch) > 64<<10 {
 		e.s.scratch = nil // do not keep one huge message's buffer
 	}
@@ -436,23 +444,41 @@ func buildRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte
 // fillRouteContext is buildRouteContext for a body whose validity as UTF-8
 // JSON is known (parseRequest checked it).
 func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, model, adapter string) error {
-	return fill(rc, hdr, body, valid, nil, model, adapter, true)
+	return fill(rc, hdr, body, valid, nil, model, adapter, allOfThePrompt)
+}
+
+// promptReads is what a pool's strategy reads of a request's prompt
+// beyond its length and token ids: PromptDigest (digest) and Prompt
+// (text). What it does not read is left zero.
+type promptReads struct{ digest, text bool }
+
+// allOfThePrompt is every part of the RouteContext filled.
+var allOfThePrompt = promptReads{digest: true, text: true}
+
+// readsFor is what of the prompt fillFromRequest fills for p: a mesh
+// learner (learn) shares and recalls prefixes of the text, whatever the
+// pool's strategy.
+func readsFor(p *pool, learn bool) promptReads {
+	r := p.reads
+	r.text = r.text || learn
+	return r
 }
 
 // fillFromRequest is fillRouteContext for a body parseRequest read (and
-// so validated) as req. digest says whether the pool's strategy reads
-// PromptDigest (strategies.ReadsPromptDigest); without it PromptDigest is
-// left 0.
-func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string, digest bool) error {
-	return fill(rc, hdr, req.body, true, req, req.model, adapter, digest)
+// so validated) as req. reads says what the pool's strategy reads
+// (readsFor): without digest PromptDigest is left 0, without text Prompt
+// is left empty (the text is still measured for PromptLen and
+// PromptTokens).
+func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string, reads promptReads) error {
+	return fill(rc, hdr, req.body, true, req, req.model, adapter, reads)
 }
 
-func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string, digest bool) error {
+func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string, reads promptReads) error {
 	ids, err := parseTokenIDs(firstValue(hdr, canonTokenIDs))
 	if err != nil {
 		return err
 	}
-	p := extract(body, valid, req, digest)
+	p := extract(body, valid, req, reads)
 	if ids == nil {
 		ids = p.tokenIDs
 	}
@@ -474,9 +500,11 @@ func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool,
 			keys = make([]uint64, 0, len(ids)/blockSize)
 		}
 		rc.BlockKeys = kvblock.Keys(keys, ids, blockSize, kvblock.Extra(adapter, ""))
-		if rc.Prompt == "" {
+		if p.n == 0 {
 			// No text to match: prefix affinity keys the ids instead.
-			rc.Prompt = strategies.TokenPrompt(ids)
+			if reads.text {
+				rc.Prompt = strategies.TokenPrompt(ids)
+			}
 			rc.PromptLen = strategies.TokenKeyBytes * len(ids)
 		}
 	} else {

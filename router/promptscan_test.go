@@ -114,7 +114,7 @@ func FuzzScanMatchesDecoder(f *testing.F) {
 		if r, err := parseRequest(body); err == nil {
 			// The router's own path: the values validation noted are
 			// stepped over.
-			if got, want := extract(body, true, &r, true), decoded(body); !samePrompt(got, want) {
+			if got, want := extract(body, true, &r, allOfThePrompt), decoded(body); !samePrompt(got, want) {
 				t.Fatalf("body %q\nwith noted spans %+v\ndecoder %+v", body, got, want)
 			}
 		}
@@ -233,7 +233,7 @@ func requested(t *testing.T, body []byte) promptInfo {
 	if err != nil {
 		t.Fatalf("parseRequest: %v\n%s", err, body)
 	}
-	return extract(body, true, &r, true)
+	return extract(body, true, &r, allOfThePrompt)
 }
 
 // asRequest gives body (a JSON object) a model, and when pad is not

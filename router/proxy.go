@@ -92,8 +92,8 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 	// A client that trickles its body is cut after [timeouts] read_body;
 	// the deadline is lifted again for the (long) streaming response.
 	ctl := a.ctl
-	t0 := time.Now()
-	_ = ctl.SetReadDeadline(t0.Add(sn.cfg.Timeouts.ReadBody.Duration))
+	t0 := a.start
+	_ = ctl.SetReadDeadline(time.Now().Add(sn.cfg.Timeouts.ReadBody.Duration))
 	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
 	a.body = body
 	_ = ctl.SetReadDeadline(time.Time{})
@@ -113,10 +113,10 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 		fail(err, 0)
 		return nil, false
 	}
-	t1 := time.Now()
+	t1 := a.s.clock.Now()
 	a.obs.parse = t1.Sub(t0)
 	a.res, err = sn.resolve(req.model)
-	a.stage(stageResolve, t1)
+	t0 = a.stage(stageResolve, t1)
 	if err != nil {
 		fail(err, 0)
 		return nil, false
@@ -142,8 +142,7 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 		}
 		open = n
 	}
-	t0 = time.Now()
-	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, strategies.ReadsPromptDigest(res.pool.strategy)); err != nil {
+	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, readsFor(res.pool, s.learn != nil)); err != nil {
 		fail(err, 0)
 		return open, false
 	}
@@ -213,7 +212,8 @@ func (a *attempt) run() int {
 	size := len(p.targets)
 	a.tried, a.loads, a.queued = a.triedBuf[:0], a.loadBuf[:0], a.queuedBuf[:0]
 	if size > len(a.triedBuf) {
-		a.tried, a.loads, a.queued = make([]bool, 0, size), make([]uint64, 0, size), make([]uint64, 0, size)
+		u := make([]uint64, 2*size) // loads and queued share one allocation
+		a.tried, a.loads, a.queued = make([]bool, 0, size), u[:0:size], u[size:size:2*size]
 	}
 	a.tried, a.loads, a.queued = a.tried[:size], a.loads[:size], a.queued[:size]
 	a.sp = a.newSplice()
@@ -350,9 +350,9 @@ func (a *attempt) anyEligible() bool {
 // slot when half-open. retry tells the balancer the request already had
 // an attempt (rotations do not advance on it).
 func (a *attempt) pick(retry bool) (int, bool) {
-	defer a.stage(stagePick, time.Now())
 	p := a.res.pool
 	now := a.s.clock.Now()
+	defer a.stage(stagePick, now)
 	pv, _ := a.s.engine.(PrefillView)
 	for i := range p.targets {
 		t := &p.targets[i]
@@ -478,7 +478,7 @@ func (a *attempt) end(l *leg, success bool, outcome string) {
 	l.inflight.Dec()
 	s.metrics.targetOutcome(l.t, outcome).Inc()
 	a.recordStats(l.t, success, l.begin, now)
-	a.endAttempt(outcome)
+	a.endAttempt(outcome, now)
 }
 
 // send sends the attempt and reads the engine's response header. Unless
@@ -492,7 +492,7 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
 	}
 	model := t.upstreamModel(a.res.requested)
-	body := a.req.bodyFor(model)
+	body := t.body(a.req, model)
 	*l = leg{t: t, idx: idx, queue: strategies.QueueDepth(a.loads, idx)}
 	t.stats.Begin()
 	a.holdPrefill(t, idx)
@@ -513,7 +513,7 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 	actx, cancelAttempt := context.WithCancel(a.r.Context())
 	l.cancel = cancelAttempt
 	out := upstreamRequest(actx, u, outboundHeader(a.r.Header, t.provider), body)
-	a.startAttempt(out, t, model)
+	a.startAttempt(out, t, model, l.begin)
 	timer := time.AfterFunc(min(a.sn.cfg.Timeouts.FirstByte.Duration, time.Until(deadline)), cancelAttempt)
 	l.timer = timer
 	resp, err = s.transport.RoundTrip(out)

@@ -58,6 +58,10 @@ const tapSize = 8 << 10
 type usageTap struct {
 	ring [tapSize]byte
 	n    int64 // bytes written in all
+	// usage is what was read from the ring at the end of the last relay:
+	// kept here, not in the request's attempt, which every request has
+	// and every open stream holds.
+	usage usage
 }
 
 var taps = sync.Pool{New: func() any { return new(usageTap) }}
@@ -216,13 +220,13 @@ func (a *attempt) logRequest(code int, latencyMs float64) {
 	if !o.firstAt.IsZero() {
 		attrs = append(attrs, slog.Float64("ttft_ms", ms(o.firstAt.Sub(a.start))))
 	}
-	if u := o.usage; u.reported {
+	if u := o.usage; u != nil && u.reported {
 		attrs = append(attrs, slog.Int("prompt_tokens", u.prompt), slog.Int("completion_tokens", u.completion))
 		if u.cachedReported {
 			attrs = append(attrs, slog.Int("cached_tokens", u.cached))
 		}
 	}
-	if len(o.usage.finish) > 0 {
+	if o.usage != nil && len(o.usage.finish) > 0 {
 		attrs = append(attrs, slog.Any("finish_reasons", o.usage.finish))
 	}
 	attrs = append(attrs, slog.Int64("bytes_in", o.bytesIn), slog.Int64("bytes_out", o.bytesOut))

@@ -22,7 +22,21 @@ func (a *attempt) recordStats(t *target, success bool, begin, now time.Time) {
 	if prompt, cached, ok := a.tail.tokens(); ok {
 		at.PromptTokens, at.CachedTokens = prompt, cached
 	}
-	a.s.routeStats.Record(a.res.pool.key, t.provider.name, t.label, at)
+	if t.series == nil {
+		a.s.routeStats.Record(a.res.pool.key, t.provider.name, t.label, at)
+		return
+	}
+	// The pair's handle is kept on the target: no lookup per attempt.
+	h := t.series.stats.Load()
+	if h != nil && h.Add(at) {
+		return
+	}
+	// The target's first attempt, or the ring forgot the pair (idle).
+	if h = a.s.routeStats.Handle(a.res.pool.key, t.provider.name, t.label); h == nil {
+		return // the ring is full and counted the attempt as dropped
+	}
+	t.series.stats.Store(h)
+	h.Add(at)
 }
 
 // usageTail keeps the last bytes of a response relayed to the client:
@@ -50,20 +64,46 @@ func (u *usageTail) write(p []byte) {
 // unless it reported both.
 func (u *usageTail) tokens() (prompt, cached uint64, ok bool) {
 	b := u.buf[:u.n]
-	prompt, okP := lastNumber(b, `"prompt_tokens"`)
-	cached, okC := lastNumber(b, `"cached_tokens"`)
+	p, c := lastKeys(b)
+	prompt, okP := numberAt(b, p)
+	cached, okC := numberAt(b, c)
 	return prompt, cached, okP && okC && prompt > 0 && cached <= prompt
 }
 
-// lastNumber reads the unsigned integer after the last occurrence of key
-// (a quoted JSON member name; inside a JSON string its quotes would be
-// escaped, so it cannot match there).
-func lastNumber(b []byte, key string) (uint64, bool) {
-	i := bytes.LastIndex(b, []byte(key))
-	if i < 0 {
+// lastKeys returns where the last "prompt_tokens" and the last
+// "cached_tokens" member names start in b (-1: none; a quoted name inside
+// a JSON string has its quotes escaped, so it cannot match there). It is
+// one backward pass that stops once it has both: the usage sits at the
+// end of what the tail keeps. Both names have their only k ten bytes in,
+// the rarest of their letters in a response, so the pass looks for k.
+func lastKeys(b []byte) (prompt, cached int) {
+	const promptKey, cachedKey, kAt = `"prompt_tokens"`, `"cached_tokens"`, 10
+	prompt, cached = -1, -1
+	for i := len(b); prompt < 0 || cached < 0; {
+		if i = bytes.LastIndexByte(b[:i], 'k'); i < 0 {
+			break
+		}
+		at := i - kAt
+		if at < 0 || at+len(promptKey) > len(b) {
+			continue
+		}
+		switch name := string(b[at : at+len(promptKey)]); {
+		case prompt < 0 && name == promptKey:
+			prompt = at
+		case cached < 0 && name == cachedKey:
+			cached = at
+		}
+	}
+	return prompt, cached
+}
+
+// numberAt reads the unsigned integer value of the member whose quoted
+// 15-byte name starts at at (-1: no such member).
+func numberAt(b []byte, at int) (uint64, bool) {
+	if at < 0 {
 		return 0, false
 	}
-	b = b[i+len(key):]
+	b = b[at+len(`"prompt_tokens"`):]
 	for len(b) > 0 && (b[0] == ' ' || b[0] == ':' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
 		b = b[1:]
 	}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -114,5 +115,28 @@ func TestUsageTail(t *testing.T) {
 	u.write([]byte(`{"usage":{"prompt_tokens":12,"prompt_tokens_details":null}}`))
 	if _, _, ok := u.tokens(); ok {
 		t.Error("no cached_tokens reported, yet a hit rate")
+	}
+}
+
+// The tail's one backward pass finds what a separate bytes.LastIndex per
+// member name finds: the last of each, wherever the other one is, with
+// names cut off at the tail's start, repeated, or only one of them there.
+func TestUsageTailFindsTheLastOfEachName(t *testing.T) {
+	last := func(b []byte, key string) int { return bytes.LastIndex(b, []byte(key)) }
+	for name, tail := range map[string]string{
+		"usage last":           `{"content":"kk k","usage":{"prompt_tokens":30,"prompt_tokens_details":{"cached_tokens":16}}}`,
+		"cached first":         `{"prompt_tokens_details":{"cached_tokens":3},"prompt_tokens":9}`,
+		"repeated":             `{"prompt_tokens":1,"cached_tokens":1} {"prompt_tokens":50,"cached_tokens":20} {"x":"kkkk"}`,
+		"cut at the start":     `t_tokens":5,"cached_tokens":2}`,
+		"name at the very end": `{"prompt_tokens":7,"cached_tokens"`,
+		"none":                 `data: {"choices":[{"delta":{"content":"keep thinking"}}]}`,
+		"only prompt":          `{"usage":{"prompt_tokens":12,"prompt_tokens_details":null}}`,
+		"escaped in a string":  `{"content":"\"prompt_tokens\":99","usage":{"prompt_tokens":4,"prompt_tokens_details":{"cached_tokens":0}}}`,
+	} {
+		b := []byte(tail)
+		p, c := lastKeys(b)
+		if wp, wc := last(b, `"prompt_tokens"`), last(b, `"cached_tokens"`); p != wp || c != wc {
+			t.Errorf("%s: at %d, %d; bytes.LastIndex finds %d, %d", name, p, c, wp, wc)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rolter/rolter/routestats"
 )
 
 // child caches one child of a metric vector: WithLabelValues hashes and
@@ -37,6 +39,9 @@ type targetSeries struct {
 	inFlight child[prometheus.Gauge]
 	success  child[prometheus.Counter] // rolter_target_requests_total{outcome="success"}
 	header   child[[]string]           // the x-rolter-target value
+	// stats is the target's pair in the route stats ring (routestats.go),
+	// replaced when the ring forgets it.
+	stats atomic.Pointer[routestats.Handle]
 }
 
 func (m *metrics) requestLatency(p *pool) prometheus.Observer {

@@ -66,8 +66,11 @@ type provider struct {
 type target struct {
 	provider *provider
 	// model is the upstream model forwarded; "" for a passthrough member,
-	// which forwards whatever model the caller asked for.
-	model string
+	// which forwards whatever model the caller asked for. quoted is model
+	// as a JSON string (nil for a passthrough member), spliced into each
+	// attempt's body as it is (request.bodyFor).
+	model  string
+	quoted []byte
 	// label names the target in metrics: provider/model (or provider/*).
 	label string
 	stats *strategies.TargetStats
@@ -137,6 +140,9 @@ type pool struct {
 	// resume continues streams broken after the first byte on another
 	// target (resume.go).
 	resume bool
+	// reads is what of the prompt the pool's strategy reads beyond its
+	// length and token ids (strategies.ReadsPromptDigest, ReadsPrompt).
+	reads promptReads
 }
 
 // upstreamModel is the model forwarded to t for a request that asked for
@@ -146,6 +152,15 @@ func (t *target) upstreamModel(requested string) string {
 		return requested
 	}
 	return t.model
+}
+
+// body is the upstream body of req for t, which forwards model
+// (upstreamModel).
+func (t *target) body(req *request, model string) *splicedBody {
+	if t.model == "" {
+		return req.bodyFor(model, nil)
+	}
+	return req.bodyFor(model, t.quoted)
 }
 
 // resolved is a request's address resolved against a snapshot.
@@ -250,10 +265,13 @@ func (b *builder) build(cfg *config.Config, version uint64) (*snapshot, error) {
 			m = ""
 		}
 		label := p.name + "/" + m
+		var quoted []byte
 		if m == "" {
 			label = p.name + "/*"
+		} else {
+			quoted = quotedJSON(m)
 		}
-		return target{provider: p, model: m, label: label, stats: b.tracker.Target(label),
+		return target{provider: p, model: m, quoted: quoted, label: label, stats: b.tracker.Target(label),
 			park: b.parks.get(label + "\x00" + p.apiBase), series: &targetSeries{}}, nil
 	}
 	for _, rc := range cfg.Routes {
@@ -368,6 +386,7 @@ func (b *builder) prevPool(get func(*snapshot) *pool) *pool {
 // prev's when nothing it was built from changed. A pool with no targets
 // (a discover route the mesh has not filled) has none.
 func (b *builder) balance(s *snapshot, p *pool, w []int, maxLoRAs int, prev *pool) error {
+	p.reads = promptReads{digest: strategies.ReadsPromptDigest(p.strategy), text: strategies.ReadsPrompt(p.strategy)}
 	if len(p.targets) == 0 {
 		return nil
 	}

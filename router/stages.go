@@ -50,11 +50,18 @@ func newStageMetrics(reg prometheus.Registerer) *stageMetrics {
 }
 
 // observe records stage st as having taken since → now and returns now,
-// so consecutive stages chain.
+// so consecutive stages chain. The request path times its stages with
+// the Server's clock instead (attempt.stage, attempt.stageTo), each read
+// of it ending one stage and starting the next.
 func (m *stageMetrics) observe(st int, since time.Time) time.Time {
 	now := time.Now()
-	m.stages[st].Observe(now.Sub(since).Seconds())
+	m.observed(st, since, now)
 	return now
+}
+
+// observed records stage st as having taken since → now.
+func (m *stageMetrics) observed(st int, since, now time.Time) {
+	m.stages[st].Observe(now.Sub(since).Seconds())
 }
 
 // pickTime is p's strategy's pick-time histogram child.

@@ -152,7 +152,7 @@ func TestParseRequestReadsTokenIDPrompt(t *testing.T) {
 		t.Fatalf("read %d ids, want %d", len(r.promptIDs), len(want.Prompt))
 	}
 	rc, ref := &strategies.RouteContext{}, &strategies.RouteContext{}
-	if err := fillFromRequest(rc, http.Header{}, &r, "", true); err != nil {
+	if err := fillFromRequest(rc, http.Header{}, &r, "", allOfThePrompt); err != nil {
 		t.Fatal(err)
 	}
 	if err := buildRouteContext(ref, http.Header{}, body, r.model, ""); err != nil {

@@ -53,7 +53,7 @@ type reqObs struct {
 
 	logOn bool      // the line is written whatever the status
 	tap   *usageTap // non-nil when usage is read from the response
-	usage usage
+	usage *usage    // what the tap read at the end of a relay (nil: nothing); in the tap
 
 	ctx    context.Context // carries the route span
 	span   trace.Span      // route; nil when tracing is off
@@ -109,12 +109,21 @@ func (a *attempt) begin() {
 	}
 	if o.logOn || o.traced {
 		o.tap = taps.Get().(*usageTap)
-		o.tap.n = 0
+		o.tap.n, o.tap.usage = 0, usage{}
 	}
 }
 
-// stage records a stage that ran since → now and returns now.
-func (a *attempt) stage(st int, since time.Time) time.Time { return a.s.stages.observe(st, since) }
+// stage records a stage that ran since → now, now read from the Server's
+// clock, and returns now: the start of whatever comes next.
+func (a *attempt) stage(st int, since time.Time) time.Time {
+	now := a.s.clock.Now()
+	a.s.stages.observed(st, since, now)
+	return now
+}
+
+// stageTo records a stage that ran since → now, for a caller that has
+// read the clock already.
+func (a *attempt) stageTo(st int, since, now time.Time) { a.s.stages.observed(st, since, now) }
 
 // pickTarget is the strategy's pick, timed per strategy and, when the
 // request is traced, explained in a "pick" span.
@@ -163,8 +172,10 @@ func (a *attempt) pickTarget(eligible strategies.Eligible) (int, bool) {
 }
 
 // startAttempt counts an upstream attempt on t, sends the request id and,
-// when tracing, starts the attempt span and injects its traceparent.
-func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel string) {
+// when tracing, starts the attempt span and injects its traceparent. sent
+// is when the attempt began (the Server's clock): its request goes out
+// now.
+func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel string, sent time.Time) {
 	s, o := a.s, &a.obs
 	o.attempts++
 	out.Header["X-Request-Id"] = o.idv[:]
@@ -192,7 +203,7 @@ func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel strin
 		o.att = span
 	}
 	o.status = 0
-	o.sent = time.Now()
+	o.sent = sent
 }
 
 // upstreamAnswered records the time to the upstream's response headers.
@@ -259,15 +270,16 @@ func (a *attempt) relayed(p []byte) {
 }
 
 // endAttempt closes the attempt with its outcome ("success",
-// "connect_error", "http_503", …).
-func (a *attempt) endAttempt(outcome string) {
+// "connect_error", "http_503", …) at now (the Server's clock).
+func (a *attempt) endAttempt(outcome string, now time.Time) {
 	o := &a.obs
 	o.outcome = outcome
 	if o.relaying {
 		o.relaying = false
-		a.stage(stageRelay, o.headersAt)
+		a.stageTo(stageRelay, o.headersAt, now)
 		if o.tap != nil {
-			o.usage = parseUsage(o.tap.tail())
+			o.tap.usage = parseUsage(o.tap.tail())
+			o.usage = &o.tap.usage
 		}
 	}
 	if o.att == nil {
@@ -292,7 +304,6 @@ func (a *attempt) endAttempt(outcome string) {
 // finish ends the route span and writes the request log line.
 func (a *attempt) finish(code int) {
 	s, o := a.s, &a.obs
-	latency := ms(s.clock.Now().Sub(a.start))
 	if o.span != nil {
 		if o.traced {
 			attrs := make([]attribute.KeyValue, 0, 12)
@@ -315,16 +326,20 @@ func (a *attempt) finish(code int) {
 	}
 	obs := a.sn.cfg.Observability
 	if obs.RequestLog && (o.logOn || (code >= 400 || code == 0) && s.log.Enabled(a.r.Context(), slog.LevelInfo)) {
-		a.logRequest(code, latency)
+		a.logRequest(code, ms(s.clock.Now().Sub(a.start)))
 	}
 	if o.tap != nil {
 		taps.Put(o.tap)
-		o.tap = nil
+		o.tap, o.usage = nil, nil
 	}
 }
 
-// usageAttrs appends the GenAI semantic-convention usage attributes.
-func usageAttrs(attrs []attribute.KeyValue, u usage) []attribute.KeyValue {
+// usageAttrs appends the GenAI semantic-convention usage attributes
+// (none for a nil u).
+func usageAttrs(attrs []attribute.KeyValue, u *usage) []attribute.KeyValue {
+	if u == nil {
+		return attrs
+	}
 	if u.reported {
 		attrs = append(attrs, attribute.Int("gen_ai.usage.input_tokens", u.prompt),
 			attribute.Int("gen_ai.usage.output_tokens", u.completion))

@@ -78,10 +78,12 @@ func (b *bucket) add(a Attempt) {
 	}
 }
 
-// series is one (pool, target) pair's two rings.
+// series is one (pool, target) pair's two rings. gone is set when the
+// Ring forgot the pair (Report): a handle on it records nothing more.
 type series struct {
 	provider string
 	mu       sync.Mutex
+	gone     bool
 	last     time.Time
 	fine     [fineLen]bucket
 	coarse   [coarseLen]bucket
@@ -89,12 +91,17 @@ type series struct {
 
 func slotOf(t time.Time, step time.Duration) int64 { return t.UnixNano() / int64(step) }
 
-func (s *series) add(now time.Time, a Attempt) {
+// add records a at now; false when the series is gone.
+func (s *series) add(now time.Time, a Attempt) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.gone {
+		return false
+	}
 	s.last = now
 	addTo(s.fine[:], FineStep, now, a)
 	addTo(s.coarse[:], CoarseStep, now, a)
+	return true
 }
 
 func addTo(ring []bucket, step time.Duration, now time.Time, a Attempt) {
@@ -107,7 +114,8 @@ func addTo(ring []bucket, step time.Duration, now time.Time, a Attempt) {
 }
 
 // Ring is one router's in-memory stats. Record is safe for concurrent use
-// and allocates only the first time a (pool, target) pair is seen.
+// and allocates only the first time a (pool, target) pair is seen; a
+// caller recording the same pair again and again keeps its Handle.
 type Ring struct {
 	now func() time.Time
 
@@ -128,19 +136,52 @@ func NewRing(now func() time.Time) *Ring {
 // Record adds one attempt of pool (a route model, "slug/*" or
 // "provider/*") on target (its "provider/model" label) of provider.
 func (r *Ring) Record(pool, provider, target string, a Attempt) {
+	for {
+		s := r.series(pool, provider, target)
+		if s == nil || (&Handle{r: r, s: s}).Add(a) {
+			return
+		}
+	}
+}
+
+// Handle is one (pool, target) pair of a Ring, for a caller that records
+// many attempts on the pair: Add goes to the pair's buckets without the
+// Ring's lookup. Safe for concurrent use.
+type Handle struct {
+	r *Ring
+	s *series
+}
+
+// Handle returns the handle of the pair, which it creates when new; nil
+// when the Ring is full (the attempt is counted in Dropped).
+func (r *Ring) Handle(pool, provider, target string) *Handle {
+	if s := r.series(pool, provider, target); s != nil {
+		return &Handle{r: r, s: s}
+	}
+	return nil
+}
+
+// series returns the pair's series, created when new (nil: the Ring is
+// full).
+func (r *Ring) series(pool, provider, target string) *series {
 	r.mu.RLock()
 	s := r.pools[pool][target]
 	r.mu.RUnlock()
 	if s == nil {
-		if s = r.create(pool, provider, target); s == nil {
-			return
-		}
+		s = r.create(pool, provider, target)
 	}
+	return s
+}
+
+// Add records a on the pair. It reports false, recording nothing, once
+// the Ring has forgotten the pair (idle for CoarseWindow, see Report):
+// the caller takes a new Handle.
+func (h *Handle) Add(a Attempt) bool {
 	at := a.At
 	if at.IsZero() {
-		at = r.now()
+		at = h.r.now()
 	}
-	s.add(at, a)
+	return h.s.add(at, a)
 }
 
 func (r *Ring) create(pool, provider, target string) *series {
@@ -183,6 +224,7 @@ func (r *Ring) Report() []Route {
 		for target, s := range m {
 			s.mu.Lock()
 			idle := now.Sub(s.last) > CoarseWindow
+			s.gone = idle
 			t := Target{Target: target, Provider: s.provider,
 				Fine:   emit(s.fine[:], slotOf(now, FineStep)),
 				Coarse: emit(s.coarse[:], slotOf(now, CoarseStep))}

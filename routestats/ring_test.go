@@ -94,6 +94,34 @@ func TestWindowsAgeOut(t *testing.T) {
 	}
 }
 
+// A handle records on its pair until the Ring forgets the pair; then Add
+// says so and records nothing, and a new handle starts the pair afresh,
+// as Record would.
+func TestHandleOfAForgottenPair(t *testing.T) {
+	c := start()
+	r := NewRing(c.Now)
+	h := r.Handle("chat", "a", "a/chat")
+	if !h.Add(Attempt{OK: true, Latency: ms(50)}) {
+		t.Fatal("a new pair's handle did not record")
+	}
+	if got := Summarize(c.Now(), map[string][]Route{"n1": r.Report()}).Routes[0].Windows["5m"].Requests; got != 1 {
+		t.Errorf("5m requests = %d through the handle, want 1", got)
+	}
+	c.advance(61 * time.Minute)
+	if got := r.Report(); len(got) != 0 {
+		t.Fatalf("a pair idle for over an hour is still reported: %+v", got)
+	}
+	if h.Add(Attempt{OK: true, Latency: ms(50)}) {
+		t.Error("a forgotten pair's handle still records")
+	}
+	if !r.Handle("chat", "a", "a/chat").Add(Attempt{OK: true, Latency: ms(50)}) {
+		t.Fatal("a new handle on the forgotten pair did not record")
+	}
+	if got := Summarize(c.Now(), map[string][]Route{"n1": r.Report()}).Routes[0].Windows["5m"].Requests; got != 1 {
+		t.Errorf("5m requests = %d after the pair came back, want 1", got)
+	}
+}
+
 func TestSummarizeAddsRouters(t *testing.T) {
 	c := start()
 	r1, r2 := NewRing(c.Now), NewRing(c.Now)

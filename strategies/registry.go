@@ -96,6 +96,16 @@ var weightReaders = map[string]bool{"weighted": true, "pipeline": true, "adaptiv
 // every other strategy a configured weight is stored and never consulted.
 func UsesWeights(name string) bool { return weightReaders[name] }
 
+// promptBlind are the strategies that never read RouteContext.Prompt, in
+// a pick or in Observe. A strategy missing here is taken to read it.
+var promptBlind = map[string]bool{"round_robin": true, "random": true, "power_of_two": true, "weighted": true,
+	"cheapest": true, "fastest": true, "precise_cache_aware": true, "lmcache_aware": true, "predicted_latency": true}
+
+// ReadsPrompt reports whether strategy name reads RouteContext.Prompt:
+// for the others the router may leave it empty and not copy out the
+// conversation's text (up to MaxPromptBytes) for every request.
+func ReadsPrompt(name string) bool { return !promptBlind[name] }
+
 // digestReaders are the strategies that read RouteContext.PromptDigest.
 var digestReaders = map[string]bool{"consistent_hash": true}
 
