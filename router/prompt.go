@@ -436,7 +436,7 @@ func buildRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte
 // fillRouteContext is buildRouteContext for a body whose validity as UTF-8
 // JSON is known (parseRequest checked it).
 func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, model, adapter string) error {
-	return fill(rc, hdr, body, valid, nil, model, adapter, true)
+	return fill(rc, firstValue(hdr, canonTokenIDs), firstValue(hdr, canonSession), body, valid, nil, model, adapter, true)
 }
 
 // fillFromRequest is fillRouteContext for a body parseRequest read (and
@@ -444,11 +444,17 @@ func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte,
 // PromptDigest (strategies.ReadsPromptDigest); without it PromptDigest is
 // left 0.
 func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string, digest bool) error {
-	return fill(rc, hdr, req.body, true, req, req.model, adapter, digest)
+	return fillFromValues(rc, firstValue(hdr, canonTokenIDs), firstValue(hdr, canonSession), req, adapter, digest)
 }
 
-func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string, digest bool) error {
-	ids, err := parseTokenIDs(firstValue(hdr, canonTokenIDs))
+// fillFromValues is fillFromRequest given the two headers it reads:
+// x-rolter-vllm-token-ids and x-session-id.
+func fillFromValues(rc *strategies.RouteContext, tokenIDs, session string, req *request, adapter string, digest bool) error {
+	return fill(rc, tokenIDs, session, req.body, true, req, req.model, adapter, digest)
+}
+
+func fill(rc *strategies.RouteContext, tokenIDs, session string, body []byte, valid bool, req *request, model, adapter string, digest bool) error {
+	ids, err := parseTokenIDs(tokenIDs)
 	if err != nil {
 		return err
 	}
@@ -458,7 +464,7 @@ func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool,
 	}
 	*rc = strategies.RouteContext{
 		Model:        model,
-		SessionKey:   firstValue(hdr, canonSession),
+		SessionKey:   session,
 		Prompt:       p.prompt,
 		PromptLen:    p.n,
 		PromptDigest: p.digest,

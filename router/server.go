@@ -262,27 +262,33 @@ func (s *Server) pruneUpstreams(sn *snapshot) {
 	}
 }
 
-// Handler is the OpenAI-compatible API.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveAPI) }
+// Handler is the OpenAI-compatible API on net/http (Serve runs the same
+// proxy on fasthttp's server where it can, front_fast.go).
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f := &stdFront{w: w, r: r, ctl: *http.NewResponseController(w)}
+		s.serveAPI(f, f)
+	})
+}
 
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
+func (s *Server) serveAPI(w answer, r inbound) {
+	switch path := r.path(); path {
 	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings":
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
+		if r.method() != http.MethodPost {
+			w.setHeader("Allow", valuePOST)
 			writeError(w, fmt.Errorf("%w: use POST", ErrMethod), 0)
 			return
 		}
 		s.serveInference(w, r)
 	case "/v1/models":
-		if r.Method != http.MethodGet {
-			w.Header().Set("Allow", http.MethodGet)
+		if r.method() != http.MethodGet {
+			w.setHeader("Allow", valueGET)
 			writeError(w, fmt.Errorf("%w: use GET", ErrMethod), 0)
 			return
 		}
 		s.serveModels(w, r)
 	default:
-		writeError(w, fmt.Errorf("%w: %s", ErrNotFound, r.URL.Path), 0)
+		writeError(w, fmt.Errorf("%w: %s", ErrNotFound, path), 0)
 	}
 }
 
