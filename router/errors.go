@@ -16,6 +16,7 @@ var (
 	ErrUnknownModel  = errors.New("unknown model")
 	ErrTooLarge      = errors.New("request body too large")
 	ErrHeaderLarge   = errors.New("request header too large")
+	ErrReadTimeout   = errors.New("request read timed out")
 	ErrUnauthorized  = errors.New("missing or invalid API key")
 	ErrForbidden     = errors.New("model not allowed for this API key")
 	ErrNoProvider    = errors.New("no provider of this model is allowed for this API key")
@@ -47,6 +48,8 @@ func errorClass(err error) (status int, typ, code string) {
 		return http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large"
 	case errors.Is(err, ErrHeaderLarge):
 		return http.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "request_header_too_large"
+	case errors.Is(err, ErrReadTimeout):
+		return http.StatusRequestTimeout, "invalid_request_error", "request_timeout"
 	case errors.Is(err, ErrBadRequest):
 		return http.StatusBadRequest, "invalid_request_error", "invalid_request"
 	case errors.Is(err, ErrUnknownModel):

@@ -27,10 +27,18 @@ type served struct {
 	client *http.Client
 }
 
-// serveFront applies tomlText, starts Serve on a loopback listener
-// (wrapped by wrap when it is not nil, e.g. for TLS) and stops it with the
-// test.
-func serveFront(t *testing.T, tomlText string, adjust func(*Options), wrap func(net.Listener) net.Listener, client *http.Client) *served {
+// front is which server carries the API in a TestServeFront case.
+type front struct {
+	name string
+	kind frontKind
+}
+
+var fronts = []front{{"net/http", frontStd}, {"fasthttp", frontFast}}
+
+// serveFront applies tomlText, starts Serve on a loopback listener with
+// the front's server (wrapped by wrap when it is not nil, e.g. for TLS)
+// and stops it with the test.
+func (fr front) serveFront(t *testing.T, tomlText string, adjust func(*Options), wrap func(net.Listener) net.Listener, client *http.Client) *served {
 	t.Helper()
 	if !strings.Contains(tomlText, "[health]") {
 		tomlText += "\n[health]\nenabled = false\n"
@@ -43,17 +51,18 @@ func serveFront(t *testing.T, tomlText string, adjust func(*Options), wrap func(
 	if adjust != nil {
 		adjust(&o)
 	}
+	scheme := "http"
+	if wrap != nil {
+		o.WrapAPI, scheme = wrap, "https"
+	}
 	s := New(o)
+	s.front = fr.kind
 	if err := s.Apply(cfg); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
-	}
-	scheme := "http"
-	if wrap != nil {
-		ln, scheme = wrap(ln), "https"
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -103,11 +112,11 @@ func route(strategy string) string {
 func TestServeFront(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		run  func(t *testing.T)
+		run  func(t *testing.T, fr front)
 	}{
-		{"plain answer", func(t *testing.T) {
+		{"plain answer", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			code, h, body := f.post(t.Context(), chatHi)
 			if code != http.StatusOK || !strings.Contains(body, `"chat.completion"`) {
 				t.Fatalf("%d %s", code, body)
@@ -116,7 +125,7 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("headers %v: want a request id and the body's length", h)
 			}
 		}},
-		{"stream", func(t *testing.T) {
+		{"stream", func(t *testing.T, fr front) {
 			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				for _, tok := range []string{"Hel", "lo"} {
@@ -125,7 +134,7 @@ func TestServeFront(t *testing.T) {
 				}
 				fmt.Fprint(w, "data: [DONE]\n\n")
 			})
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions",
 				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 			resp, err := f.client.Do(req)
@@ -139,17 +148,17 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("content type %q, events %q", resp.Header.Get("Content-Type"), events)
 			}
 		}},
-		{"error shape", func(t *testing.T) {
+		{"error shape", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			code, h, body := f.post(t.Context(), `{"model":"nope","messages":[]}`)
 			if code != http.StatusNotFound || errorCode(t, body) != "model_not_found" || h.Get("Content-Type") != "application/json" {
 				t.Fatalf("%d %q %s", code, h.Get("Content-Type"), body)
 			}
 		}},
-		{"body over max_body_bytes", func(t *testing.T) {
+		{"body over max_body_bytes", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_body_bytes = 64\n", nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_body_bytes = 64\n", nil, nil, nil)
 			code, _, body := f.post(t.Context(), `{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("x", 100)+`"}]}`)
 			if code != http.StatusRequestEntityTooLarge || errorCode(t, body) != "request_too_large" {
 				t.Fatalf("%d %s", code, body)
@@ -158,9 +167,9 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("the engine got %d requests", n)
 			}
 		}},
-		{"headers over max_header_bytes", func(t *testing.T) {
+		{"headers over max_header_bytes", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_header_bytes = 4096\n", nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_header_bytes = 4096\n", nil, nil, nil)
 			// net/http allows 4 KiB of slack over MaxHeaderBytes.
 			code, _, body := f.post(t.Context(), chatHi, "X-Padding", strings.Repeat("p", 16<<10))
 			if code != http.StatusRequestHeaderFieldsTooLarge {
@@ -170,7 +179,7 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("a header under the limit: %d %s", code, body)
 			}
 		}},
-		{"TLS", func(t *testing.T) {
+		{"TLS", func(t *testing.T, fr front) {
 			ca := certstest.NewCA(t, "front")
 			leaf := ca.Valid(t, "router")
 			cert, err := tls.LoadX509KeyPair(leaf.Cert, leaf.Key)
@@ -179,21 +188,21 @@ func TestServeFront(t *testing.T) {
 			}
 			eng := newEngine(t, okChat)
 			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, func(ln net.Listener) net.Listener {
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, func(ln net.Listener) net.Listener {
 				return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
 			}, client)
 			if code, _, body := f.post(t.Context(), chatHi); code != http.StatusOK {
 				t.Fatalf("over TLS: %d %s", code, body)
 			}
 		}},
-		{"client leaves while the engine works", func(t *testing.T) {
+		{"client leaves while the engine works", func(t *testing.T, fr front) {
 			started, gone := make(chan struct{}, 1), make(chan struct{}, 1)
 			eng := newEngine(t, func(_ http.ResponseWriter, r *http.Request, _ map[string]any) {
 				started <- struct{}{}
 				<-r.Context().Done()
 				gone <- struct{}{}
 			})
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			ctx, cancel := context.WithCancel(t.Context())
 			replied := make(chan int, 1)
 			go func() { code, _, _ := f.post(ctx, chatHi); replied <- code }()
@@ -204,14 +213,14 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("the departed client got %d", code)
 			}
 		}},
-		{"client leaves during the mesh hold", func(t *testing.T) {
+		{"client leaves during the mesh hold", func(t *testing.T, fr front) {
 			var hits atomic.Int64
 			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
 				hits.Add(1)
 				okChat(w, r, b)
 			})
 			l := &holdingLearner{held: make(chan struct{}, 1), release: make(chan struct{})}
-			f := serveFront(t, providers("a", eng.URL)+route("precise_cache_aware"), func(o *Options) { o.Learn = l }, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("precise_cache_aware"), func(o *Options) { o.Learn = l }, nil, nil)
 			ctx, cancel := context.WithCancel(t.Context())
 			replied := make(chan int, 1)
 			go func() { code, _, _ := f.post(ctx, chatHi); replied <- code }()
@@ -228,9 +237,9 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("the engine served %d requests, want 1: the held request whose client left reached it", n)
 			}
 		}},
-		{"client leaves the admission queue", func(t *testing.T) {
+		{"client leaves the admission queue", func(t *testing.T, fr front) {
 			eng := newGatedEngine(t)
-			f := serveFront(t, providers("e1", eng.URL)+admissionTOML, nil, nil, nil)
+			f := fr.serveFront(t, providers("e1", eng.URL)+admissionTOML, nil, nil, nil)
 			h := &harness{t: t, srv: f.srv}
 			first := make(chan int, 1)
 			go func() {
@@ -257,7 +266,9 @@ func TestServeFront(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(tc.name, tc.run)
+		for _, fr := range fronts {
+			t.Run(fr.name+"/"+tc.name, func(t *testing.T) { tc.run(t, fr) })
+		}
 	}
 }
 
