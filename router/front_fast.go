@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router/hangup"
 )
 
 // The API on fasthttp's server. fasthttp reads a request's header and
@@ -87,11 +87,8 @@ func knownString(b []byte, known ...string) string {
 // departure watch's, cancelled when the client leaves. A connection
 // without one never ends the request's context.
 func connContext(c net.Conn) context.Context {
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if cc, ok := c.(interface{ Context() context.Context }); ok {
-		return cc.Context()
+	if ctx, ok := hangup.Context(c); ok {
+		return ctx
 	}
 	return context.Background()
 }
@@ -376,52 +373,37 @@ func (cs *connSet) closeAll() {
 type frontKind int
 
 const (
-	frontAuto frontKind = iota // fasthttp where the departure watch runs, else net/http
+	frontAuto frontKind = iota // fasthttp where the departure watch runs (Linux), else net/http
 	frontStd                   // net/http
-	frontFast                  // fasthttp, with the departure watch when there is one (tests)
+	frontFast                  // fasthttp (tests; fails Serve where there is no departure watch)
 )
 
-// departureWatch gives each connection a listener accepts a context
-// that ends when its client leaves (its FIN or RST arrives) or the watch
-// closes: router/hangup's Watcher.
-type departureWatch interface {
-	Listener(ln net.Listener, base context.Context) net.Listener
-	Close()
-}
-
-// newDepartureWatch starts the departure watch (nil: none on this
-// platform: the API runs on net/http, whose background read notices a
-// departure).
-var newDepartureWatch func() (departureWatch, error)
-
 // apiServer is the API's fasthttp server on api, under the departure
-// watch, or nil when the API runs on net/http. stop ends the watch once
-// the server is done.
-func (s *Server) apiServer(api net.Listener, base context.Context, t config.Timeouts, l config.Limits) (srv listenerServer, stop func()) {
+// watch (router/hangup: the context of each connection ends when its
+// client leaves), or nil when the API runs on net/http, whose background
+// read notices a departure: where the watch does not run (not Linux), or
+// when the front is pinned to net/http. stop ends the watch once the
+// server is done.
+func (s *Server) apiServer(api net.Listener, base context.Context, t config.Timeouts, l config.Limits) (srv listenerServer, stop func(), err error) {
 	stop = func() {}
 	if s.front == frontStd {
-		return nil, stop
+		return nil, stop, nil
 	}
-	var w departureWatch
-	if newDepartureWatch != nil {
-		var err error
-		if w, err = newDepartureWatch(); err != nil {
-			s.log.Warn("no client departure watch: the API runs on net/http", "err", err)
-			w = nil
+	w, err := hangup.New()
+	if err != nil {
+		if s.front == frontFast {
+			return nil, stop, err
 		}
+		s.log.Info("no client departure watch here: the API runs on net/http", "err", err)
+		return nil, stop, nil
 	}
-	if w == nil && s.front != frontFast {
-		return nil, stop
-	}
-	ln := api
-	if w != nil {
-		ln, stop = w.Listener(api, base), w.Close
-	}
+	ln := w.Listener(api, base)
+	stop = func() { _ = w.Close() }
 	if s.wrapAPI != nil {
 		ln = s.wrapAPI(ln)
 	}
 	conns := &connSet{}
-	return fastServer{s.newFastServer(t, l, conns), ln, conns}, stop
+	return fastServer{s.newFastServer(t, l, conns), ln, conns}, stop, nil
 }
 
 // fastServer is the API's fasthttp server as Serve drives it.

@@ -369,7 +369,10 @@ func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
 			MaxHeaderBytes: l.MaxHeaderBytes, BaseContext: func(net.Listener) context.Context { return base },
 			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}, ln}
 	}
-	apiServer, stopWatch := s.apiServer(api, base, t, l)
+	apiServer, stopWatch, err := s.apiServer(api, base, t, l)
+	if err != nil {
+		return err
+	}
 	defer stopWatch()
 	if apiServer == nil {
 		if s.wrapAPI != nil {
@@ -391,7 +394,6 @@ func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
 	defer func() { stopHealth(); <-healthDone }()
 	s.log.Info("router serving", "api", api.Addr().String())
 
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
