@@ -408,6 +408,9 @@ max_streams_per_key = 1
 			waitOn(t, l.held, "the request was held")
 			cancel()
 			<-replied
+			testwait.For(t, 5*time.Second, "the held request ended with its client", func() bool {
+				return requestsByCode(t, f.srv)["499"] == 1
+			})
 			// The next request's hold is released. Had the departed one
 			// still been waiting, the release would send it on too.
 			go func() { <-l.held; close(l.release) }()
