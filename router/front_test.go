@@ -29,6 +29,10 @@ type served struct {
 	srv    *Server
 	base   string
 	client *http.Client
+	// stop ends Serve's context (SIGTERM); finished closes when Serve
+	// returned (the test's cleanup checks its error).
+	stop     func()
+	finished <-chan struct{}
 }
 
 // front is which server carries the API in a TestServeFront case.
@@ -69,19 +73,21 @@ func (fr front) serveFront(t *testing.T, tomlText string, adjust func(*Options),
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, nil) }()
+	var serveErr error
+	finished := make(chan struct{})
+	go func() { serveErr = s.Serve(ctx, ln, nil); close(finished) }()
 	if client == nil {
 		client = &http.Client{Transport: &http.Transport{}}
 	}
 	t.Cleanup(func() {
 		client.CloseIdleConnections()
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
+		<-finished
+		if serveErr != nil {
+			t.Errorf("Serve: %v", serveErr)
 		}
 	})
-	return &served{srv: s, base: scheme + "://" + ln.Addr().String(), client: client}
+	return &served{srv: s, base: scheme + "://" + ln.Addr().String(), client: client, stop: stop, finished: finished}
 }
 
 // post sends a chat body and returns status, headers and body (-1 when
@@ -358,6 +364,37 @@ max_streams_per_key = 1
 			}
 			if got, want := requestsByCode(t, f.srv), map[string]float64{"200": 5, "404": 2, "499": 1}; !maps.Equal(got, want) {
 				t.Fatalf("requests counted %v, want %v", got, want)
+			}
+		}},
+		{"drain deadline cuts an open stream", func(t *testing.T, fr front) {
+			gone := make(chan struct{}, 1)
+			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+				play(w, helloA)
+				<-r.Context().Done()
+				gone <- struct{}{}
+			})
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[timeouts]\ndrain = \"200ms\"\n", nil, nil, nil)
+			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions",
+				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+			resp, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "Hello") {
+				t.Fatalf("first event %q %v", line, err)
+			}
+			f.stop() // SIGTERM: the stream has the drain deadline, then its connection closes
+			rest, err := io.ReadAll(br)
+			if err == nil || strings.Contains(string(rest), "[DONE]") {
+				t.Fatalf("after the drain deadline the stream read %q, %v: want it cut", rest, err)
+			}
+			waitOn(t, gone, "the engine's request ended with the cut stream")
+			select {
+			case <-f.finished:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Serve did not return after the drain deadline")
 			}
 		}},
 		{"TLS", func(t *testing.T, fr front) {
