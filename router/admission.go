@@ -287,17 +287,17 @@ func (a *attempt) leave() {
 // the router is open).
 func (a *attempt) band() (admission.Band, string) {
 	b := admission.Standard
-	if v := a.r.Header.Get(admission.Header); v != "" {
+	if v := a.r.header(admission.Header); v != "" {
 		if pb, ok := admission.ParseBand(v); ok {
 			b = pb
 		}
 	}
 	if a.key == nil {
-		return b, a.r.Header.Get(admission.FairnessHeader)
+		return b, a.r.header(admission.FairnessHeader)
 	}
 	flow := a.key.name
 	if a.key.fairness {
-		if f := a.r.Header.Get(admission.FairnessHeader); f != "" {
+		if f := a.r.header(admission.FairnessHeader); f != "" {
 			flow = a.key.name + "/" + f
 		}
 	}

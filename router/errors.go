@@ -15,6 +15,8 @@ var (
 	ErrBadRequest    = errors.New("bad request")
 	ErrUnknownModel  = errors.New("unknown model")
 	ErrTooLarge      = errors.New("request body too large")
+	ErrHeaderLarge   = errors.New("request header too large")
+	ErrReadTimeout   = errors.New("request read timed out")
 	ErrUnauthorized  = errors.New("missing or invalid API key")
 	ErrForbidden     = errors.New("model not allowed for this API key")
 	ErrNoProvider    = errors.New("no provider of this model is allowed for this API key")
@@ -44,6 +46,10 @@ func errorClass(err error) (status int, typ, code string) {
 	switch {
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large"
+	case errors.Is(err, ErrHeaderLarge):
+		return http.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "request_header_too_large"
+	case errors.Is(err, ErrReadTimeout):
+		return http.StatusRequestTimeout, "invalid_request_error", "request_timeout"
 	case errors.Is(err, ErrBadRequest):
 		return http.StatusBadRequest, "invalid_request_error", "invalid_request"
 	case errors.Is(err, ErrUnknownModel):
@@ -76,14 +82,13 @@ func errorClass(err error) (status int, typ, code string) {
 
 // writeError writes err in the OpenAI error shape. retryAfter > 0 adds a
 // Retry-After header (rounded up to whole seconds).
-func writeError(w http.ResponseWriter, err error, retryAfter time.Duration) int {
+func writeError(w answer, err error, retryAfter time.Duration) int {
 	status, typ, code := errorClass(err)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	w.setHeader("Content-Type", valueJSON)
 	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
+		w.setHeader("Retry-After", []string{strconv.Itoa(int((retryAfter + time.Second - 1) / time.Second))})
 	}
-	w.WriteHeader(status)
+	w.commit(status)
 	_, _ = w.Write(errorJSON(err.Error(), typ, code))
 	return status
 }

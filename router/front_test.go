@@ -1,16 +1,20 @@
 package router
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/rolter/rolter/certs/certstest"
 	"github.com/rolter/rolter/config"
@@ -25,12 +29,24 @@ type served struct {
 	srv    *Server
 	base   string
 	client *http.Client
+	// stop ends Serve's context (SIGTERM); finished closes when Serve
+	// returned (the test's cleanup checks its error).
+	stop     func()
+	finished <-chan struct{}
 }
 
-// serveFront applies tomlText, starts Serve on a loopback listener
-// (wrapped by wrap when it is not nil, e.g. for TLS) and stops it with the
-// test.
-func serveFront(t *testing.T, tomlText string, adjust func(*Options), wrap func(net.Listener) net.Listener, client *http.Client) *served {
+// front is which server carries the API in a TestServeFront case.
+type front struct {
+	name string
+	kind frontKind
+}
+
+var fronts = []front{{"net/http", frontStd}, {"fasthttp", frontFast}}
+
+// serveFront applies tomlText, starts Serve on a loopback listener with
+// the front's server (wrapped by wrap when it is not nil, e.g. for TLS)
+// and stops it with the test.
+func (fr front) serveFront(t *testing.T, tomlText string, adjust func(*Options), wrap func(net.Listener) net.Listener, client *http.Client) *served {
 	t.Helper()
 	if !strings.Contains(tomlText, "[health]") {
 		tomlText += "\n[health]\nenabled = false\n"
@@ -43,7 +59,12 @@ func serveFront(t *testing.T, tomlText string, adjust func(*Options), wrap func(
 	if adjust != nil {
 		adjust(&o)
 	}
+	scheme := "http"
+	if wrap != nil {
+		o.WrapAPI, scheme = wrap, "https"
+	}
 	s := New(o)
+	s.front = fr.kind
 	if err := s.Apply(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -51,24 +72,22 @@ func serveFront(t *testing.T, tomlText string, adjust func(*Options), wrap func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := "http"
-	if wrap != nil {
-		ln, scheme = wrap(ln), "https"
-	}
 	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, nil) }()
+	var serveErr error
+	finished := make(chan struct{})
+	go func() { serveErr = s.Serve(ctx, ln, nil); close(finished) }()
 	if client == nil {
 		client = &http.Client{Transport: &http.Transport{}}
 	}
 	t.Cleanup(func() {
 		client.CloseIdleConnections()
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
+		<-finished
+		if serveErr != nil {
+			t.Errorf("Serve: %v", serveErr)
 		}
 	})
-	return &served{srv: s, base: scheme + "://" + ln.Addr().String(), client: client}
+	return &served{srv: s, base: scheme + "://" + ln.Addr().String(), client: client, stop: stop, finished: finished}
 }
 
 // post sends a chat body and returns status, headers and body (-1 when
@@ -103,20 +122,23 @@ func route(strategy string) string {
 func TestServeFront(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		run  func(t *testing.T)
+		run  func(t *testing.T, fr front)
 	}{
-		{"plain answer", func(t *testing.T) {
+		{"plain answer", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			code, h, body := f.post(t.Context(), chatHi)
 			if code != http.StatusOK || !strings.Contains(body, `"chat.completion"`) {
 				t.Fatalf("%d %s", code, body)
 			}
-			if h.Get("X-Request-Id") == "" || h.Get("Content-Length") != fmt.Sprint(len(body)) {
-				t.Fatalf("headers %v: want a request id and the body's length", h)
+			if h.Get("X-Request-Id") == "" || h.Get("Content-Length") != fmt.Sprint(len(body)) || h.Get("Date") == "" {
+				t.Fatalf("headers %v: want a request id, the body's length and a date", h)
+			}
+			if v := h.Get("Server"); v != "" {
+				t.Fatalf("Server %q: the router names no server of its own", v)
 			}
 		}},
-		{"stream", func(t *testing.T) {
+		{"stream", func(t *testing.T, fr front) {
 			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				for _, tok := range []string{"Hel", "lo"} {
@@ -125,7 +147,7 @@ func TestServeFront(t *testing.T) {
 				}
 				fmt.Fprint(w, "data: [DONE]\n\n")
 			})
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions",
 				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 			resp, err := f.client.Do(req)
@@ -139,17 +161,17 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("content type %q, events %q", resp.Header.Get("Content-Type"), events)
 			}
 		}},
-		{"error shape", func(t *testing.T) {
+		{"error shape", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			code, h, body := f.post(t.Context(), `{"model":"nope","messages":[]}`)
 			if code != http.StatusNotFound || errorCode(t, body) != "model_not_found" || h.Get("Content-Type") != "application/json" {
 				t.Fatalf("%d %q %s", code, h.Get("Content-Type"), body)
 			}
 		}},
-		{"body over max_body_bytes", func(t *testing.T) {
+		{"body over max_body_bytes", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_body_bytes = 64\n", nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_body_bytes = 64\n", nil, nil, nil)
 			code, _, body := f.post(t.Context(), `{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("x", 100)+`"}]}`)
 			if code != http.StatusRequestEntityTooLarge || errorCode(t, body) != "request_too_large" {
 				t.Fatalf("%d %s", code, body)
@@ -158,19 +180,224 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("the engine got %d requests", n)
 			}
 		}},
-		{"headers over max_header_bytes", func(t *testing.T) {
+		{"headers over max_header_bytes", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_header_bytes = 4096\n", nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_header_bytes = 4096\n", nil, nil, nil)
 			// net/http allows 4 KiB of slack over MaxHeaderBytes.
 			code, _, body := f.post(t.Context(), chatHi, "X-Padding", strings.Repeat("p", 16<<10))
 			if code != http.StatusRequestHeaderFieldsTooLarge {
 				t.Fatalf("%d %s, want 431", code, body)
 			}
+			// net/http's server answers this itself, in plain text.
+			if fr.kind == frontFast && errorCode(t, body) != "request_header_too_large" {
+				t.Fatalf("431 body %s", body)
+			}
 			if code, _, body := f.post(t.Context(), chatHi, "X-Padding", strings.Repeat("p", 1<<10)); code != http.StatusOK {
 				t.Fatalf("a header under the limit: %d %s", code, body)
 			}
 		}},
-		{"TLS", func(t *testing.T) {
+		{"chunked body over max_body_bytes", func(t *testing.T, fr front) {
+			eng := newEngine(t, okChat)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_body_bytes = 64\n", nil, nil, nil)
+			body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 100) + `"}]}`
+			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions", io.MultiReader(strings.NewReader(body)))
+			resp, err := f.client.Do(req) // no length: the client sends it chunked
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || errorCode(t, string(b)) != "request_too_large" {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			if code, _, body := f.post(t.Context(), chatHi); code != http.StatusOK {
+				t.Fatalf("a body under the limit: %d %s", code, body)
+			}
+		}},
+		{"a long plain body keeps its length", func(t *testing.T, fr front) {
+			long := strings.Repeat("0123456789", 20<<10) // past what the handler reads whole
+			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+				b := fmt.Sprintf(`{"object":"chat.completion","pad":%q}`, long)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+				_, _ = io.WriteString(w, b)
+			})
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			code, h, body := f.post(t.Context(), chatHi)
+			if code != http.StatusOK || !strings.Contains(body, long) || h.Get("Content-Length") != fmt.Sprint(len(body)) {
+				t.Fatalf("%d, %d bytes, Content-Length %q", code, len(body), h.Get("Content-Length"))
+			}
+		}},
+		{"Expect: 100-continue", func(t *testing.T, fr front) {
+			eng := newEngine(t, okChat)
+			client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, client)
+			// The body goes only once the router said 100 Continue: a
+			// router that did not would hold the request for a minute.
+			if code, _, body := f.post(t.Context(), chatHi, "Expect", "100-continue"); code != http.StatusOK {
+				t.Fatalf("%d %s", code, body)
+			}
+		}},
+		{"keep-alive and pipelining", func(t *testing.T, fr front) {
+			eng := newEngine(t, okChat)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			one := "POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nContent-Length: " +
+				fmt.Sprint(len(chatHi)) + "\r\n\r\n" + chatHi
+			if _, err := io.WriteString(c, one+one+one); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			for i := range 3 {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("response %d: %v", i, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"chat.completion"`) {
+					t.Fatalf("response %d: %d %s", i, resp.StatusCode, b)
+				}
+			}
+		}},
+		{"stream broken midway", func(t *testing.T, fr front) {
+			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+				play(w, helloA, die)
+			})
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			code, _, body := f.post(t.Context(), `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			events := sseEvents(strings.NewReader(body))
+			if code != http.StatusOK || len(events) != 2 || events[0] != helloA || !strings.Contains(events[1], "upstream_stream_error") {
+				t.Fatalf("%d, events %q: want the first event, then the error event and no [DONE]", code, events)
+			}
+		}},
+		{"resumed stream", func(t *testing.T, fr front) {
+			sc := newScripted(t, 2, []string{roleA, helloA, die},
+				[]string{chunkB(`{"role":"assistant","content":""}`, "null"), chunkB(`{"content":" again"}`, `"stop"`), "[DONE]"})
+			f := fr.serveFront(t, sc.toml(""), nil, nil, nil)
+			code, _, body := f.post(t.Context(), `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			events := sseEvents(strings.NewReader(body))
+			if code != http.StatusOK || len(events) != 4 || events[1] != helloA || !strings.Contains(events[2], `"content":" again"`) ||
+				!strings.Contains(events[2], "chatcmpl-A") || events[3] != "[DONE]" {
+				t.Fatalf("%d, events %q: want the stream continued from the second engine as one", code, events)
+			}
+		}},
+		{"client leaves mid-stream", func(t *testing.T, fr front) {
+			gone := make(chan struct{}, 1)
+			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+				play(w, helloA)
+				<-r.Context().Done()
+				gone <- struct{}{}
+			})
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions",
+				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+			resp, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.Contains(line, "Hello") {
+				t.Fatalf("first event %q %v", line, err)
+			}
+			resp.Body.Close() // the client goes
+			waitOn(t, gone, "the engine's request ended after the client left the stream")
+			testwait.For(t, 5*time.Second, "the request counted as the client's departure", func() bool {
+				return requestsByCode(t, f.srv)["499"] == 1
+			})
+		}},
+		{"every request ends once", func(t *testing.T, fr front) {
+			gone := make(chan struct{}, 1)
+			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+				if b["stream"] != true {
+					okChat(w, r, b)
+					return
+				}
+				play(w, helloA)
+				if b["user"] == "leaves" {
+					<-r.Context().Done()
+					gone <- struct{}{}
+					return
+				}
+				play(w, "[DONE]")
+			})
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+`
+[[keys]]
+name = "k"
+sha256 = "`+sha("sk-k")+`"
+[limits]
+max_streams_per_key = 1
+`, nil, nil, nil)
+			auth := []string{"Authorization", "Bearer sk-k"}
+			stream := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+			for range 2 {
+				if code, _, body := f.post(t.Context(), stream, auth...); code != http.StatusOK {
+					t.Fatalf("stream: %d %s", code, body)
+				}
+				if code, _, body := f.post(t.Context(), chatHi, auth...); code != http.StatusOK {
+					t.Fatalf("plain: %d %s", code, body)
+				}
+				if code, _, _ := f.post(t.Context(), `{"model":"nope"}`, auth...); code != http.StatusNotFound {
+					t.Fatalf("unknown model: %d", code)
+				}
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.base+"/v1/chat/completions",
+				strings.NewReader(`{"model":"m","stream":true,"user":"leaves","messages":[{"role":"user","content":"hi"}]}`))
+			req.Header.Set(auth[0], auth[1])
+			resp, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = bufio.NewReader(resp.Body).ReadString('\n')
+			cancel()
+			resp.Body.Close()
+			waitOn(t, gone, "the engine's request ended")
+			// The stream's slot came back, so the one stream the key may
+			// have open is free again.
+			testwait.For(t, 5*time.Second, "the departed stream counted", func() bool { return requestsByCode(t, f.srv)["499"] == 1 })
+			if code, _, body := f.post(t.Context(), stream, auth...); code != http.StatusOK {
+				t.Fatalf("a stream after the others ended: %d %s", code, body)
+			}
+			if got, want := requestsByCode(t, f.srv), map[string]float64{"200": 5, "404": 2, "499": 1}; !maps.Equal(got, want) {
+				t.Fatalf("requests counted %v, want %v", got, want)
+			}
+		}},
+		{"drain deadline cuts an open stream", func(t *testing.T, fr front) {
+			gone := make(chan struct{}, 1)
+			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+				play(w, helloA)
+				<-r.Context().Done()
+				gone <- struct{}{}
+			})
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[timeouts]\ndrain = \"200ms\"\n", nil, nil, nil)
+			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions",
+				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+			resp, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "Hello") {
+				t.Fatalf("first event %q %v", line, err)
+			}
+			f.stop() // SIGTERM: the stream has the drain deadline, then its connection closes
+			rest, err := io.ReadAll(br)
+			if err == nil || strings.Contains(string(rest), "[DONE]") {
+				t.Fatalf("after the drain deadline the stream read %q, %v: want it cut", rest, err)
+			}
+			waitOn(t, gone, "the engine's request ended with the cut stream")
+			select {
+			case <-f.finished:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Serve did not return after the drain deadline")
+			}
+		}},
+		{"TLS", func(t *testing.T, fr front) {
 			ca := certstest.NewCA(t, "front")
 			leaf := ca.Valid(t, "router")
 			cert, err := tls.LoadX509KeyPair(leaf.Cert, leaf.Key)
@@ -179,21 +406,21 @@ func TestServeFront(t *testing.T) {
 			}
 			eng := newEngine(t, okChat)
 			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, func(ln net.Listener) net.Listener {
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, func(ln net.Listener) net.Listener {
 				return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
 			}, client)
 			if code, _, body := f.post(t.Context(), chatHi); code != http.StatusOK {
 				t.Fatalf("over TLS: %d %s", code, body)
 			}
 		}},
-		{"client leaves while the engine works", func(t *testing.T) {
+		{"client leaves while the engine works", func(t *testing.T, fr front) {
 			started, gone := make(chan struct{}, 1), make(chan struct{}, 1)
 			eng := newEngine(t, func(_ http.ResponseWriter, r *http.Request, _ map[string]any) {
 				started <- struct{}{}
 				<-r.Context().Done()
 				gone <- struct{}{}
 			})
-			f := serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			ctx, cancel := context.WithCancel(t.Context())
 			replied := make(chan int, 1)
 			go func() { code, _, _ := f.post(ctx, chatHi); replied <- code }()
@@ -204,20 +431,23 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("the departed client got %d", code)
 			}
 		}},
-		{"client leaves during the mesh hold", func(t *testing.T) {
+		{"client leaves during the mesh hold", func(t *testing.T, fr front) {
 			var hits atomic.Int64
 			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
 				hits.Add(1)
 				okChat(w, r, b)
 			})
 			l := &holdingLearner{held: make(chan struct{}, 1), release: make(chan struct{})}
-			f := serveFront(t, providers("a", eng.URL)+route("precise_cache_aware"), func(o *Options) { o.Learn = l }, nil, nil)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("precise_cache_aware"), func(o *Options) { o.Learn = l }, nil, nil)
 			ctx, cancel := context.WithCancel(t.Context())
 			replied := make(chan int, 1)
 			go func() { code, _, _ := f.post(ctx, chatHi); replied <- code }()
 			waitOn(t, l.held, "the request was held")
 			cancel()
 			<-replied
+			testwait.For(t, 5*time.Second, "the held request ended with its client", func() bool {
+				return requestsByCode(t, f.srv)["499"] == 1
+			})
 			// The next request's hold is released. Had the departed one
 			// still been waiting, the release would send it on too.
 			go func() { <-l.held; close(l.release) }()
@@ -228,9 +458,9 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("the engine served %d requests, want 1: the held request whose client left reached it", n)
 			}
 		}},
-		{"client leaves the admission queue", func(t *testing.T) {
+		{"client leaves the admission queue", func(t *testing.T, fr front) {
 			eng := newGatedEngine(t)
-			f := serveFront(t, providers("e1", eng.URL)+admissionTOML, nil, nil, nil)
+			f := fr.serveFront(t, providers("e1", eng.URL)+admissionTOML, nil, nil, nil)
 			h := &harness{t: t, srv: f.srv}
 			first := make(chan int, 1)
 			go func() {
@@ -257,8 +487,33 @@ func TestServeFront(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(tc.name, tc.run)
+		for _, fr := range fronts {
+			t.Run(fr.name+"/"+tc.name, func(t *testing.T) { tc.run(t, fr) })
+		}
 	}
+}
+
+// requestsByCode sums rolter_requests_total by status code.
+func requestsByCode(t *testing.T, s *Server) map[string]float64 {
+	t.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "rolter_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "code" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 // waitOn waits for one value on ch, failing the test after 10 s.
@@ -268,5 +523,36 @@ func waitOn(t *testing.T, ch <-chan struct{}, what string) {
 	case <-ch:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("timed out waiting: %s", what)
+	}
+}
+
+// TestFastAnswerDroppedBeforeItsBody covers the end of a request whose
+// body fasthttp never wrote (its header write failed, or it dropped the
+// response): the engine's request ends and the request is counted once,
+// as the client's departure.
+func TestFastAnswerDroppedBeforeItsBody(t *testing.T) {
+	gone := make(chan struct{}, 1)
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+		play(w, helloA)
+		<-r.Context().Done()
+		gone <- struct{}{}
+	})
+	h := newHarness(t, providers("a", eng.URL)+route("round_robin"), nil)
+	var req fasthttp.Request
+	req.Header.SetMethod(http.MethodPost)
+	req.SetRequestURI("/v1/chat/completions")
+	req.SetBodyString(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, nil, nil)
+	h.srv.serveFast(&ctx)
+	if ctx.Response.StatusCode() != http.StatusOK || !ctx.Response.IsBodyStream() {
+		t.Fatalf("status %d, body stream %v: want the stream's head committed and its body to copy",
+			ctx.Response.StatusCode(), ctx.Response.IsBodyStream())
+	}
+	ctx.Response.Reset() // what fasthttp does with a response it will not write
+	waitOn(t, gone, "the engine's request ended")
+	ctx.Response.Reset() // a second drop ends nothing again
+	if got := requestsByCode(t, h.srv); !maps.Equal(got, map[string]float64{"499": 1}) {
+		t.Fatalf("requests counted %v, want one 499", got)
 	}
 }

@@ -1,7 +1,7 @@
 package router
 
 import (
-	"net/http"
+	"context"
 	"time"
 )
 
@@ -26,8 +26,8 @@ func (s *Server) markConfigured() {
 
 // awaitSnapshot returns the running snapshot, waiting up to the config
 // wait for the first one. nil means none came in time, the client went
-// away or the server is draining.
-func (s *Server) awaitSnapshot(r *http.Request) *snapshot {
+// away (ctx ended) or the server is draining.
+func (s *Server) awaitSnapshot(ctx context.Context) *snapshot {
 	if sn := s.snap.Load(); sn != nil || s.configWait <= 0 || s.draining.Load() {
 		return sn
 	}
@@ -36,7 +36,7 @@ func (s *Server) awaitSnapshot(r *http.Request) *snapshot {
 	select {
 	case <-s.configured:
 	case <-t.C:
-	case <-r.Context().Done():
+	case <-ctx.Done():
 	}
 	return s.snap.Load()
 }

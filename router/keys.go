@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/rolter/rolter/router/admission"
@@ -29,15 +28,16 @@ func (k *apiKey) allowsProvider(provider string) bool {
 	return k == nil || k.providers == nil || k.providers[provider]
 }
 
-// authenticate returns the key presenting r's bearer token. With no key
+// authenticate returns the key presenting the bearer token of auth (the
+// request's Authorization header). With no key
 // configured the router is open and returns nil, nil. Every configured
 // key is compared (in constant time) so the time taken does not reveal
 // which one matched.
-func (s *snapshot) authenticate(r *http.Request) (*apiKey, error) {
+func (s *snapshot) authenticate(auth string) (*apiKey, error) {
 	if len(s.keys) == 0 {
 		return nil, nil
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || tok == "" {
 		return nil, fmt.Errorf("%w: send Authorization: Bearer <key>", ErrUnauthorized)
 	}

@@ -63,7 +63,7 @@ members = [{provider = "b"}, {provider = "a"}]
 	defer res.pool.targets[1].stats.End(strategies.Outcome{})
 	res.pool.targets[1].stats.QueuePrefill(300) // its prompt waits for prefill
 	defer res.pool.targets[1].stats.PrefillDone(300)
-	at := attempt{s: h.srv, sn: sn, res: res, rc: &strategies.RouteContext{}, r: &http.Request{}}
+	at := attempt{s: h.srv, sn: sn, res: res, rc: &strategies.RouteContext{}, r: &stdFront{r: &http.Request{}}}
 	at.tried, at.loads, at.queued = make([]bool, 2), make([]uint64, 2), make([]uint64, 2)
 	if _, ok := at.pick(false); !ok {
 		t.Fatal("no pick")

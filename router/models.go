@@ -23,13 +23,13 @@ type modelInfo struct {
 // when a member is passthrough (any model name after "slug/" is then
 // forwarded as is). Provider pins ("provider/model") work but are not
 // listed: they bypass balancing and are an operator's tool.
-func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
-	sn := s.awaitSnapshot(r)
+func (s *Server) serveModels(w answer, r inbound) {
+	sn := s.awaitSnapshot(r.Context())
 	if sn == nil {
 		writeError(w, ErrNoConfig, noConfigRetryAfter)
 		return
 	}
-	key, err := sn.authenticate(r)
+	key, err := sn.authenticate(r.bearer())
 	if err != nil {
 		writeError(w, err, 0)
 		return
@@ -40,6 +40,7 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 			out.Data = append(out.Data, modelInfo{ID: m, Object: "model", OwnedBy: "rolter"})
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.setHeader("Content-Type", valueJSON)
+	w.commit(http.StatusOK)
 	_ = json.NewEncoder(w).Encode(out)
 }

@@ -444,7 +444,7 @@ func buildRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte
 // fillRouteContext is buildRouteContext for a body whose validity as UTF-8
 // JSON is known (parseRequest checked it).
 func fillRouteContext(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, model, adapter string) error {
-	return fill(rc, hdr, body, valid, nil, model, adapter, allOfThePrompt)
+	return fill(rc, firstValue(hdr, canonTokenIDs), firstValue(hdr, canonSession), body, valid, nil, model, adapter, allOfThePrompt)
 }
 
 // promptReads is what a pool's strategy reads of a request's prompt
@@ -455,7 +455,7 @@ type promptReads struct{ digest, text bool }
 // allOfThePrompt is every part of the RouteContext filled.
 var allOfThePrompt = promptReads{digest: true, text: true}
 
-// readsFor is what of the prompt fillFromRequest fills for p: a mesh
+// readsFor is what of the prompt fillFromValues fills for p: a mesh
 // learner (learn) shares and recalls prefixes of the text, whatever the
 // pool's strategy.
 func readsFor(p *pool, learn bool) promptReads {
@@ -464,17 +464,23 @@ func readsFor(p *pool, learn bool) promptReads {
 	return r
 }
 
-// fillFromRequest is fillRouteContext for a body parseRequest read (and
-// so validated) as req. reads says what the pool's strategy reads
-// (readsFor): without digest PromptDigest is left 0, without text Prompt
-// is left empty (the text is still measured for PromptLen and
-// PromptTokens).
+// fillFromRequest is fillFromValues reading the two headers from hdr.
 func fillFromRequest(rc *strategies.RouteContext, hdr http.Header, req *request, adapter string, reads promptReads) error {
-	return fill(rc, hdr, req.body, true, req, req.model, adapter, reads)
+	return fillFromValues(rc, firstValue(hdr, canonTokenIDs), firstValue(hdr, canonSession), req, adapter, reads)
 }
 
-func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool, req *request, model, adapter string, reads promptReads) error {
-	ids, err := parseTokenIDs(firstValue(hdr, canonTokenIDs))
+// fillFromValues is fillRouteContext for a body parseRequest read (and
+// so validated) as req, given the two headers it reads:
+// x-rolter-vllm-token-ids and x-session-id. reads says what the pool's
+// strategy reads (readsFor): without digest PromptDigest is left 0,
+// without text Prompt is left empty (the text is still measured for
+// PromptLen and PromptTokens).
+func fillFromValues(rc *strategies.RouteContext, tokenIDs, session string, req *request, adapter string, reads promptReads) error {
+	return fill(rc, tokenIDs, session, req.body, true, req, req.model, adapter, reads)
+}
+
+func fill(rc *strategies.RouteContext, tokenIDs, session string, body []byte, valid bool, req *request, model, adapter string, reads promptReads) error {
+	ids, err := parseTokenIDs(tokenIDs)
 	if err != nil {
 		return err
 	}
@@ -484,7 +490,7 @@ func fill(rc *strategies.RouteContext, hdr http.Header, body []byte, valid bool,
 	}
 	*rc = strategies.RouteContext{
 		Model:        model,
-		SessionKey:   firstValue(hdr, canonSession),
+		SessionKey:   session,
 		Prompt:       p.prompt,
 		PromptLen:    p.n,
 		PromptDigest: p.digest,

@@ -24,34 +24,90 @@ import (
 // 499); nothing is written to the client then.
 const statusClientClosed = 499
 
+// statusLater is what run returns when the answer's status and headers
+// are committed and its body is copied after the handler returned
+// (fasthttp's front, laterBody): the request goes on in copyBody.
+const statusLater = -1
+
 // serveInference handles POST /v1/chat/completions, /v1/completions and
-// /v1/embeddings. Its frame stays small (accept does the checks and
-// returns): a stream waits under it for as long as it is open.
-func (s *Server) serveInference(w http.ResponseWriter, r *http.Request) {
-	sn := s.awaitSnapshot(r)
+// /v1/embeddings. It runs the request up to the commit of its answer's
+// status and headers (auth, admission, the mesh hold, picks, retries and
+// failover before the first byte); the copy of the engine's body and the
+// end of the request follow at once, or, when the front writes the body
+// after the handler returned (fasthttp), in copyBody. Its frame stays
+// small (accept does the checks and returns): on net/http a stream waits
+// under it for as long as it is open.
+func (s *Server) serveInference(w answer, r inbound) {
+	sn := s.awaitSnapshot(r.Context())
 	if sn == nil {
 		writeError(w, ErrNoConfig, noConfigRetryAfter)
 		return
 	}
 	// One allocation holds the request's routing state for its whole life.
-	a := &attempt{s: s, sn: sn, w: w, r: r, start: s.clock.Now(), ctlv: *http.NewResponseController(w)}
-	a.req, a.rc, a.ctl = &a.reqv, &a.rcv, &a.ctlv
+	a := &attempt{s: s, sn: sn, w: w, r: r, start: s.clock.Now()}
+	a.req, a.rc = &a.reqv, &a.rcv
 	a.begin()
-	defer a.served()
-	open, ok := a.accept()
-	if open != nil {
-		defer open.Add(-1)
-	}
-	if !ok {
+	if a.code = a.serve(); a.code == statusLater {
 		return
 	}
-	if a.code = a.admit(); a.code != 0 {
-		return
+	a.done()
+}
+
+// serve is the request up to its answer: the status the client got, or
+// statusLater.
+func (a *attempt) serve() int {
+	var ok bool
+	if a.open, ok = a.accept(); !ok {
+		return a.code
 	}
-	defer a.leave()
-	s.budget.Load().deposit()
-	a.code = a.run()
-	s.metrics.requestLatency(a.res.pool).Observe(ms(s.clock.Now().Sub(a.start)))
+	if code := a.admit(); code != 0 {
+		return code
+	}
+	a.admitted = true
+	a.s.budget.Load().deposit()
+	return a.run()
+}
+
+// copyBody is the rest of a request whose answer's body the front copies
+// after the handler returned (laterBody): the relay of the engine's body
+// (resumes and the terminal error event included), then done.
+func (a *attempt) copyBody() {
+	p := &a.later
+	a.code = a.relayBody(p.deadline, &p.l, p.resp)
+	a.done()
+}
+
+// abandon ends a request whose body copy never ran (the client left
+// before the front wrote the header, or the front gave up on the
+// response): the engine's response is closed and the request ends as the
+// client's departure.
+func (a *attempt) abandon() {
+	p := &a.later
+	p.resp.Body.Close()
+	p.l.timer.Stop()
+	p.l.cancel()
+	a.end(&p.l, false, "canceled")
+	a.code = statusClientClosed
+	a.done()
+}
+
+// done is the end of the request, whichever way it ended and on either
+// front, called exactly once: the latency, the admission gate told, the
+// key's stream count given back, the request counted and logged, its
+// trace ended and its body's buffer released. An answer whose body broke
+// midway is then aborted (answer.abort).
+func (a *attempt) done() {
+	if a.admitted {
+		a.s.metrics.requestLatency(a.res.pool).Observe(ms(a.s.clock.Now().Sub(a.start)))
+		a.leave()
+	}
+	if a.open != nil {
+		a.open.Add(-1)
+	}
+	a.served()
+	if a.aborted {
+		a.w.abort()
+	}
 }
 
 // served counts the request under its route and closes its trace. The
@@ -74,7 +130,7 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 	s, sn, w, r := a.s, a.sn, a.w, a.r
 	fail := func(err error, retryAfter time.Duration) { a.code = writeError(w, err, retryAfter) }
 
-	key, err := sn.authenticate(r)
+	key, err := sn.authenticate(r.bearer())
 	if err != nil {
 		fail(err, 0)
 		return nil, false
@@ -84,24 +140,20 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 		a.obs.key = key.name
 	}
 	limit := sn.cfg.Limits.MaxBodyBytes
-	if r.ContentLength > limit {
-		w.Header().Set("Connection", "close")
-		fail(fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, r.ContentLength, limit), 0)
+	if n := r.contentLength(); n > limit {
+		w.setHeader("Connection", valueClose)
+		fail(fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, n, limit), 0)
 		return nil, false
 	}
-	// A client that trickles its body is cut after [timeouts] read_body;
-	// the deadline is lifted again for the (long) streaming response.
-	ctl := a.ctl
+	// A client that trickles its body is cut after [timeouts] read_body.
 	t0 := a.start
-	_ = ctl.SetReadDeadline(time.Now().Add(sn.cfg.Timeouts.ReadBody.Duration))
-	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	body, err := r.readBody(limit, sn.cfg.Timeouts.ReadBody.Duration)
 	a.body = body
-	_ = ctl.SetReadDeadline(time.Time{})
 	t0 = a.stage(stageBodyRead, t0)
 	a.obs.bytesIn = int64(len(body.b))
 	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			fail(fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit), 0)
+		if errors.Is(err, ErrTooLarge) {
+			fail(err, 0)
 			return nil, false
 		}
 		fail(fmt.Errorf("%w: reading body: %v", ErrBadRequest, err), 0)
@@ -142,7 +194,8 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 		}
 		open = n
 	}
-	if err := fillFromRequest(a.rc, r.Header, req, res.adapter, readsFor(res.pool, s.learn != nil)); err != nil {
+	if err := fillFromValues(a.rc, r.header(canonTokenIDs), r.header(canonSession), req, res.adapter,
+		readsFor(res.pool, s.learn != nil)); err != nil {
 		fail(err, 0)
 		return open, false
 	}
@@ -157,8 +210,8 @@ type attempt struct {
 	s     *Server
 	sn    *snapshot
 	key   *apiKey // nil: the router is open
-	w     http.ResponseWriter
-	r     *http.Request
+	w     answer
+	r     inbound
 	res   resolved
 	req   *request
 	rc    *strategies.RouteContext
@@ -171,6 +224,17 @@ type attempt struct {
 	// body is the request body's pooled buffer (bodybuf.go), released when
 	// the request is over.
 	body *bodyBuf
+	// open is the key's open-stream count the request took (nil: none);
+	// admitted: the request passed admission and ran (done).
+	open     *atomic.Int64
+	admitted bool
+	// aborted: the answer's body broke midway and is not an SSE stream
+	// (a terminal error event ends those), so the connection is cut for
+	// the client not to take it as whole.
+	aborted bool
+	// later is the answered leg whose body the front copies after the
+	// handler returned (statusLater), and the request's deadline.
+	later laterLeg
 
 	tried   []bool
 	loads   []uint64
@@ -181,18 +245,16 @@ type attempt struct {
 	// pick until its first byte or its end, whichever comes first.
 	prefill   uint64
 	prefillAt *strategies.TargetStats
-	ctl       *http.ResponseController // nil: relay makes one
-	sp        *splice                  // nil unless a broken stream may be resumed (resume.go)
-	gate      *poolGate                // nil unless [admission] is on (admission.go)
-	admitAs   admission.Band           // the band the gate admitted the request under (roomy)
-	obs       reqObs                   // request id, spans, log line (trace.go)
+	sp        *splice        // nil unless a broken stream may be resumed (resume.go)
+	gate      *poolGate      // nil unless [admission] is on (admission.go)
+	admitAs   admission.Band // the band the gate admitted the request under (roomy)
+	obs       reqObs         // request id, spans, log line (trace.go)
 	// attempts, firstByte and tail feed the route stats (routestats.go).
 	attempts  int
 	firstByte time.Time
 	tail      usageTail
 
-	// Storage behind req, rc, ctl, tried and loads for the usual request.
-	ctlv      http.ResponseController
+	// Storage behind req, rc, tried and loads for the usual request.
 	reqv      request
 	rcv       strategies.RouteContext
 	triedBuf  [16]bool
@@ -223,7 +285,8 @@ func (a *attempt) run() int {
 	// directly, rather than from a per-request context: one context and
 	// timer fewer per request.
 	deadline := time.Now().Add(cfg.Timeouts.Request.Duration)
-	expired := func() bool { return a.r.Context().Err() != nil || !time.Now().Before(deadline) }
+	ctx := a.r.Context()
+	expired := func() bool { return ctx.Err() != nil || !time.Now().Before(deadline) }
 	var pending *http.Response // a failed response kept to relay if no retry happens
 	defer func() {
 		if pending != nil {
@@ -232,7 +295,7 @@ func (a *attempt) run() int {
 	}()
 	if a.s.learn != nil {
 		a.s.learn.Recall(p.key, p.lb, p.bases, a.rc)
-		if h, ok := a.s.learn.(PickHold); ok && h.Wait(a.r.Context()) != nil {
+		if h, ok := a.s.learn.(PickHold); ok && h.Wait(ctx) != nil {
 			return statusClientClosed
 		}
 	}
@@ -267,7 +330,7 @@ func (a *attempt) run() int {
 			if resp != nil {
 				resp.Body.Close()
 			}
-			if a.r.Context().Err() != nil {
+			if ctx.Err() != nil {
 				return statusClientClosed
 			}
 			return a.timedOut()
@@ -289,7 +352,7 @@ func (a *attempt) run() int {
 		a.s.metrics.retries.WithLabelValues(p.key).Inc()
 		d := backoff(n, cfg.Retry.BackoffBase.Duration, cfg.Retry.BackoffMax.Duration, a.s.rand.Float64)
 		if err := a.backoff(deadline, d); err != nil {
-			if a.r.Context().Err() != nil {
+			if ctx.Err() != nil {
 				return statusClientClosed
 			}
 			if pending != nil {
@@ -500,7 +563,7 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 	l.inflight.Inc()
 	l.begin = s.clock.Now()
 
-	u, err := endpointURL(t.provider, a.r.URL.Path)
+	u, err := endpointURL(t.provider, a.r.path())
 	if err != nil {
 		a.end(l, false, "error")
 		a.lastErr = err
@@ -512,7 +575,7 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 	// attempt.
 	actx, cancelAttempt := context.WithCancel(a.r.Context())
 	l.cancel = cancelAttempt
-	out := upstreamRequest(actx, u, outboundHeader(a.r.Header, t.provider), body)
+	out := upstreamRequest(actx, u, a.r.upstreamHeader(t.provider), body)
 	a.startAttempt(out, t, model, l.begin)
 	timer := time.AfterFunc(min(a.sn.cfg.Timeouts.FirstByte.Duration, time.Until(deadline)), cancelAttempt)
 	l.timer = timer
@@ -592,20 +655,90 @@ func (a *attempt) refused(l *leg, resp *http.Response) {
 
 // deliver relays the response of an answered leg to the client and ends
 // the leg; a broken stream goes on to resume. It returns the client's
-// status.
+// status, or statusLater when the front copies the body after the
+// handler returned (the leg is kept in a.later for copyBody).
 func (a *attempt) deliver(deadline time.Time, l *leg, resp *http.Response) int {
 	t := l.t
-	up := t.provider.up
-	if from, changed := up.success(); changed {
+	if from, changed := t.provider.up.success(); changed {
 		a.breakerClosed(t, from)
 	}
+	if a.sp == nil || !a.sp.begun {
+		sse := a.head(resp, t)
+		if lb, ok := a.w.(laterBody); ok && lb.later(a, bodySize(resp, sse), sse) {
+			a.later = laterLeg{deadline: deadline, l: *l, resp: resp}
+			return statusLater
+		}
+	}
+	return a.relayBody(deadline, l, resp)
+}
+
+// laterLeg is an answered leg whose body is copied after the handler
+// returned.
+type laterLeg struct {
+	deadline time.Time
+	l        leg
+	resp     *http.Response
+}
+
+// laterBody is a answer whose server writes the body after the handler
+// returned (fasthttp's: the response goes out once the handler is done).
+// later is asked once the answer's head is committed: true means it took
+// the body to copy with a.copyBody when the head is written (size bytes,
+// -1 unknown; sse: an event stream, whose head goes out at once) and to
+// call a.abandon if that never happens; false, the handler copies the
+// body now.
+type laterBody interface {
+	later(a *attempt, size int64, sse bool) bool
+}
+
+// bodySize is the length of the body the client will get for resp (-1:
+// not known before its end; an event stream is always sent chunked).
+func bodySize(resp *http.Response, sse bool) int64 {
+	if sse || resp.ContentLength < 0 {
+		return -1
+	}
+	return resp.ContentLength
+}
+
+// head commits the status and headers of the first answer relayed to the
+// client: the engine's headers minus hop-by-hop ones, the routing
+// headers, and for an event stream no Content-Length and no caching.
+// sse reports an event stream. A request with a splice whose answer is
+// not an event stream is relayed as it is (a.sp is dropped).
+func (a *attempt) head(resp *http.Response, t *target) (sse bool) {
+	sse = isEventStream(resp.Header.Get("Content-Type"))
+	if a.sp != nil && !sse {
+		a.sp = nil
+	}
+	a.w.copyHeader(resp.Header)
+	a.relayStart(t)
+	if sse {
+		a.w.delHeader("Content-Length")
+		a.w.setHeader("Cache-Control", valueNoCache)
+	}
+	a.w.commit(resp.StatusCode)
+	if sse {
+		_ = a.w.flush()
+	}
+	if a.sp != nil {
+		a.sp.begun, a.sp.status = true, resp.StatusCode
+	}
+	return sse
+}
+
+// relayBody relays the body of an answered leg whose head is out, ends
+// the leg and hands a broken stream to resume; it returns the client's
+// status.
+func (a *attempt) relayBody(deadline time.Time, l *leg, resp *http.Response) int {
+	t := l.t
+	up := t.provider.up
 	var status int
 	var ok bool
 	var outcome string
 	if a.sp != nil {
-		status, ok, outcome = a.relaySpliced(resp, l.begin, t)
+		status, ok, outcome = a.relaySpliced(resp)
 	} else {
-		status, ok, outcome = a.relay(resp, l.begin, t)
+		status, ok, outcome = a.relay(resp)
 	}
 	resp.Body.Close()
 	l.timer.Stop()
@@ -625,7 +758,7 @@ func (a *attempt) deliver(deadline time.Time, l *leg, resp *http.Response) int {
 		return a.resume(deadline, t, status)
 	}
 	if outcome == "abort" {
-		panic(http.ErrAbortHandler)
+		a.aborted = true
 	}
 	return status
 }
@@ -703,9 +836,9 @@ func (c *cancelOnClose) Close() error {
 // relayFailure passes a failed upstream response to the client as is.
 func (a *attempt) relayFailure(resp *http.Response) int {
 	defer resp.Body.Close()
-	copyHeader(a.w.Header(), resp.Header)
-	a.stampHeaders(a.w.Header(), a.obs.failed)
-	a.w.WriteHeader(resp.StatusCode)
+	a.w.copyHeader(resp.Header)
+	a.stampHeaders(a.obs.failed)
+	a.w.commit(resp.StatusCode)
 	n, _ := io.Copy(a.w, resp.Body)
 	a.obs.bytesOut += n
 	return resp.StatusCode
@@ -732,24 +865,9 @@ func copyHeader(dst, src http.Header) {
 // client cannot mistake a truncated body for a whole one).
 //
 // A request with a splice goes to relaySpliced instead (deliver).
-func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status int, ok bool, outcome string) {
+func (a *attempt) relay(resp *http.Response) (status int, ok bool, outcome string) {
 	s := a.s
-	h := a.w.Header()
-	copyHeader(h, resp.Header)
-	a.relayStart(h, t)
 	sse := isEventStream(resp.Header.Get("Content-Type"))
-	if sse {
-		h.Del("Content-Length")
-		h.Set("Cache-Control", "no-cache")
-	}
-	a.w.WriteHeader(resp.StatusCode)
-	rc := a.ctl
-	if rc == nil {
-		rc = http.NewResponseController(a.w)
-	}
-	if sse {
-		_ = rc.Flush()
-	}
 	// A buffer is held only from a read to its flush: an open stream
 	// waiting for its next event holds none (the transport's body waits
 	// for the connection to turn readable without one, client.go
@@ -783,7 +901,7 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 			if !left {
 				a.tail.write(buf[:n])
 				a.relayed(buf[:n])
-				left = sse && rc.Flush() != nil
+				left = sse && a.w.flush() != nil
 			}
 		}
 		pool.Put(bufp)
@@ -794,21 +912,21 @@ func (a *attempt) relay(resp *http.Response, begin time.Time, t *target) (status
 			return resp.StatusCode, true, "success"
 		}
 		if err != nil {
-			return a.relayBroke(resp, err, sse, rc)
+			return a.relayBroke(resp, err, sse)
 		}
 	}
 }
 
 // relayBroke ends a relay whose upstream body failed after bytes went
 // to the client.
-func (a *attempt) relayBroke(resp *http.Response, err error, sse bool, rc *http.ResponseController) (status int, ok bool, outcome string) {
+func (a *attempt) relayBroke(resp *http.Response, err error, sse bool) (status int, ok bool, outcome string) {
 	if a.r.Context().Err() != nil {
 		return statusClientClosed, false, "canceled"
 	}
 	a.s.log.Warn("upstream stream broke after the first byte", "model", a.req.model, "err", err, "request_id", a.obs.id)
 	if sse {
 		_, _ = a.w.Write(sseError("upstream stream failed: " + err.Error()))
-		_ = rc.Flush()
+		_ = a.w.flush()
 		return resp.StatusCode, false, "stream_error"
 	}
 	return resp.StatusCode, false, "abort"

@@ -23,9 +23,9 @@ const requestIDLen = 28
 // (1–128 visible ASCII bytes), or writes a new one into buf. The generated
 // id aliases buf, which lives in the request's attempt and is never
 // written again, so producing it allocates nothing.
-func (s *Server) requestID(hdr []string, buf *[requestIDLen]byte) string {
-	if len(hdr) > 0 && validRequestID(hdr[0]) {
-		return hdr[0]
+func (s *Server) requestID(hdr string, buf *[requestIDLen]byte) string {
+	if validRequestID(hdr) {
+		return hdr
 	}
 	copy(buf[:], s.idPrefix[:])
 	var seq [8]byte

@@ -21,10 +21,10 @@ import (
 // streams and the request is a streamed chat or text completion; nil
 // otherwise.
 func (a *attempt) newSplice() *splice {
-	if !a.res.pool.resume || !a.req.stream || a.r.Method != http.MethodPost {
+	if !a.res.pool.resume || !a.req.stream || a.r.method() != http.MethodPost {
 		return nil
 	}
-	switch a.r.URL.Path {
+	switch a.r.path() {
 	case "/v1/chat/completions":
 		return newSplice(true, a.req.body)
 	case "/v1/completions":
@@ -104,11 +104,7 @@ func errString(err error) string {
 // endStream writes the terminal error event of a stream that cannot go on.
 func (a *attempt) endStream(msg string) {
 	_, _ = a.w.Write(sseError(msg))
-	rc := a.ctl
-	if rc == nil {
-		rc = http.NewResponseController(a.w)
-	}
-	_ = rc.Flush()
+	_ = a.w.flush()
 }
 
 // continuation returns the body that asks another engine to continue the

@@ -70,6 +70,9 @@ type Options struct {
 	// Apply waits for it before the 503 (0: DefaultConfigWait; negative:
 	// no wait).
 	ConfigWait time.Duration
+	// WrapAPI wraps the API listener Serve is given, above the departure
+	// watch (which needs the TCP connections themselves): TLS. nil: none.
+	WrapAPI func(net.Listener) net.Listener
 }
 
 // Server is one router's data plane. Create it with New, give it a config
@@ -89,6 +92,9 @@ type Server struct {
 	base      *config.Config
 	ready     func() error
 	extra     http.Handler
+	wrapAPI   func(net.Listener) net.Listener
+	// front picks the API's server in Serve (tests pin one).
+	front frontKind
 
 	tracker *strategies.Tracker
 	parks   parkings
@@ -134,7 +140,7 @@ func New(o Options) *Server {
 		log: o.Logger, clock: o.Clock, rand: o.Rand, sleep: o.Sleep, transport: o.Transport,
 		getenv: o.Getenv, reg: o.Registry, engine: o.Engine, sources: o.Sources,
 		learn: o.Learn,
-		base:  o.Base, ready: o.Ready, extra: o.AdminExtra,
+		base:  o.Base, ready: o.Ready, extra: o.AdminExtra, wrapAPI: o.WrapAPI,
 		tracker:    strategies.NewTracker(),
 		policy:     strategies.NewPolicyHolder(adaptive.DefaultPolicy()),
 		upstreams:  map[string]*upstream{},
@@ -262,27 +268,33 @@ func (s *Server) pruneUpstreams(sn *snapshot) {
 	}
 }
 
-// Handler is the OpenAI-compatible API.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveAPI) }
+// Handler is the OpenAI-compatible API on net/http (Serve runs the same
+// proxy on fasthttp's server where it can, front_fast.go).
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f := &stdFront{w: w, r: r, ctl: *http.NewResponseController(w)}
+		s.serveAPI(f, f)
+	})
+}
 
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
+func (s *Server) serveAPI(w answer, r inbound) {
+	switch path := r.path(); path {
 	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings":
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
+		if r.method() != http.MethodPost {
+			w.setHeader("Allow", valuePOST)
 			writeError(w, fmt.Errorf("%w: use POST", ErrMethod), 0)
 			return
 		}
 		s.serveInference(w, r)
 	case "/v1/models":
-		if r.Method != http.MethodGet {
-			w.Header().Set("Allow", http.MethodGet)
+		if r.method() != http.MethodGet {
+			w.setHeader("Allow", valueGET)
 			writeError(w, fmt.Errorf("%w: use GET", ErrMethod), 0)
 			return
 		}
 		s.serveModels(w, r)
 	default:
-		writeError(w, fmt.Errorf("%w: %s", ErrNotFound, r.URL.Path), 0)
+		writeError(w, fmt.Errorf("%w: %s", ErrNotFound, path), 0)
 	}
 }
 
@@ -345,23 +357,36 @@ func (s *Server) Run(ctx context.Context) {
 // drains: listeners close at once, /readyz turns 503,
 // and requests in flight (streams included) get up to [timeouts] drain to
 // finish before their connections are closed.
+//
+// The API is served by fasthttp's server where the departure watch runs
+// (Linux: front_fast.go), else by net/http's; the admin endpoints by
+// net/http's.
 func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
 	t, l := s.serveConfig().Timeouts, s.serveConfig().Limits
 	base := context.WithoutCancel(ctx)
-	mk := func(h http.Handler) *http.Server {
-		return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader.Duration, IdleTimeout: t.Idle.Duration,
+	mk := func(h http.Handler, ln net.Listener) stdServer {
+		return stdServer{&http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader.Duration, IdleTimeout: t.Idle.Duration,
 			MaxHeaderBytes: l.MaxHeaderBytes, BaseContext: func(net.Listener) context.Context { return base },
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}, ln}
 	}
-	servers := []*http.Server{mk(s.Handler())}
-	lns := []net.Listener{api}
+	apiServer, stopWatch, err := s.apiServer(api, base, t, l)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
+	if apiServer == nil {
+		if s.wrapAPI != nil {
+			api = s.wrapAPI(api)
+		}
+		apiServer = mk(s.Handler(), api)
+	}
+	servers := []listenerServer{apiServer}
 	if admin != nil {
-		servers = append(servers, mk(s.AdminHandler()))
-		lns = append(lns, admin)
+		servers = append(servers, mk(s.AdminHandler(), admin))
 	}
 	errc := make(chan error, len(servers))
-	for i, srv := range servers {
-		go func() { errc <- srv.Serve(lns[i]) }()
+	for _, srv := range servers {
+		go func() { errc <- srv.serve() }()
 	}
 	hctx, stopHealth := context.WithCancel(ctx)
 	healthDone := make(chan struct{})
@@ -369,13 +394,9 @@ func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
 	defer func() { stopHealth(); <-healthDone }()
 	s.log.Info("router serving", "api", api.Addr().String())
 
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
 	}
 	s.draining.Store(true)
 	drain := s.serveConfig().Timeouts.Drain.Duration
@@ -383,10 +404,37 @@ func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer cancel()
 	for _, srv := range servers {
-		if e := srv.Shutdown(dctx); e != nil {
+		if e := srv.shutdown(dctx); e != nil {
 			s.log.Warn("drain deadline passed; closing remaining connections", "err", e)
-			_ = srv.Close()
+			srv.close()
 		}
 	}
 	return err
 }
+
+// listenerServer is one listener's HTTP server as Serve drives it.
+type listenerServer interface {
+	// serve serves until shutdown (then it returns nil) or a listener
+	// error.
+	serve() error
+	// shutdown stops accepting, closes idle connections and waits for the
+	// others to finish, or for ctx (its error then).
+	shutdown(ctx context.Context) error
+	// close closes every connection left.
+	close()
+}
+
+type stdServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+func (x stdServer) serve() error {
+	if err := x.srv.Serve(x.ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (x stdServer) shutdown(ctx context.Context) error { return x.srv.Shutdown(ctx) }
+func (x stdServer) close()                             { _ = x.srv.Close() }

@@ -207,42 +207,27 @@ type usageCounts struct {
 // the stream the client already holds. On a break it sets sp.broke and
 // writes nothing final: try hands the stream to resume (resume.go), which
 // continues or ends it.
-func (a *attempt) relaySpliced(resp *http.Response, begin time.Time, t *target) (status int, ok bool, outcome string) {
+//
+// The first segment's head went out before (deliver's head, which also
+// drops the splice of an answer that is not an event stream).
+func (a *attempt) relaySpliced(resp *http.Response) (status int, ok bool, outcome string) {
 	sp := a.sp
 	sp.broke = ""
-	sse := isEventStream(resp.Header.Get("Content-Type"))
-	if !sp.begun && !sse {
-		a.sp = nil // not a stream after all: relay it as it is
-		return a.relay(resp, begin, t)
-	}
-	rc := a.ctl
-	if rc == nil {
-		rc = http.NewResponseController(a.w)
-	}
-	if !a.spliceStart(resp, rc, sse, t) {
+	if !a.spliceStart(resp, isEventStream(resp.Header.Get("Content-Type"))) {
 		// The engine refused the continuation (say, a 400 for
 		// continue_final_message): no fault of its health.
 		sp.broke = "continuation refused (HTTP " + strconv.Itoa(resp.StatusCode) + ")"
 		return sp.status, false, "http_" + strconv.Itoa(resp.StatusCode)
 	}
-	return a.relayEvents(resp, rc)
+	return a.relayEvents(resp)
 }
 
-// spliceStart sends the client the stream's header (first segment) or
-// notes a continuation's start; false: the engine refused the
-// continuation.
-func (a *attempt) spliceStart(resp *http.Response, rc *http.ResponseController, sse bool, t *target) bool {
+// spliceStart notes a segment's start: for a continuation (sp.resumes >
+// 0) that the engine answered with a stream; false: the engine refused
+// the continuation.
+func (a *attempt) spliceStart(resp *http.Response, sse bool) bool {
 	sp, s := a.sp, a.s
-	if !sp.begun {
-		h := a.w.Header()
-		copyHeader(h, resp.Header)
-		a.relayStart(h, t)
-		h.Del("Content-Length")
-		h.Set("Cache-Control", "no-cache")
-		a.w.WriteHeader(resp.StatusCode)
-		_ = rc.Flush()
-		sp.begun, sp.status = true, resp.StatusCode
-	} else {
+	if sp.resumes > 0 {
 		if !sse || resp.StatusCode != http.StatusOK {
 			return false
 		}
@@ -258,7 +243,7 @@ func (a *attempt) spliceStart(resp *http.Response, rc *http.ResponseController, 
 
 // relayEvents relays a segment's events, the loop relaySpliced waits in
 // for as long as the stream is open (kept apart so its frame is small).
-func (a *attempt) relayEvents(resp *http.Response, rc *http.ResponseController) (status int, ok bool, outcome string) {
+func (a *attempt) relayEvents(resp *http.Response) (status int, ok bool, outcome string) {
 	sp, s := a.sp, a.s
 	// The event reader and the event's buffer are held from the start of
 	// an event to its flush: between events, with nothing buffered, the
@@ -319,7 +304,7 @@ func (a *attempt) relayEvents(resp *http.Response, rc *http.ResponseController) 
 			}
 			a.tail.write(out) // the route stats read the usage from it
 			a.relayed(out)
-			if ferr := rc.Flush(); ferr != nil {
+			if ferr := a.w.flush(); ferr != nil {
 				return statusClientClosed, false, "canceled"
 			}
 		}

@@ -84,24 +84,23 @@ func attemptsValue(n int) []string {
 // on every answer, errors included), the node id header and the route span.
 func (a *attempt) begin() {
 	s, o := a.s, &a.obs
-	o.id = s.requestID(a.r.Header["X-Request-Id"], &o.idBuf)
+	o.id = s.requestID(a.r.header("X-Request-Id"), &o.idBuf)
 	o.idv[0] = o.id
-	h := a.w.Header()
-	h["X-Request-Id"] = o.idv[:]
+	a.w.setHeader("X-Request-Id", o.idv[:])
 	obs := a.sn.cfg.Observability
 	if obs.RoutingHeaders && s.nodeIDHeader != nil {
-		h["X-Rolter-Node-Id"] = s.nodeIDHeader
+		a.w.setHeader("X-Rolter-Node-Id", s.nodeIDHeader)
 	}
 	if obs.RequestLog {
 		o.logOn = s.wantsLog(a.r.Context(), obs.RequestLogSampleRatio)
 	}
 	if s.tracer != nil {
-		ctx := s.prop.Extract(a.r.Context(), propagation.HeaderCarrier(a.r.Header))
+		ctx := s.prop.Extract(a.r.Context(), a.r.carrier())
 		o.ctx, o.span = s.tracer.Start(ctx, "route", trace.WithSpanKind(trace.SpanKindServer))
 		o.traced = o.span.IsRecording()
 		if o.traced {
 			o.span.SetAttributes(attribute.String("rolter.request_id", o.id),
-				attribute.String("http.request.method", a.r.Method), attribute.String("url.path", a.r.URL.Path))
+				attribute.String("http.request.method", a.r.method()), attribute.String("url.path", a.r.path()))
 			if s.nodeID != "" {
 				o.span.SetAttributes(attribute.String("rolter.node_id", s.nodeID))
 			}
@@ -180,7 +179,7 @@ func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel strin
 	o.attempts++
 	out.Header["X-Request-Id"] = o.idv[:]
 	if a.sn.cfg.Observability.RoutingHeaders {
-		a.w.Header()["X-Rolter-Attempts"] = attemptsValue(o.attempts)
+		a.w.setHeader("X-Rolter-Attempts", attemptsValue(o.attempts))
 	}
 	if s.tracer != nil {
 		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
@@ -191,7 +190,7 @@ func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel strin
 				attribute.Int("rolter.attempt", o.attempts),
 				attribute.String("rolter.target", t.label),
 				attribute.String("rolter.provider", t.provider.name),
-				attribute.String("gen_ai.operation.name", operationName(a.r.URL.Path)),
+				attribute.String("gen_ai.operation.name", operationName(a.r.path())),
 				attribute.String("gen_ai.request.model", upstreamModel))
 			if o.attempts > 1 && o.outcome != "" {
 				attrs = append(attrs, attribute.String("rolter.retry_reason", o.outcome))
@@ -216,12 +215,12 @@ func (a *attempt) upstreamAnswered(resp *http.Response) {
 	o.status = resp.StatusCode
 }
 
-// stampHeaders sets the routing headers of a response from target t on h
+// stampHeaders sets the routing headers of a response from target t
 // (after the upstream's headers were copied, so an upstream cannot forge
 // them) and remembers t as the target that served.
-func (a *attempt) stampHeaders(h http.Header, t *target) {
-	o := &a.obs
-	h["X-Request-Id"] = o.idv[:]
+func (a *attempt) stampHeaders(t *target) {
+	o, h := &a.obs, a.w
+	h.setHeader("X-Request-Id", o.idv[:])
 	if t != nil {
 		o.target = t.label
 	}
@@ -229,11 +228,11 @@ func (a *attempt) stampHeaders(h http.Header, t *target) {
 		return
 	}
 	if t != nil {
-		h["X-Rolter-Target"] = targetHeader(t)
+		h.setHeader("X-Rolter-Target", targetHeader(t))
 	}
-	h["X-Rolter-Attempts"] = attemptsValue(o.attempts)
+	h.setHeader("X-Rolter-Attempts", attemptsValue(o.attempts))
 	if a.s.nodeIDHeader != nil {
-		h["X-Rolter-Node-Id"] = a.s.nodeIDHeader
+		h.setHeader("X-Rolter-Node-Id", a.s.nodeIDHeader)
 	}
 }
 
@@ -247,8 +246,8 @@ func targetHeader(t *target) []string {
 }
 
 // relayStart marks the start of the relay of t's response.
-func (a *attempt) relayStart(h http.Header, t *target) {
-	a.stampHeaders(h, t)
+func (a *attempt) relayStart(t *target) {
+	a.stampHeaders(t)
 	a.obs.relaying = true
 }
 
@@ -308,7 +307,7 @@ func (a *attempt) finish(code int) {
 		if o.traced {
 			attrs := make([]attribute.KeyValue, 0, 12)
 			attrs = append(attrs,
-				attribute.String("gen_ai.operation.name", operationName(a.r.URL.Path)),
+				attribute.String("gen_ai.operation.name", operationName(a.r.path())),
 				attribute.String("gen_ai.request.model", a.req.model),
 				attribute.String("rolter.route", o.route),
 				attribute.String("rolter.key", o.key),

@@ -59,6 +59,17 @@ func isHopHeader(k string) bool {
 	return false
 }
 
+// forwarded reports whether a client's header (canonical key k) goes to
+// the engine: not hop-by-hop, not the client's credentials, the body
+// framing, the client's encodings or Host.
+func forwarded(k string) bool {
+	switch {
+	case isHopHeader(k), k == "Authorization", k == "Content-Length", k == "Accept-Encoding", k == "Host":
+		return false
+	}
+	return true
+}
+
 // outboundHeader copies the client's headers for the upstream, minus
 // hop-by-hop headers, the client's credentials and the body framing. The
 // keys of in are canonical (net/http's server wrote them), so skipping
@@ -66,11 +77,9 @@ func isHopHeader(k string) bool {
 func outboundHeader(in http.Header, p *provider) http.Header {
 	h := make(http.Header, len(in)+3) // + Authorization, X-Request-Id, Traceparent
 	for k, v := range in {
-		switch {
-		case isHopHeader(k), k == "Authorization", k == "Content-Length", k == "Accept-Encoding", k == "Host":
-			continue
+		if forwarded(k) {
+			h[k] = v
 		}
-		h[k] = v
 	}
 	if p.authHeader != "" {
 		h.Set("Authorization", p.authHeader)

@@ -30,6 +30,8 @@ type Router struct {
 	log        *slog.Logger
 	srv        *router.Server
 	poller     *scrape.Poller // [metrics_scrape], [providers.lmcache]: engines no sidecar reports
+	// api is the API's TCP listener; Serve puts the departure watch and
+	// then TLS (wrapAPI) on it. admin is TLS-wrapped already.
 	api, admin net.Listener
 	tls        TLS
 	raftCerts  *certs.Source // nil: plaintext Raft
@@ -100,7 +102,8 @@ func (r *Router) RaftCerts() *certs.Source { return r.raftCerts }
 // the pool. The command reloads it with the listeners'.
 func (r *Router) GossipCerts() *certs.Source { return r.gossipCerts }
 
-// listen opens the API and admin listeners, TLS-wrapped.
+// listen opens the API and admin listeners; the admin one TLS-wrapped,
+// the API one bare (Serve wraps it, wrapAPI).
 func (r *Router) listen(cfg Config) error {
 	api, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -112,7 +115,7 @@ func (r *Router) listen(cfg Config) error {
 		return fmt.Errorf("--admin: %w", err)
 	}
 	r.onClose(func() { admin.Close() })
-	r.api, r.admin = wrap(api, cfg.TLS.API), wrap(admin, cfg.TLS.Admin)
+	r.api, r.admin = api, wrap(admin, cfg.TLS.Admin)
 	return nil
 }
 
@@ -222,7 +225,7 @@ func (r *Router) openControlPlane(ctx context.Context, sc cluster.StoreConfig, b
 	deps := adminapi.Deps{Store: store, Cluster: store, InternalToken: sc.InternalToken, Limits: base.Limits, Logger: log}
 	r.poller = scrape.NewPoller(scrape.Options{Logger: log, Inflight: func() map[string]uint64 { return r.srv.InflightByBase() }})
 	r.follow = newFollower(store, nil, r.poller, nil, base, log)
-	opts := router.Options{Logger: log, Base: base, Ready: r.follow.ready, TracerProvider: tp, NodeID: sc.NodeID}
+	opts := router.Options{Logger: log, Base: base, Ready: r.follow.ready, TracerProvider: tp, NodeID: sc.NodeID, WrapAPI: r.wrapAPI}
 	opts.Engine, opts.Sources = r.poller, r.poller
 	var peers adminapi.Endpoints = staticEndpoints(peerAdmin)
 	if r.node != nil {
@@ -338,7 +341,8 @@ func openStandalone(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	r.onClose(stopTracing)
 	r.poller = scrape.NewPoller(scrape.Options{Logger: log, Inflight: func() map[string]uint64 { return r.srv.InflightByBase() }})
-	r.srv = router.New(router.Options{Logger: log, Base: cfg.File, Engine: r.poller, Sources: r.poller, TracerProvider: tp, NodeID: nodeID})
+	r.srv = router.New(router.Options{Logger: log, Base: cfg.File, Engine: r.poller, Sources: r.poller, TracerProvider: tp, NodeID: nodeID,
+		WrapAPI: r.wrapAPI})
 	r.srv.Registry().MustRegister(r.poller)
 	r.poller.Set(cfg.File, cfg.File.LMCacheTables())
 	if err := r.srv.Apply(cfg.File); err != nil {

@@ -27,6 +27,9 @@ func wrap(ln net.Listener, src *certs.Source) net.Listener {
 	return src.Listen(ln)
 }
 
+// wrapAPI puts the API's TLS (if any) on its listener.
+func (r *Router) wrapAPI(ln net.Listener) net.Listener { return wrap(ln, r.tls.API) }
+
 // Scheme is the URL scheme of a listener served from src.
 func Scheme(src *certs.Source) string {
 	if src == nil {

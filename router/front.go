@@ -1,0 +1,122 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// The client's side of a request, its "front". One proxy serves two HTTP
+// servers: net/http's (Handler, and Serve where the departure watch is
+// not available) and fasthttp's (Serve on Linux, front_fast.go). The
+// proxy reads the request through inbound and answers through answer, and
+// each server has one implementation of both. Every method is called from
+// the goroutine serving the request: the handler's, or on fasthttp, once
+// the status and headers are committed, the one that writes the body
+// (bodyCopy.WriteTo).
+
+// inbound is the client's request as the proxy reads it.
+type inbound interface {
+	// Context ends when the client leaves (its connection closes or
+	// resets) or the server closes the connection.
+	Context() context.Context
+	method() string
+	path() string
+	// header is the first value of key ("" when absent). The string is
+	// the proxy's to keep.
+	header(key string) string
+	// bearer is the Authorization header's value, read only while the
+	// call that asked runs (it may alias the server's buffer).
+	bearer() string
+	// contentLength is the declared body length (-1: none).
+	contentLength() int64
+	// readBody reads the whole body into a pooled buffer (bodybuf.go):
+	// at most limit bytes (more is an error wrapping ErrTooLarge), within
+	// timeout. The caller releases the buffer, on error too.
+	readBody(limit int64, timeout time.Duration) (*bodyBuf, error)
+	// upstreamHeader is the request's header for an engine: every header
+	// but the hop-by-hop ones, the client's credentials, the body framing
+	// and Host, with the provider's Authorization (outboundHeader).
+	upstreamHeader(p *provider) http.Header
+	// carrier reads the client's trace context (traceparent).
+	carrier() propagation.TextMapCarrier
+}
+
+// answer is the response to the client. Headers are set until commit;
+// commit fixes the status and the headers; the body follows. On net/http
+// commit writes them at once; on fasthttp they go out with the body's
+// first bytes (or, for a body the handler wrote whole, in one write with
+// it).
+type answer interface {
+	// setHeader sets a canonical key's values (which it does not modify).
+	setHeader(key string, values []string)
+	delHeader(key string)
+	// copyHeader copies an engine's response headers (canonical keys),
+	// minus hop-by-hop ones.
+	copyHeader(src http.Header)
+	commit(status int)
+	Write(p []byte) (int, error)
+	// flush sends what was written so far to the client.
+	flush() error
+	// abort cuts the connection after a body that broke midway, so the
+	// client cannot take it as whole; it is called last, after done.
+	abort()
+}
+
+// stdFront is a request on net/http's server: both sides of it.
+type stdFront struct {
+	w   http.ResponseWriter
+	r   *http.Request
+	ctl http.ResponseController
+}
+
+var (
+	_ inbound = (*stdFront)(nil)
+	_ answer  = (*stdFront)(nil)
+)
+
+func (f *stdFront) Context() context.Context { return f.r.Context() }
+func (f *stdFront) method() string           { return f.r.Method }
+func (f *stdFront) path() string             { return f.r.URL.Path }
+func (f *stdFront) contentLength() int64     { return f.r.ContentLength }
+func (f *stdFront) bearer() string           { return f.r.Header.Get("Authorization") }
+
+func (f *stdFront) header(key string) string { return f.r.Header.Get(key) }
+
+func (f *stdFront) readBody(limit int64, timeout time.Duration) (*bodyBuf, error) {
+	// A client that trickles its body is cut after timeout; the deadline
+	// is lifted again for the (long) streaming response.
+	_ = f.ctl.SetReadDeadline(time.Now().Add(timeout))
+	body, err := readBody(http.MaxBytesReader(f.w, f.r.Body, limit), f.r.ContentLength, limit)
+	_ = f.ctl.SetReadDeadline(time.Time{})
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		return body, fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
+	}
+	return body, err
+}
+
+func (f *stdFront) upstreamHeader(p *provider) http.Header { return outboundHeader(f.r.Header, p) }
+
+func (f *stdFront) carrier() propagation.TextMapCarrier { return propagation.HeaderCarrier(f.r.Header) }
+
+func (f *stdFront) setHeader(key string, values []string) { f.w.Header()[key] = values }
+func (f *stdFront) delHeader(key string)                  { delete(f.w.Header(), key) }
+func (f *stdFront) copyHeader(src http.Header)            { copyHeader(f.w.Header(), src) }
+func (f *stdFront) commit(status int)                     { f.w.WriteHeader(status) }
+func (f *stdFront) Write(p []byte) (int, error)           { return f.w.Write(p) }
+func (f *stdFront) flush() error                          { return f.ctl.Flush() }
+func (f *stdFront) abort()                                { panic(http.ErrAbortHandler) }
+
+// Header values the router sets, shared by every response (setHeader
+// does not modify them).
+var (
+	valueJSON    = []string{"application/json"}
+	valueNoCache = []string{"no-cache"}
+	valueClose   = []string{"close"}
+	valuePOST    = []string{http.MethodPost}
+	valueGET     = []string{http.MethodGet}
+)

@@ -1,0 +1,430 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/rolter/rolter/config"
+	"github.com/rolter/rolter/router/hangup"
+)
+
+// The API on fasthttp's server. fasthttp reads a request's header and
+// body into buffers it keeps with the connection's RequestCtx, calls the
+// handler in the connection's goroutine, and writes the response after
+// the handler returned: no goroutine per request, no http.Header maps,
+// no background read. A client's departure reaches the request through
+// its connection's context (the departure watch Serve puts on the
+// listener, router/hangup): one epoll set of the connections, no
+// goroutine or system call per request.
+//
+// The handler runs the request up to the commit of its answer's status
+// and headers. A body the engine sends with a length of at most
+// maxInlineBody is then read into the response in the handler, so the
+// answer goes out in one write with its header; any other body (an event
+// stream, a body without a length, a larger one) is copied by bodyCopy,
+// which fasthttp calls to write the body once it wrote the header: each
+// Write is one chunk, flushed (chunked bodies), or part of a body of the
+// engine's length. bodyCopy.WriteTo then ends the request (attempt.done);
+// bodyCopy.Close ends it when WriteTo never ran (the header write
+// failed, or the response was dropped).
+
+// maxInlineBody bounds the engine's body the handler reads whole into the
+// response (the usual non-streamed completion is a few kilobytes); a
+// longer one streams at its length.
+const maxInlineBody = 64 << 10
+
+// writeBufferSize is a connection's write buffer, which an open stream
+// holds for as long as it is open (fasthttp's default is 4 KiB): an
+// event is a few hundred bytes, and so is a response's head, so 2 KiB
+// saves 2 KiB of heap per open stream (about 5 KB of RSS at 1000 streams,
+// BENCHMARKS.md §2). A plain answer's head and body leave in one write
+// up to about 1.7 KB of body, in two beyond.
+const writeBufferSize = 2 << 10
+
+// fastFront is a request on fasthttp's server: both sides of it.
+type fastFront struct {
+	ctx *fasthttp.RequestCtx
+	c   context.Context // the connection's: ends when the client leaves
+	// meth and p are the method and path, as shared strings when known.
+	meth, p string
+	// out is the body's writer while bodyCopy.WriteTo runs (nil before:
+	// writes go into the response's buffer); n counts what went to it.
+	out     io.Writer
+	n       int64
+	aborted bool
+	copy    bodyCopy
+}
+
+var (
+	_ inbound   = (*fastFront)(nil)
+	_ answer    = (*fastFront)(nil)
+	_ laterBody = (*fastFront)(nil)
+)
+
+// serveFast is the fasthttp handler of the API.
+func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
+	f := &fastFront{ctx: ctx, c: connContext(ctx.Conn())}
+	f.meth = knownString(ctx.Method(), http.MethodPost, http.MethodGet)
+	f.p = knownString(ctx.Path(), inferencePaths[0], inferencePaths[1], inferencePaths[2], "/v1/models")
+	s.serveAPI(f, f)
+}
+
+// knownString is b as the one of known it equals, without allocating, or
+// else as a copy.
+func knownString(b []byte, known ...string) string {
+	for _, k := range known {
+		if string(b) == k {
+			return k
+		}
+	}
+	return string(b)
+}
+
+// connContext is the context of the connection under c (below TLS): the
+// departure watch's, cancelled when the client leaves. A connection
+// without one never ends the request's context.
+func connContext(c net.Conn) context.Context {
+	if ctx, ok := hangup.Context(c); ok {
+		return ctx
+	}
+	return context.Background()
+}
+
+// view is b as a string without a copy: only for reading it while fasthttp
+// keeps b unchanged (the request's header and body live until the
+// response is written).
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// bytesOf is s as a byte slice for fasthttp calls that copy it.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+func (f *fastFront) Context() context.Context { return f.c }
+func (f *fastFront) method() string           { return f.meth }
+func (f *fastFront) path() string             { return f.p }
+func (f *fastFront) header(key string) string { return string(f.ctx.Request.Header.Peek(key)) }
+func (f *fastFront) bearer() string           { return view(f.ctx.Request.Header.Peek("Authorization")) }
+
+func (f *fastFront) contentLength() int64 {
+	if n := f.ctx.Request.Header.ContentLength(); n >= 0 {
+		return int64(n)
+	}
+	return -1
+}
+
+// readBody copies the body fasthttp read before the handler (bounded by
+// max_body_bytes and read_body there: fastServer) into a pooled buffer,
+// the one the proxy parses and sends upstream from.
+func (f *fastFront) readBody(limit int64, _ time.Duration) (*bodyBuf, error) {
+	b := f.ctx.Request.Body()
+	bb := newBodyBuf(len(b)+1, limit+1)
+	if int64(len(b)) > limit {
+		return bb, fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
+	}
+	bb.b = append(bb.b, b...)
+	// fasthttp's copy goes back to its pool now rather than when the
+	// response is written: a stream would hold it while it is open.
+	f.ctx.Request.ResetBody()
+	return bb, nil
+}
+
+// upstreamHeader builds the engine's header from fasthttp's: the keys and
+// values share one string and the values one backing array, so the copy
+// is three allocations and the map.
+func (f *fastFront) upstreamHeader(p *provider) http.Header {
+	rh := &f.ctx.Request.Header
+	n, size := 0, 0
+	for k, v := range rh.All() {
+		if forwarded(view(k)) {
+			n++
+			size += len(k) + len(v)
+		}
+	}
+	h := make(http.Header, n+3) // + Authorization, X-Request-Id, Traceparent
+	if n > 0 {
+		buf := make([]byte, 0, size)
+		for k, v := range rh.All() {
+			if forwarded(view(k)) {
+				buf = append(buf, k...)
+				buf = append(buf, v...)
+			}
+		}
+		all := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+		vals := make([]string, n)
+		at, i := 0, 0
+		for k, v := range rh.All() {
+			if !forwarded(view(k)) {
+				continue
+			}
+			key := all[at : at+len(k)]
+			vals[i] = all[at+len(k) : at+len(k)+len(v)]
+			at += len(k) + len(v)
+			if old, ok := h[key]; ok { // a repeated header
+				h[key] = append(old, vals[i])
+			} else {
+				h[key] = vals[i : i+1 : i+1]
+			}
+			i++
+		}
+	}
+	if p.authHeader != "" {
+		h["Authorization"] = []string{p.authHeader}
+	}
+	return h
+}
+
+func (f *fastFront) carrier() propagation.TextMapCarrier { return fastCarrier{&f.ctx.Request.Header} }
+
+// fastCarrier reads a trace context from fasthttp's request header.
+type fastCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c fastCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c fastCarrier) Set(string, string)    {}
+func (c fastCarrier) Keys() []string {
+	var keys []string
+	for k := range c.h.All() {
+		keys = append(keys, string(k))
+	}
+	return keys
+}
+
+func (f *fastFront) setHeader(key string, values []string) {
+	h := &f.ctx.Response.Header
+	h.SetCanonical(bytesOf(key), bytesOf(values[0]))
+	for _, v := range values[1:] {
+		h.Add(key, v)
+	}
+}
+
+func (f *fastFront) delHeader(key string) { f.ctx.Response.Header.Del(key) }
+
+func (f *fastFront) copyHeader(src http.Header) {
+	for k, v := range src {
+		if !isHopHeader(k) && len(v) > 0 {
+			f.setHeader(k, v)
+		}
+	}
+}
+
+func (f *fastFront) commit(status int) { f.ctx.SetStatusCode(status) }
+
+func (f *fastFront) Write(p []byte) (int, error) {
+	if f.out == nil {
+		f.ctx.Response.AppendBody(p)
+		return len(p), nil
+	}
+	n, err := f.out.Write(p)
+	f.n += int64(n)
+	return n, err
+}
+
+// flush has nothing to do: fasthttp flushes each chunk it writes.
+func (f *fastFront) flush() error { return nil }
+
+// abort cuts the connection: at once when the body was still to go out
+// with the header, else by WriteTo's error.
+func (f *fastFront) abort() {
+	if f.out != nil {
+		f.aborted = true
+		return
+	}
+	_ = f.ctx.Conn().Close()
+}
+
+func (f *fastFront) later(a *attempt, size int64, sse bool) bool {
+	if f.out != nil || !sse && size >= 0 && size <= maxInlineBody {
+		return false
+	}
+	f.copy = bodyCopy{f: f, a: a}
+	f.ctx.Response.SetBodyStream(&f.copy, int(size))
+	f.ctx.Response.ImmediateHeaderFlush = sse // the client sees the stream begin at once
+	return true
+}
+
+// bodyCopy is the body of an answer that fasthttp writes after the
+// handler returned: WriteTo relays the engine's body and ends the
+// request. It never reads (fasthttp calls WriteTo, BodyWriterTo).
+type bodyCopy struct {
+	f *fastFront
+	a *attempt // nil once WriteTo or Close took it
+}
+
+var errNoRead = errors.New("router: the body is written with WriteTo")
+
+func (*bodyCopy) Read([]byte) (int, error)  { return 0, errNoRead }
+func (*bodyCopy) SupportsBodyWriteTo() bool { return true }
+
+// errAborted fails the response's write so fasthttp closes the
+// connection.
+var errAborted = errors.New("router: the engine's body broke midway")
+
+func (c *bodyCopy) WriteTo(w io.Writer) (int64, error) {
+	a, f := c.a, c.f
+	if a == nil {
+		return 0, nil
+	}
+	c.a = nil
+	f.out, f.n = w, 0
+	a.copyBody()
+	f.out = nil
+	if f.aborted {
+		return f.n, errAborted
+	}
+	return f.n, nil
+}
+
+// Close ends the request if WriteTo never ran.
+func (c *bodyCopy) Close() error {
+	if a := c.a; a != nil {
+		c.a = nil
+		a.abandon()
+	}
+	return nil
+}
+
+// fastError answers what fasthttp refuses before the handler, in the
+// OpenAI shape: a header over max_header_bytes (431), a body over
+// max_body_bytes (413), a request not read in time (408), a malformed
+// one (400). fasthttp closes the connection after it.
+func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		err = fmt.Errorf("%w: the limit is %d bytes", ErrHeaderLarge, s.serveConfig().Limits.MaxHeaderBytes)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		err = fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, s.serveConfig().Limits.MaxBodyBytes)
+	case errors.As(err, &ne) && ne.Timeout():
+		err = fmt.Errorf("%w: the request was not read in time", ErrReadTimeout)
+	default:
+		err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	f := &fastFront{ctx: ctx}
+	writeError(f, err, 0)
+}
+
+// newFastServer is the API's fasthttp server for the config's limits and
+// timeouts: read_header bounds the header (from its first byte),
+// read_body the body, idle a keep-alive connection's wait; there is no
+// write timeout (a stream may last as long as the engine sends).
+// max_header_bytes is the read buffer, so the request line and header
+// must fit it; max_body_bytes, read again for each request from the
+// running config, bounds the body. A connection holds its read buffer
+// only while it reads a request, and its write buffer only while it
+// writes a response (ReduceMemoryUsage): an open stream holds the write
+// buffer alone.
+func (s *Server) newFastServer(t config.Timeouts, l config.Limits, conns *connSet) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:      s.serveFast,
+		ErrorHandler: s.fastError,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			c := s.serveConfig()
+			return fasthttp.RequestConfig{ReadTimeout: c.Timeouts.ReadBody.Duration, MaxRequestBodySize: int(c.Limits.MaxBodyBytes)}
+		},
+		ReadBufferSize:               l.MaxHeaderBytes,
+		WriteBufferSize:              writeBufferSize,
+		ReadTimeout:                  t.ReadHeader.Duration,
+		IdleTimeout:                  t.Idle.Duration,
+		ReduceMemoryUsage:            true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		ConnState:                    conns.track,
+		Logger:                       fastLogger{s.log},
+	}
+}
+
+// fastLogger passes fasthttp's messages to the router's log.
+type fastLogger struct{ log *slog.Logger }
+
+func (l fastLogger) Printf(format string, args ...any) {
+	l.log.Warn("api server", "msg", fmt.Sprintf(format, args...))
+}
+
+// connSet is the API's open connections, closed when the drain deadline
+// passed (fasthttp's Shutdown waits for them without closing them).
+type connSet struct {
+	mu sync.Mutex
+	m  map[net.Conn]struct{}
+}
+
+func (cs *connSet) track(c net.Conn, st fasthttp.ConnState) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	switch st {
+	case fasthttp.StateNew:
+		if cs.m == nil {
+			cs.m = map[net.Conn]struct{}{}
+		}
+		cs.m[c] = struct{}{}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		delete(cs.m, c)
+	}
+}
+
+func (cs *connSet) closeAll() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for c := range cs.m {
+		_ = c.Close()
+	}
+}
+
+// frontKind picks the API's server in Serve.
+type frontKind int
+
+const (
+	frontAuto frontKind = iota // fasthttp where the departure watch runs (Linux), else net/http
+	frontStd                   // net/http
+	frontFast                  // fasthttp (tests; fails Serve where there is no departure watch)
+)
+
+// apiServer is the API's fasthttp server on api, under the departure
+// watch (router/hangup: the context of each connection ends when its
+// client leaves), or nil when the API runs on net/http, whose background
+// read notices a departure: where the watch does not run (not Linux), or
+// when the front is pinned to net/http. stop ends the watch once the
+// server is done.
+func (s *Server) apiServer(api net.Listener, base context.Context, t config.Timeouts, l config.Limits) (srv listenerServer, stop func(), err error) {
+	stop = func() {}
+	if s.front == frontStd {
+		return nil, stop, nil
+	}
+	w, err := hangup.New()
+	if err != nil {
+		if s.front == frontFast {
+			return nil, stop, err
+		}
+		s.log.Info("no client departure watch here: the API runs on net/http", "err", err)
+		return nil, stop, nil
+	}
+	ln := w.Listener(api, base)
+	stop = func() { _ = w.Close() }
+	if s.wrapAPI != nil {
+		ln = s.wrapAPI(ln)
+	}
+	conns := &connSet{}
+	return fastServer{s.newFastServer(t, l, conns), ln, conns}, stop, nil
+}
+
+// fastServer is the API's fasthttp server as Serve drives it.
+type fastServer struct {
+	srv   *fasthttp.Server
+	ln    net.Listener
+	conns *connSet
+}
+
+func (x fastServer) serve() error                       { return x.srv.Serve(x.ln) }
+func (x fastServer) shutdown(ctx context.Context) error { return x.srv.ShutdownWithContext(ctx) }
+func (x fastServer) close()                             { x.conns.closeAll() }
