@@ -11,7 +11,10 @@
 // next request) are not watched for, and neither is the server's own
 // writing. A client that half-closes its side (shutdown(SHUT_WR)) counts
 // as gone, as it does for net/http's server, whose background read ends
-// the request's context on the EOF it reads.
+// the request's context on the EOF it reads. One difference: a client
+// that pipelines its next request and then half-closes counts as gone
+// here, where net/http's background read stops at the pipelined byte and
+// never sees the EOF.
 //
 // The watcher needs Linux's epoll. On other systems New returns an error
 // and the caller serves without it.
