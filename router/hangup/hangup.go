@@ -12,9 +12,9 @@
 // writing. A client that half-closes its side (shutdown(SHUT_WR)) counts
 // as gone, as it does for net/http's server, whose background read ends
 // the request's context on the EOF it reads. One difference: a client
-// that pipelines its next request and then half-closes counts as gone
-// here, where net/http's background read stops at the pipelined byte and
-// never sees the EOF.
+// that pipelines its next request and then half-closes always counts as
+// gone here; net/http's background read stops at a pipelined byte it has
+// not buffered yet, and then does not see the EOF.
 //
 // The watcher needs Linux's epoll. On other systems New returns an error
 // and the caller serves without it.
