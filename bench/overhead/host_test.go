@@ -20,15 +20,15 @@ ctxt 456
 
 func TestParseProcStat(t *testing.T) {
 	tick := 10 * time.Millisecond
-	cpu0 := hostCPU{busy: (5000 + 20 + 1500 + 300) * tick, steal: 400 * tick}
-	cpu1 := hostCPU{busy: (7000 + 30 + 1500 + 400) * tick, steal: 200 * tick}
+	cpu0 := hostCPU{idle: (450000 + 100) * tick, steal: 400 * tick}
+	cpu1 := hostCPU{idle: (450000 + 100) * tick, steal: 200 * tick}
 	for _, tc := range []struct {
 		cpu  int
 		want hostSample
 	}{
 		{0, hostSample{proxy: cpu0, rest: cpu1, restCPUs: 1}},
 		{1, hostSample{proxy: cpu1, rest: cpu0, restCPUs: 1}},
-		{-1, hostSample{proxy: hostCPU{busy: (12000 + 50 + 3000 + 700) * tick, steal: 600 * tick}}},
+		{-1, hostSample{proxy: hostCPU{idle: (900000 + 200) * tick, steal: 600 * tick}}},
 	} {
 		got, err := parseProcStat([]byte(procStatText), tc.cpu)
 		if err != nil || got != tc.want {
@@ -43,25 +43,35 @@ func TestParseProcStat(t *testing.T) {
 	}
 }
 
-// Pinned, the other tasks' time is a CPU's busy time less what the
-// benchmark's processes ran there: the proxy on its CPU, this process on
-// the generator's, per CPU; not pinned only steal is known.
+// Pinned, the other tasks' time is a CPU's busy time (the wall time less
+// idle and steal) less what the benchmark's processes ran there: the
+// proxy on its CPU, this process on the generator's, per CPU; not pinned
+// only steal is known.
 func TestWindowDisturbance(t *testing.T) {
 	el := 1500 * time.Millisecond
-	h := hostSample{proxy: hostCPU{busy: 300 * time.Millisecond, steal: 30 * time.Millisecond},
-		rest: hostCPU{busy: 3000 * time.Millisecond, steal: 300 * time.Millisecond}, restCPUs: 2}
+	t0 := time.Now()
+	before := hostSample{at: t0, restCPUs: 2}
+	after := hostSample{at: t0.Add(el), restCPUs: 2,
+		proxy: hostCPU{idle: 1170 * time.Millisecond, steal: 30 * time.Millisecond},
+		rest:  hostCPU{idle: 0, steal: 300 * time.Millisecond}}
+	h := after.sub(before)
+	if h.span != el {
+		t.Fatalf("span %v, want %v", h.span, el)
+	}
 	var w WindowRun
-	w.setDisturbance(h, 225*time.Millisecond, 2700*time.Millisecond, el, true)
+	w.setDisturbance(h, 225*time.Millisecond, 2400*time.Millisecond, el, true)
+	// proxy's CPU: 1500 - 1170 - 30 = 300 ms busy, 75 not the proxy's;
+	// the generator's two: 3000 - 300 = 2700 busy, 300 not this process's.
 	if *w.StealMsPerS != 20 || *w.OtherMsPerS != 50 || *w.GenStealMsPerS != 100 || *w.GenOtherMsPerS != 100 {
 		t.Errorf("pinned: steal %v other %v, generator's %v %v; want 20, 50, 100, 100", *w.StealMsPerS, *w.OtherMsPerS, *w.GenStealMsPerS, *w.GenOtherMsPerS)
 	}
 	if d := w.disturbance(); d != 200 {
 		t.Errorf("disturbance %v, want the generator's 200", d)
 	}
-	// The ticks' rounding can leave the proxy's exact time above its
-	// CPU's busy ticks: that is no negative disturbance.
+	// The 10 ms units can leave the proxy's exact time above its CPU's
+	// busy time: that is no negative disturbance.
 	w = WindowRun{}
-	w.setDisturbance(hostSample{proxy: hostCPU{busy: 200 * time.Millisecond}}, 210*time.Millisecond, 0, el, true)
+	w.setDisturbance(hostSample{span: el, proxy: hostCPU{idle: 1300 * time.Millisecond}}, 210*time.Millisecond, 0, el, true)
 	if w.disturbance() != 0 || w.GenStealMsPerS != nil {
 		t.Errorf("rounding below zero, no other CPU: disturbance %v, generator's steal %v", w.disturbance(), w.GenStealMsPerS)
 	}
