@@ -1,6 +1,7 @@
 package overhead
 
 import (
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -93,13 +94,15 @@ func TestDisturbedWindowIsRerun(t *testing.T) {
 	base := func(int) string { return srv.URL }
 	cols := []column{{path: "direct", base: base}, {path: "proxy", base: base, pid: func() []int { return []int{os.Getpid()} }}}
 	// Steal each window gets, in the order the windows run: 0 is quiet,
-	// 1e6 s disturbed whatever the window's length, 1e5 s less so.
+	// every other value is disturbed whatever the window's length, and
+	// the values are 100 times apart so that which is the more disturbed
+	// does not hang on how long a loaded machine stretched a window.
 	script := []float64{
-		0, 2e6, // slot 0: direct, proxy disturbed (the most)
-		1e6, 1e6, // slot 1: direct disturbed (not rerun), proxy disturbed
-		0, 1e6, // slot 2: proxy disturbed
+		0, 1e8, // slot 0: direct, proxy disturbed (the most)
+		1e8, 1e6, // slot 1: direct disturbed (not rerun), proxy disturbed
+		0, 1e4, // slot 2: proxy disturbed (the least)
 		0,   // rerun of slot 0: quiet, takes the slot
-		1e5, // rerun of slot 1 (the first of the two left): less disturbed, takes it; the bound of 2 is spent
+		1e2, // rerun of slot 1, now the most disturbed: less so, takes it; the bound of 2 is spent
 	}
 	var steal time.Duration
 	calls := 0
@@ -194,5 +197,26 @@ func TestStatusSwitches(t *testing.T) {
 	self := func() []int { return []int{os.Getpid()} }
 	if n := ctxSwitches(self); n <= 0 {
 		t.Errorf("this process's threads switched %v times", n)
+	}
+}
+
+// A negative bisection count, rerun bound or threshold is refused before
+// anything starts.
+func TestConfigRefusesNegativeRerunsAndBisections(t *testing.T) {
+	ok := Config{Rate: 1, Duration: time.Second, Windows: 1, SearchStart: 1, SearchFactor: 1.5, SearchDuration: time.Second,
+		Engine: EngineCanned, Targets: []int{1}, Modes: []string{"plain"}, MaxTokens: 1, WorkDir: t.TempDir()}
+	if err := ok.check(); err != nil {
+		t.Fatalf("a usable config refused: %v", err)
+	}
+	for name, bad := range map[string]func(*Config){
+		"bisect":    func(c *Config) { c.SearchBisect = -1 },
+		"reruns":    func(c *Config) { c.Reruns = -1 },
+		"disturbed": func(c *Config) { c.Disturbed = -5 },
+	} {
+		c := ok
+		bad(&c)
+		if err := c.check(); !errors.Is(err, ErrConfig) {
+			t.Errorf("negative %s: %v", name, err)
+		}
 	}
 }
