@@ -16,30 +16,38 @@ import (
 // generator that lost its CPU sends a burst after, which the proxy serves
 // with fewer wake-ups per request, and reads cheaper. /proc/stat says
 // both, per CPU. Steal is time the hypervisor ran something else while
-// the vCPU wanted to run; a CPU's busy time (user, nice, system, irq,
-// softirq) minus what the benchmark's own processes ran there (the proxy
-// on its CPU, this process, the generator and the engine, on the rest) is
-// what other tasks and interrupts used. A window with more of the two
+// the vCPU wanted to run; a CPU's busy time minus what the benchmark's
+// own processes ran there (the proxy on its CPU, this process, the
+// generator and the engine, on the rest) is what other tasks and
+// interrupts used. Busy time is the window's wall time less the CPU's
+// idle, iowait and steal, not the sum of its user, system, irq and
+// softirq: the kernel charges those a tick at a time to whatever runs
+// at the tick, which over a 1.5 s window was off by up to 70 ms on this
+// machine, while idle time is kept exactly on a tickless kernel. A window with more of the two
 // than the threshold on the proxy's CPU, or per CPU on the generator's,
 // is measured again (measure), up to a bound per cell.
 
-// hostCPU is a CPU's (or CPUs') accumulated time from /proc/stat.
+// hostCPU is a CPU's (or CPUs') accumulated idle (with iowait) and
+// steal time from /proc/stat.
 type hostCPU struct {
-	busy, steal time.Duration
+	idle, steal time.Duration
 }
 
-func (a hostCPU) sub(b hostCPU) hostCPU { return hostCPU{a.busy - b.busy, a.steal - b.steal} }
+func (a hostCPU) sub(b hostCPU) hostCPU { return hostCPU{a.idle - b.idle, a.steal - b.steal} }
 
-// hostSample is /proc/stat at one moment: the proxy's CPU, and every
+// hostSample is /proc/stat at one moment (at): the proxy's CPU, and every
 // other CPU summed (the generator's) with their count. Not pinned, the
-// proxy's is every CPU and there is no rest.
+// proxy's is every CPU and there is no rest. The difference of two
+// (sub) has the wall time between them in span.
 type hostSample struct {
 	proxy, rest hostCPU
 	restCPUs    int
+	at          time.Time
+	span        time.Duration
 }
 
 func (a hostSample) sub(b hostSample) hostSample {
-	return hostSample{a.proxy.sub(b.proxy), a.rest.sub(b.rest), a.restCPUs}
+	return hostSample{proxy: a.proxy.sub(b.proxy), rest: a.rest.sub(b.rest), restCPUs: a.restCPUs, span: a.at.Sub(b.at)}
 }
 
 // errProcStat is a /proc/stat without the line asked for, or one that
@@ -76,7 +84,7 @@ func parseProcStat(b []byte, cpu int) (hostSample, error) {
 		if n == cpu {
 			h.proxy, found = t, true
 		} else {
-			h.rest.busy += t.busy
+			h.rest.idle += t.idle
 			h.rest.steal += t.steal
 			h.restCPUs++
 		}
@@ -87,8 +95,8 @@ func parseProcStat(b []byte, cpu int) (hostSample, error) {
 	return h, nil
 }
 
-// cpuLine reads the busy and steal time of one /proc/stat CPU line's
-// fields.
+// cpuLine reads the idle (idle + iowait) and steal time of one
+// /proc/stat CPU line's fields.
 func cpuLine(f [][]byte) (hostCPU, error) {
 	if len(f) < 9 {
 		return hostCPU{}, errProcStat
@@ -102,7 +110,7 @@ func cpuLine(f [][]byte) (hostCPU, error) {
 		v[i] = n
 	}
 	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / clockTick }
-	return hostCPU{busy: tick(v[0] + v[1] + v[2] + v[5] + v[6]), steal: tick(v[7])}, nil
+	return hostCPU{idle: tick(v[3] + v[4]), steal: tick(v[7])}, nil
 }
 
 // procStatReader reads /proc/stat for CPU cpu (negative: all CPUs).
@@ -112,12 +120,14 @@ func procStatReader(cpu int) func() (hostSample, error) {
 		if err != nil {
 			return hostSample{}, err
 		}
-		return parseProcStat(b, cpu)
+		h, err := parseProcStat(b, cpu)
+		h.at = time.Now()
+		return h, err
 	}
 }
 
 // setDisturbance fills w's host figures, in ms per second of window, from
-// the /proc/stat difference h over a window of length el in which the
+// the /proc/stat difference h around a window of length el in which the
 // proxy ran proxy and this process self. Not pinned there is no other
 // tasks' figure: the proxy's CPU is every CPU, which the generator and the
 // engine share with it.
@@ -127,12 +137,13 @@ func (w *WindowRun) setDisturbance(h hostSample, proxy, self, el time.Duration, 
 	if !pinned {
 		return
 	}
-	w.OtherMsPerS = ptr(perS(h.proxy.busy - proxy))
+	busy := func(c hostCPU, cpus int) time.Duration { return h.span*time.Duration(cpus) - c.idle - c.steal }
+	w.OtherMsPerS = ptr(perS(busy(h.proxy, 1) - proxy))
 	if h.restCPUs > 0 {
 		n := time.Duration(h.restCPUs)
 		w.GenStealMsPerS = ptr(perS(h.rest.steal / n))
 		if self > 0 {
-			w.GenOtherMsPerS = ptr(perS((h.rest.busy - self) / n))
+			w.GenOtherMsPerS = ptr(perS((busy(h.rest, h.restCPUs) - self) / n))
 		}
 	}
 }
@@ -153,7 +164,7 @@ func (w WindowRun) disturbance() float64 {
 
 // DefaultDisturbed is the default threshold (ms per second of window) of
 // WindowRun.disturbance above which a window is measured again.
-// /proc/stat counts in 10 ms ticks, so over a 1.5 s window the reading
+// /proc/stat reports in 10 ms units, so over a 1.5 s window the reading
 // itself is uncertain by about ±13 ms/s; BENCHMARKS.md §2 has the quiet
 // and loaded readings the value was chosen from.
 const DefaultDisturbed = 50.0

@@ -1,6 +1,7 @@
 package overhead
 
 import (
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -20,15 +21,15 @@ ctxt 456
 
 func TestParseProcStat(t *testing.T) {
 	tick := 10 * time.Millisecond
-	cpu0 := hostCPU{busy: (5000 + 20 + 1500 + 300) * tick, steal: 400 * tick}
-	cpu1 := hostCPU{busy: (7000 + 30 + 1500 + 400) * tick, steal: 200 * tick}
+	cpu0 := hostCPU{idle: (450000 + 100) * tick, steal: 400 * tick}
+	cpu1 := hostCPU{idle: (450000 + 100) * tick, steal: 200 * tick}
 	for _, tc := range []struct {
 		cpu  int
 		want hostSample
 	}{
 		{0, hostSample{proxy: cpu0, rest: cpu1, restCPUs: 1}},
 		{1, hostSample{proxy: cpu1, rest: cpu0, restCPUs: 1}},
-		{-1, hostSample{proxy: hostCPU{busy: (12000 + 50 + 3000 + 700) * tick, steal: 600 * tick}}},
+		{-1, hostSample{proxy: hostCPU{idle: (900000 + 200) * tick, steal: 600 * tick}}},
 	} {
 		got, err := parseProcStat([]byte(procStatText), tc.cpu)
 		if err != nil || got != tc.want {
@@ -43,25 +44,35 @@ func TestParseProcStat(t *testing.T) {
 	}
 }
 
-// Pinned, the other tasks' time is a CPU's busy time less what the
-// benchmark's processes ran there: the proxy on its CPU, this process on
-// the generator's, per CPU; not pinned only steal is known.
+// Pinned, the other tasks' time is a CPU's busy time (the wall time less
+// idle and steal) less what the benchmark's processes ran there: the
+// proxy on its CPU, this process on the generator's, per CPU; not pinned
+// only steal is known.
 func TestWindowDisturbance(t *testing.T) {
 	el := 1500 * time.Millisecond
-	h := hostSample{proxy: hostCPU{busy: 300 * time.Millisecond, steal: 30 * time.Millisecond},
-		rest: hostCPU{busy: 3000 * time.Millisecond, steal: 300 * time.Millisecond}, restCPUs: 2}
+	t0 := time.Now()
+	before := hostSample{at: t0, restCPUs: 2}
+	after := hostSample{at: t0.Add(el), restCPUs: 2,
+		proxy: hostCPU{idle: 1170 * time.Millisecond, steal: 30 * time.Millisecond},
+		rest:  hostCPU{idle: 0, steal: 300 * time.Millisecond}}
+	h := after.sub(before)
+	if h.span != el {
+		t.Fatalf("span %v, want %v", h.span, el)
+	}
 	var w WindowRun
-	w.setDisturbance(h, 225*time.Millisecond, 2700*time.Millisecond, el, true)
+	w.setDisturbance(h, 225*time.Millisecond, 2400*time.Millisecond, el, true)
+	// proxy's CPU: 1500 - 1170 - 30 = 300 ms busy, 75 not the proxy's;
+	// the generator's two: 3000 - 300 = 2700 busy, 300 not this process's.
 	if *w.StealMsPerS != 20 || *w.OtherMsPerS != 50 || *w.GenStealMsPerS != 100 || *w.GenOtherMsPerS != 100 {
 		t.Errorf("pinned: steal %v other %v, generator's %v %v; want 20, 50, 100, 100", *w.StealMsPerS, *w.OtherMsPerS, *w.GenStealMsPerS, *w.GenOtherMsPerS)
 	}
 	if d := w.disturbance(); d != 200 {
 		t.Errorf("disturbance %v, want the generator's 200", d)
 	}
-	// The ticks' rounding can leave the proxy's exact time above its
-	// CPU's busy ticks: that is no negative disturbance.
+	// The 10 ms units can leave the proxy's exact time above its CPU's
+	// busy time: that is no negative disturbance.
 	w = WindowRun{}
-	w.setDisturbance(hostSample{proxy: hostCPU{busy: 200 * time.Millisecond}}, 210*time.Millisecond, 0, el, true)
+	w.setDisturbance(hostSample{span: el, proxy: hostCPU{idle: 1300 * time.Millisecond}}, 210*time.Millisecond, 0, el, true)
 	if w.disturbance() != 0 || w.GenStealMsPerS != nil {
 		t.Errorf("rounding below zero, no other CPU: disturbance %v, generator's steal %v", w.disturbance(), w.GenStealMsPerS)
 	}
@@ -83,13 +94,15 @@ func TestDisturbedWindowIsRerun(t *testing.T) {
 	base := func(int) string { return srv.URL }
 	cols := []column{{path: "direct", base: base}, {path: "proxy", base: base, pid: func() []int { return []int{os.Getpid()} }}}
 	// Steal each window gets, in the order the windows run: 0 is quiet,
-	// 1e6 s disturbed whatever the window's length, 1e5 s less so.
+	// every other value is disturbed whatever the window's length, and
+	// the values are 100 times apart so that which is the more disturbed
+	// does not hang on how long a loaded machine stretched a window.
 	script := []float64{
-		0, 2e6, // slot 0: direct, proxy disturbed (the most)
-		1e6, 1e6, // slot 1: direct disturbed (not rerun), proxy disturbed
-		0, 1e6, // slot 2: proxy disturbed
+		0, 1e8, // slot 0: direct, proxy disturbed (the most)
+		1e8, 1e6, // slot 1: direct disturbed (not rerun), proxy disturbed
+		0, 1e4, // slot 2: proxy disturbed (the least)
 		0,   // rerun of slot 0: quiet, takes the slot
-		1e5, // rerun of slot 1 (the first of the two left): less disturbed, takes it; the bound of 2 is spent
+		1e2, // rerun of slot 1, now the most disturbed: less so, takes it; the bound of 2 is spent
 	}
 	var steal time.Duration
 	calls := 0
@@ -184,5 +197,26 @@ func TestStatusSwitches(t *testing.T) {
 	self := func() []int { return []int{os.Getpid()} }
 	if n := ctxSwitches(self); n <= 0 {
 		t.Errorf("this process's threads switched %v times", n)
+	}
+}
+
+// A negative bisection count, rerun bound or threshold is refused before
+// anything starts.
+func TestConfigRefusesNegativeRerunsAndBisections(t *testing.T) {
+	ok := Config{Rate: 1, Duration: time.Second, Windows: 1, SearchStart: 1, SearchFactor: 1.5, SearchDuration: time.Second,
+		Engine: EngineCanned, Targets: []int{1}, Modes: []string{"plain"}, MaxTokens: 1, WorkDir: t.TempDir()}
+	if err := ok.check(); err != nil {
+		t.Fatalf("a usable config refused: %v", err)
+	}
+	for name, bad := range map[string]func(*Config){
+		"bisect":    func(c *Config) { c.SearchBisect = -1 },
+		"reruns":    func(c *Config) { c.Reruns = -1 },
+		"disturbed": func(c *Config) { c.Disturbed = -5 },
+	} {
+		c := ok
+		bad(&c)
+		if err := c.check(); !errors.Is(err, ErrConfig) {
+			t.Errorf("negative %s: %v", name, err)
+		}
 	}
 }
