@@ -22,7 +22,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var rc routerd.Config
 	rc.RegisterFlags(fs)
 	logFormat := fs.String("log-format", "text", "log format: text or json (the request log is one line per request)")
-	gcFloor := fs.Int("gc-floor-mb", 16, "the heap grows by at least this many MiB between garbage collections "+
+	gcFloor := fs.Int("gc-floor-mb", 8, "the heap grows by at least this many MiB between garbage collections "+
 		"(GOGC, when set, is the percent above it; 0: Go's own pacing, as GOGC alone gives)")
 	var tf certs.ListenerFlags
 	tf.RegisterFlags(fs, true, "admin")

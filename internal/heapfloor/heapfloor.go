@@ -48,6 +48,14 @@ func Percent(live, floor uint64, base int) int {
 	return int(p)
 }
 
+// moved reports whether a newly computed percent p replaces the percent
+// cur in force. Moves under an eighth of cur do not reset the pacer; a
+// return to base always does, or a percent a little above it would stay
+// for good once the live heap outgrew the floor.
+func moved(cur, p, base int) bool {
+	return p != cur && (p == base || p > cur+cur/8 || p < cur-cur/8)
+}
+
 // keeper re-arms itself on every collection: its sentinel becomes
 // unreachable, the cleanup runs after the collection and adjusts the
 // percent for the live heap the collection measured.
@@ -113,8 +121,7 @@ func (k *keeper) collected() {
 	metrics.Read(k.sample[:])
 	if k.sample[0].Value.Kind() == metrics.KindUint64 {
 		p := Percent(k.sample[0].Value.Uint64(), k.floor, k.base)
-		// Small moves of the live heap do not reset the pacer.
-		if cur := k.current; p > cur+cur/8 || p < cur-cur/8 {
+		if moved(k.current, p, k.base) {
 			k.current = p
 			debug.SetGCPercent(p)
 		}

@@ -39,6 +39,25 @@ func TestPercentKeepsTheFloorAndNeverGoesBelowTheBase(t *testing.T) {
 	}
 }
 
+func TestAPercentMovesOnBigChangesAndAlwaysBackToTheBase(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		cur, p, base int
+		want         bool
+	}{
+		{"a small move is ignored", 400, 420, 100, false},
+		{"a big move is taken", 400, 300, 100, true},
+		{"back to the base from just above it", 110, 100, 100, true},
+		{"no move", 100, 100, 100, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := moved(c.cur, c.p, c.base); got != c.want {
+				t.Fatalf("moved(%d, %d, %d) = %v, want %v", c.cur, c.p, c.base, got, c.want)
+			}
+		})
+	}
+}
+
 func TestKeepRaisesThePercentAfterACollectionAndStopRestoresIt(t *testing.T) {
 	base := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(base)
