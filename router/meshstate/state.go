@@ -100,12 +100,12 @@ type Remote struct {
 	QueueOK bool
 	// Inflight and Prefill are Σ over the other routers of their latest
 	// unexpired EngineLoad for the engine; PeersOK is false when none has
-	// one. Age is how old the newest of them is.
+	// one. (Nothing here says how old they are: a transport would read
+	// its clock for that on every lookup, per target per pick.)
 	Inflight, Prefill uint64
 	// Waiting is Σ over the other routers of their EngineLoad.Waiting.
 	Waiting [3]uint64
 	PeersOK bool
-	Age     time.Duration
 }
 
 // Transport is the gossip the mesh state rides on. cluster/mesh's View
