@@ -191,29 +191,60 @@ func (r *request) withModel(model string) []byte {
 // string (quotedJSON) when the caller keeps it, the target's made once
 // per snapshot; nil: it is written here.
 func (r *request) bodyFor(model string, quoted []byte) *splicedBody {
+	sp := new(splicedBody)
+	r.spliceInto(sp, model, quoted)
+	return sp
+}
+
+// spliceInto sets *sp to bodyFor's body.
+func (r *request) spliceInto(sp *splicedBody, model string, quoted []byte) {
 	if model == r.model {
-		return &splicedBody{parts: [3][]byte{r.body}, n: int64(len(r.body))}
+		*sp = splicedBody{parts: [3][]byte{r.body}, n: int64(len(r.body))}
+		return
 	}
 	q := quoted
 	if q == nil {
 		q = quotedJSON(model)
 	}
-	sp := &splicedBody{parts: [3][]byte{r.body[:r.modelStart], q, r.body[r.modelEnd:]}}
+	*sp = splicedBody{parts: [3][]byte{r.body[:r.modelStart], q, r.body[r.modelEnd:]}}
 	sp.n = int64(len(sp.parts[0]) + len(q) + len(sp.parts[2]))
+}
+
+// upstreamBody is the body of an attempt on t, which forwards model. The
+// request's first attempt has it in the attempt's own storage (bodyv: a
+// parsed body is never empty, so n is 0 only until then); a retry or a
+// resume gets one of its own, as an earlier attempt's transport may still
+// be reading its body.
+func (a *attempt) upstreamBody(t *target, model string) *splicedBody {
+	sp := &a.bodyv
+	if sp.n != 0 {
+		sp = new(splicedBody)
+	}
+	a.req.spliceInto(sp, model, t.quoted)
 	return sp
 }
 
-// splicedBody reads three byte slices as one body.
+// splicedBody reads three byte slices as one body. A part read to its
+// end is dropped (nil), so a body sent whole holds no reference to the
+// request's buffer: the first attempt's lives as long as the request
+// (attempt.bodyv), which lets go of the buffer at its first byte.
 type splicedBody struct {
 	parts [3][]byte
 	n     int64 // total length
+}
+
+// consumed drops the first n bytes of part i.
+func (b *splicedBody) consumed(i, n int) {
+	if b.parts[i] = b.parts[i][n:]; len(b.parts[i]) == 0 {
+		b.parts[i] = nil
+	}
 }
 
 func (b *splicedBody) Read(p []byte) (int, error) {
 	for i := range b.parts {
 		if len(b.parts[i]) > 0 {
 			n := copy(p, b.parts[i])
-			b.parts[i] = b.parts[i][n:]
+			b.consumed(i, n)
 			return n, nil
 		}
 	}
@@ -230,7 +261,7 @@ func (b *splicedBody) WriteTo(w io.Writer) (int64, error) {
 		}
 		n, err := w.Write(b.parts[i])
 		total += int64(n)
-		b.parts[i] = b.parts[i][n:]
+		b.consumed(i, n)
 		if err != nil {
 			return total, err
 		}

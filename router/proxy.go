@@ -136,9 +136,6 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 		return nil, false
 	}
 	a.key = key
-	if key != nil {
-		a.obs.key = key.name
-	}
 	limit := sn.cfg.Limits.MaxBodyBytes
 	if n := r.contentLength(); n > limit {
 		w.setHeader("Connection", valueClose)
@@ -175,7 +172,6 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 	}
 	res := a.res
 	a.label, a.counted = res.pool.key, res.pool
-	a.obs.route = res.pool.key
 	if !key.allows(req.model) {
 		fail(fmt.Errorf("%w: %q", ErrForbidden, req.model), 0)
 		return nil, false
@@ -254,7 +250,9 @@ type attempt struct {
 	firstByte time.Time
 	tail      usageTail
 
-	// Storage behind req, rc, tried and loads for the usual request.
+	// Storage behind req, rc, tried and loads for the usual request, and
+	// the first attempt's upstream body (upstreamBody).
+	bodyv     splicedBody
 	reqv      request
 	rcv       strategies.RouteContext
 	triedBuf  [16]bool
@@ -555,7 +553,7 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 		s.learn.Observed(a.res.pool.key, t.provider.apiBase, a.rc)
 	}
 	model := t.upstreamModel(a.res.requested)
-	body := t.body(a.req, model)
+	body := a.upstreamBody(t, model)
 	*l = leg{t: t, idx: idx, queue: strategies.QueueDepth(a.loads, idx)}
 	t.stats.Begin()
 	a.holdPrefill(t, idx)

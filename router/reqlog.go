@@ -208,9 +208,9 @@ func (a *attempt) logRequest(code int, latencyMs float64) {
 	attrs := make([]slog.Attr, 0, 24)
 	attrs = append(attrs,
 		slog.String("request_id", o.id),
-		slog.String("key", o.key),
+		slog.String("key", a.keyName()),
 		slog.String("model", a.req.model),
-		slog.String("route", o.route),
+		slog.String("route", a.label),
 		slog.String("target", o.target),
 		slog.Int("attempts", o.attempts),
 		slog.Int("status", code),

@@ -154,15 +154,6 @@ func (t *target) upstreamModel(requested string) string {
 	return t.model
 }
 
-// body is the upstream body of req for t, which forwards model
-// (upstreamModel).
-func (t *target) body(req *request, model string) *splicedBody {
-	if t.model == "" {
-		return req.bodyFor(model, nil)
-	}
-	return req.bodyFor(model, t.quoted)
-}
-
 // resolved is a request's address resolved against a snapshot.
 type resolved struct {
 	pool      *pool

@@ -34,8 +34,6 @@ type reqObs struct {
 	id    string
 	idv   [1]string // the x-request-id header value, aliasing id
 	idBuf [requestIDLen]byte
-	key   string // API key name ("" on an open router)
-	route string // pool key
 	// target is the label of the target whose response the client got.
 	target   string
 	attempts int
@@ -309,8 +307,8 @@ func (a *attempt) finish(code int) {
 			attrs = append(attrs,
 				attribute.String("gen_ai.operation.name", operationName(a.r.path())),
 				attribute.String("gen_ai.request.model", a.req.model),
-				attribute.String("rolter.route", o.route),
-				attribute.String("rolter.key", o.key),
+				attribute.String("rolter.route", a.label),
+				attribute.String("rolter.key", a.keyName()),
 				attribute.Int("rolter.attempts", o.attempts),
 				attribute.Int("http.response.status_code", code))
 			if o.target != "" {
@@ -331,6 +329,15 @@ func (a *attempt) finish(code int) {
 		taps.Put(o.tap)
 		o.tap, o.usage = nil, nil
 	}
+}
+
+// keyName is the request's API key's name ("" on an open router, or
+// before the key is known).
+func (a *attempt) keyName() string {
+	if a.key == nil {
+		return ""
+	}
+	return a.key.name
 }
 
 // usageAttrs appends the GenAI semantic-convention usage attributes

@@ -219,10 +219,6 @@ func (t viewTransport) Engine(key string) (meshstate.Remote, bool) {
 	if !ok {
 		return meshstate.Remote{}, false
 	}
-	out := meshstate.Remote{Queue: r.Queue, QueueOK: r.QueueOK, Inflight: r.Inflight, Prefill: r.Prefill, Waiting: r.Waiting,
-		PeersOK: r.PeersOK}
-	if r.PeersOK && !r.Updated.IsZero() {
-		out.Age = t.now().Sub(r.Updated)
-	}
-	return out, true
+	return meshstate.Remote{Queue: r.Queue, QueueOK: r.QueueOK, Inflight: r.Inflight, Prefill: r.Prefill, Waiting: r.Waiting,
+		PeersOK: r.PeersOK}, true
 }

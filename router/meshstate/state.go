@@ -100,12 +100,12 @@ type Remote struct {
 	QueueOK bool
 	// Inflight and Prefill are Σ over the other routers of their latest
 	// unexpired EngineLoad for the engine; PeersOK is false when none has
-	// one. Age is how old the newest of them is.
+	// one. (Nothing here says how old they are: a transport would read
+	// its clock for that on every lookup, per target per pick.)
 	Inflight, Prefill uint64
 	// Waiting is Σ over the other routers of their EngineLoad.Waiting.
 	Waiting [3]uint64
 	PeersOK bool
-	Age     time.Duration
 }
 
 // Transport is the gossip the mesh state rides on. cluster/mesh's View
@@ -424,30 +424,43 @@ func (s *State) Observed(pool, target string, rc *strategies.RouteContext) {
 		return
 	}
 	target = s.key(target)
-	share := func(kind Kind, k uint64) {
-		local := s.hash(kind, pool, k)
-		s.mu.Lock()
-		dup := s.sent[local] == target
-		if !dup {
-			if len(s.sent) >= MaxLearned {
-				clear(s.sent)
-			}
-			s.sent[local] = target
-		}
-		s.mu.Unlock()
-		if !dup {
-			s.tr.Share(Record{Kind: kind, Pool: pool, Target: target, Key: k, TTL: Learned})
-			s.learned.WithLabelValues(kindLabel(kind), "shared").Inc()
-		}
+	// Every record of the request is hashed first, then de-duplicated
+	// under one lock (not one per prefix), then shared outside it.
+	type pending struct {
+		kind          Kind
+		key, local    uint64
+		alreadyShared bool
 	}
+	var buf [33]pending
+	recs := buf[:0]
 	if rc.Prompt != "" {
-		var buf [32]strategies.PrefixHash
-		for _, ph := range strategies.AppendPrefixHashes(buf[:0], pool, rc.Prompt) {
-			share(Prefix, ph.Hash)
+		var hs [32]strategies.PrefixHash
+		for _, ph := range strategies.AppendPrefixHashes(hs[:0], pool, rc.Prompt) {
+			recs = append(recs, pending{kind: Prefix, key: ph.Hash})
 		}
 	}
 	if rc.SessionKey != "" {
-		share(Pin, strategies.SessionHash(pool, rc.SessionKey))
+		recs = append(recs, pending{kind: Pin, key: strategies.SessionHash(pool, rc.SessionKey)})
+	}
+	for i := range recs {
+		recs[i].local = s.hash(recs[i].kind, pool, recs[i].key)
+	}
+	s.mu.Lock()
+	for i := range recs {
+		r := &recs[i]
+		if r.alreadyShared = s.sent[r.local] == target; !r.alreadyShared {
+			if len(s.sent) >= MaxLearned {
+				clear(s.sent)
+			}
+			s.sent[r.local] = target
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range recs {
+		if !r.alreadyShared {
+			s.tr.Share(Record{Kind: r.kind, Pool: pool, Target: target, Key: r.key, TTL: Learned})
+			s.learned.WithLabelValues(kindLabel(r.kind), "shared").Inc()
+		}
 	}
 }
 

@@ -101,7 +101,6 @@ func (g gossip) Engine(key string) (meshstate.Remote, bool) {
 	}
 	rem := meshstate.Remote{Queue: g.r.engines[e].lag.queueAt(g.r.viewTime()), QueueOK: true}
 	seen := g.r.now - g.r.cfg.PeerDelay
-	newest := time.Duration(-1)
 	for j, rep := range g.r.routers {
 		if j == g.k {
 			continue
@@ -117,10 +116,6 @@ func (g gossip) Engine(key string) (meshstate.Remote, bool) {
 			rem.Waiting[b] += n
 		}
 		rem.PeersOK = true
-		newest = max(newest, p.at)
-	}
-	if rem.PeersOK {
-		rem.Age = g.r.now - newest
 	}
 	return rem, true
 }
