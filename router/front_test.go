@@ -228,6 +228,25 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("%d, %d bytes, Content-Length %q", code, len(body), h.Get("Content-Length"))
 			}
 		}},
+		{"a plain body broken midway is not whole", func(t *testing.T, fr front) {
+			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", "100")
+				_, _ = io.WriteString(w, `{"object":"chat.completion",`)
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler)
+			})
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions", strings.NewReader(chatHi))
+			resp, err := f.client.Do(req)
+			if err == nil {
+				b, rerr := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if rerr == nil {
+					t.Fatalf("the client read %d %q as a whole answer", resp.StatusCode, b)
+				}
+			}
+		}},
 		{"Expect: 100-continue", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
 			client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
