@@ -169,6 +169,31 @@ func TestServeFront(t *testing.T) {
 				t.Fatalf("%d %q %s", code, h.Get("Content-Type"), body)
 			}
 		}},
+		{"models, unknown paths and methods", func(t *testing.T, fr front) {
+			eng := newEngine(t, okChat)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			get := func(method, path string) (int, http.Header, string) {
+				req, _ := http.NewRequest(method, f.base+path, nil)
+				resp, err := f.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, resp.Header, string(b)
+			}
+			if code, h, body := get(http.MethodGet, "/v1/models"); code != http.StatusOK || !strings.Contains(body, `"id":"m"`) ||
+				h.Get("Content-Type") != "application/json" {
+				t.Fatalf("/v1/models: %d %q %s", code, h.Get("Content-Type"), body)
+			}
+			if code, _, body := get(http.MethodGet, "/v1/nothing"); code != http.StatusNotFound || errorCode(t, body) != "not_found" {
+				t.Fatalf("unknown path: %d %s", code, body)
+			}
+			if code, h, body := get(http.MethodGet, "/v1/chat/completions"); code != http.StatusMethodNotAllowed ||
+				h.Get("Allow") != http.MethodPost || errorCode(t, body) != "method_not_allowed" {
+				t.Fatalf("GET of a POST path: %d Allow %q %s", code, h.Get("Allow"), body)
+			}
+		}},
 		{"body over max_body_bytes", func(t *testing.T, fr front) {
 			eng := newEngine(t, okChat)
 			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_body_bytes = 64\n", nil, nil, nil)
