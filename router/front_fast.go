@@ -123,14 +123,15 @@ func (f *fastFront) contentLength() int64 {
 }
 
 // readBody copies the body fasthttp read before the handler (bounded by
-// max_body_bytes and read_body there: fastServer) into a pooled buffer,
-// the one the proxy parses and sends upstream from.
+// max_body_bytes and read_body there: newFastServer) into a pooled
+// buffer, the one the proxy parses and sends upstream from.
 func (f *fastFront) readBody(limit int64, _ time.Duration) (*bodyBuf, error) {
 	b := f.ctx.Request.Body()
-	bb := newBodyBuf(len(b)+1, limit+1)
-	if int64(len(b)) > limit {
+	if int64(len(b)) > limit { // the limit was lowered since fasthttp read it
+		bb := newBodyBuf(1, limit+1)
 		return bb, fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
 	}
+	bb := newBodyBuf(len(b)+1, limit+1)
 	bb.b = append(bb.b, b...)
 	// fasthttp's copy goes back to its pool now rather than when the
 	// response is written: a stream would hold it while it is open.
