@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 	"unsafe"
@@ -72,8 +73,16 @@ var (
 	_ laterBody = (*fastFront)(nil)
 )
 
-// serveFast is the fasthttp handler of the API.
+// serveFast is the fasthttp handler of the API. A panic is logged and
+// ends the connection, as net/http's server does (fasthttp would end the
+// process).
 func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("panic serving a request", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			_ = ctx.Conn().Close()
+		}
+	}()
 	f := &fastFront{ctx: ctx, c: connContext(ctx.Conn())}
 	f.meth = knownString(ctx.Method(), http.MethodPost, http.MethodGet)
 	f.p = knownString(ctx.Path(), inferencePaths[0], inferencePaths[1], inferencePaths[2], "/v1/models")

@@ -448,6 +448,25 @@ max_streams_per_key = 1
 				t.Fatal("Serve did not return after the drain deadline")
 			}
 		}},
+		{"a panicking request ends and the router serves on", func(t *testing.T, fr front) {
+			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) { play(w, helloA, "[DONE]") })
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+`
+[[keys]]
+name = "k"
+sha256 = "`+sha("sk-k")+`"
+[limits]
+max_streams_per_key = 1
+`, func(o *Options) { o.Transport = panicOn{"X-Panic", &http.Transport{}} }, nil, nil)
+			stream := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+			if code, _, _ := f.post(t.Context(), stream, "Authorization", "Bearer sk-k", "X-Panic", "1"); code != -1 {
+				t.Fatalf("the panicking request got %d, want its connection closed", code)
+			}
+			// The panicking stream gave its slot back: the key's one open
+			// stream is free.
+			if code, _, body := f.post(t.Context(), stream, "Authorization", "Bearer sk-k"); code != http.StatusOK {
+				t.Fatalf("the next stream: %d %s", code, body)
+			}
+		}},
 		{"TLS", func(t *testing.T, fr front) {
 			ca := certstest.NewCA(t, "front")
 			leaf := ca.Valid(t, "router")
@@ -542,6 +561,20 @@ max_streams_per_key = 1
 			t.Run(fr.name+"/"+tc.name, func(t *testing.T) { tc.run(t, fr) })
 		}
 	}
+}
+
+// panicOn is a transport that panics on a request carrying header, and
+// otherwise sends it with next.
+type panicOn struct {
+	header string
+	next   http.RoundTripper
+}
+
+func (p panicOn) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get(p.header) != "" {
+		panic("the transport fell over")
+	}
+	return p.next.RoundTrip(r)
 }
 
 // requestsByCode sums rolter_requests_total by status code.

@@ -47,10 +47,16 @@ func (s *Server) serveInference(w answer, r inbound) {
 	a := &attempt{s: s, sn: sn, w: w, r: r, start: s.clock.Now()}
 	a.req, a.rc = &a.reqv, &a.rcv
 	a.begin()
-	if a.code = a.serve(); a.code == statusLater {
-		return
-	}
-	a.done()
+	later := false
+	defer func() {
+		// Deferred, so that a request whose handler panicked ends too
+		// (net/http and serveFast recover the panic).
+		if !later {
+			a.done()
+		}
+	}()
+	a.code = a.serve()
+	later = a.code == statusLater
 }
 
 // serve is the request up to its answer: the status the client got, or
@@ -73,8 +79,8 @@ func (a *attempt) serve() int {
 // (resumes and the terminal error event included), then done.
 func (a *attempt) copyBody() {
 	p := &a.later
+	defer a.done() // fasthttp recovers a panic in the body's WriteTo
 	a.code = a.relayBody(p.deadline, &p.l, p.resp)
-	a.done()
 }
 
 // abandon ends a request whose body copy never ran (the client left
