@@ -137,6 +137,9 @@ func TestServeFront(t *testing.T) {
 			if v := h.Get("Server"); v != "" {
 				t.Fatalf("Server %q: the router names no server of its own", v)
 			}
+			if h.Get("X-Rolter-Target") == "" || h.Get("X-Rolter-Attempts") != "1" {
+				t.Fatalf("routing headers %v", h)
+			}
 		}},
 		{"stream", func(t *testing.T, fr front) {
 			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
