@@ -477,7 +477,16 @@ max_streams_per_key = 1
 			if err != nil {
 				t.Fatal(err)
 			}
-			eng := newEngine(t, okChat)
+			started, gone := make(chan struct{}, 1), make(chan struct{}, 1)
+			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+				if b["user"] != "leaves" {
+					okChat(w, r, b)
+					return
+				}
+				started <- struct{}{}
+				<-r.Context().Done()
+				gone <- struct{}{}
+			})
 			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, func(ln net.Listener) net.Listener {
 				return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
@@ -485,6 +494,17 @@ max_streams_per_key = 1
 			if code, _, body := f.post(t.Context(), chatHi); code != http.StatusOK {
 				t.Fatalf("over TLS: %d %s", code, body)
 			}
+			// A departure is seen below TLS too.
+			ctx, cancel := context.WithCancel(t.Context())
+			replied := make(chan int, 1)
+			go func() {
+				code, _, _ := f.post(ctx, `{"model":"m","user":"leaves","messages":[{"role":"user","content":"hi"}]}`)
+				replied <- code
+			}()
+			waitOn(t, started, "the request reached the engine")
+			cancel()
+			waitOn(t, gone, "the engine's request ended after the TLS client left")
+			<-replied
 		}},
 		{"client leaves while the engine works", func(t *testing.T, fr front) {
 			started, gone := make(chan struct{}, 1), make(chan struct{}, 1)
