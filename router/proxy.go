@@ -686,7 +686,7 @@ type laterLeg struct {
 	resp     *http.Response
 }
 
-// laterBody is a answer whose server writes the body after the handler
+// laterBody is an answer whose server writes the body after the handler
 // returned (fasthttp's: the response goes out once the handler is done).
 // later is asked once the answer's head is committed: true means it took
 // the body to copy with a.copyBody when the head is written (size bytes,
@@ -870,7 +870,8 @@ func copyHeader(dst, src http.Header) {
 // non-SSE body broke midway: the caller aborts the connection so the
 // client cannot mistake a truncated body for a whole one).
 //
-// A request with a splice goes to relaySpliced instead (deliver).
+// Its head is out (head); a request with a splice goes to relaySpliced
+// instead (relayBody).
 func (a *attempt) relay(resp *http.Response) (status int, ok bool, outcome string) {
 	s := a.s
 	sse := isEventStream(resp.Header.Get("Content-Type"))
