@@ -1,6 +1,7 @@
 // Package router owns rolter's data plane: the OpenAI-compatible HTTP
 // surface (/v1/chat/completions, /v1/completions, /v1/embeddings,
-// /v1/models), API-key checks, prompt extraction into a
+// /v1/models) on fasthttp's server or net/http's (front.go,
+// front_fast.go: one proxy behind two small interfaces), API-key checks, prompt extraction into a
 // strategies.RouteContext, per-attempt eligibility (tried, parked, healthy,
 // breaker), the streaming proxy with retries before the first byte and,
 // on routes that opt in, broken streams resumed on another target

@@ -48,9 +48,10 @@ type inbound interface {
 
 // answer is the response to the client. Headers are set until commit;
 // commit fixes the status and the headers; the body follows. On net/http
-// commit writes them at once; on fasthttp they go out with the body's
-// first bytes (or, for a body the handler wrote whole, in one write with
-// it).
+// commit writes them at once; on fasthttp they go out once the handler
+// returned: with the body the handler wrote whole, in one write, or
+// ahead of a body copied later (bodyCopy; an event stream's head is
+// flushed at once).
 type answer interface {
 	// setHeader sets a canonical key's values (which it does not modify).
 	setHeader(key string, values []string)

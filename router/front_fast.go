@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 	"unsafe"
@@ -72,8 +73,16 @@ var (
 	_ laterBody = (*fastFront)(nil)
 )
 
-// serveFast is the fasthttp handler of the API.
+// serveFast is the fasthttp handler of the API. A panic is logged and
+// ends the connection, as net/http's server does (fasthttp would end the
+// process).
 func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("panic serving a request", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			_ = ctx.Conn().Close()
+		}
+	}()
 	f := &fastFront{ctx: ctx, c: connContext(ctx.Conn())}
 	f.meth = knownString(ctx.Method(), http.MethodPost, http.MethodGet)
 	f.p = knownString(ctx.Path(), inferencePaths[0], inferencePaths[1], inferencePaths[2], "/v1/models")
@@ -123,14 +132,15 @@ func (f *fastFront) contentLength() int64 {
 }
 
 // readBody copies the body fasthttp read before the handler (bounded by
-// max_body_bytes and read_body there: fastServer) into a pooled buffer,
-// the one the proxy parses and sends upstream from.
+// max_body_bytes and read_body there: newFastServer) into a pooled
+// buffer, the one the proxy parses and sends upstream from.
 func (f *fastFront) readBody(limit int64, _ time.Duration) (*bodyBuf, error) {
 	b := f.ctx.Request.Body()
-	bb := newBodyBuf(len(b)+1, limit+1)
-	if int64(len(b)) > limit {
+	if int64(len(b)) > limit { // the limit was lowered since fasthttp read it
+		bb := newBodyBuf(1, limit+1)
 		return bb, fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
 	}
+	bb := newBodyBuf(len(b)+1, limit+1)
 	bb.b = append(bb.b, b...)
 	// fasthttp's copy goes back to its pool now rather than when the
 	// response is written: a stream would hold it while it is open.

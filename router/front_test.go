@@ -137,6 +137,9 @@ func TestServeFront(t *testing.T) {
 			if v := h.Get("Server"); v != "" {
 				t.Fatalf("Server %q: the router names no server of its own", v)
 			}
+			if h.Get("X-Rolter-Target") == "" || h.Get("X-Rolter-Attempts") != "1" {
+				t.Fatalf("routing headers %v", h)
+			}
 		}},
 		{"stream", func(t *testing.T, fr front) {
 			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
@@ -167,6 +170,31 @@ func TestServeFront(t *testing.T) {
 			code, h, body := f.post(t.Context(), `{"model":"nope","messages":[]}`)
 			if code != http.StatusNotFound || errorCode(t, body) != "model_not_found" || h.Get("Content-Type") != "application/json" {
 				t.Fatalf("%d %q %s", code, h.Get("Content-Type"), body)
+			}
+		}},
+		{"models, unknown paths and methods", func(t *testing.T, fr front) {
+			eng := newEngine(t, okChat)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			get := func(method, path string) (int, http.Header, string) {
+				req, _ := http.NewRequest(method, f.base+path, nil)
+				resp, err := f.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, resp.Header, string(b)
+			}
+			if code, h, body := get(http.MethodGet, "/v1/models"); code != http.StatusOK || !strings.Contains(body, `"id":"m"`) ||
+				h.Get("Content-Type") != "application/json" {
+				t.Fatalf("/v1/models: %d %q %s", code, h.Get("Content-Type"), body)
+			}
+			if code, _, body := get(http.MethodGet, "/v1/nothing"); code != http.StatusNotFound || errorCode(t, body) != "not_found" {
+				t.Fatalf("unknown path: %d %s", code, body)
+			}
+			if code, h, body := get(http.MethodGet, "/v1/chat/completions"); code != http.StatusMethodNotAllowed ||
+				h.Get("Allow") != http.MethodPost || errorCode(t, body) != "method_not_allowed" {
+				t.Fatalf("GET of a POST path: %d Allow %q %s", code, h.Get("Allow"), body)
 			}
 		}},
 		{"body over max_body_bytes", func(t *testing.T, fr front) {
@@ -210,8 +238,15 @@ func TestServeFront(t *testing.T) {
 			if resp.StatusCode != http.StatusRequestEntityTooLarge || errorCode(t, string(b)) != "request_too_large" {
 				t.Fatalf("%d %s", resp.StatusCode, b)
 			}
-			if code, _, body := f.post(t.Context(), chatHi); code != http.StatusOK {
-				t.Fatalf("a body under the limit: %d %s", code, body)
+			req, _ = http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions", io.MultiReader(strings.NewReader(`{"model":"m"}`)))
+			resp, err = f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("a chunked body under the limit: %d %s", resp.StatusCode, b)
 			}
 		}},
 		{"a long plain body keeps its length", func(t *testing.T, fr front) {
@@ -226,6 +261,25 @@ func TestServeFront(t *testing.T) {
 			code, h, body := f.post(t.Context(), chatHi)
 			if code != http.StatusOK || !strings.Contains(body, long) || h.Get("Content-Length") != fmt.Sprint(len(body)) {
 				t.Fatalf("%d, %d bytes, Content-Length %q", code, len(body), h.Get("Content-Length"))
+			}
+		}},
+		{"a plain body broken midway is not whole", func(t *testing.T, fr front) {
+			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", "100")
+				_, _ = io.WriteString(w, `{"object":"chat.completion",`)
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler)
+			})
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions", strings.NewReader(chatHi))
+			resp, err := f.client.Do(req)
+			if err == nil {
+				b, rerr := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if rerr == nil {
+					t.Fatalf("the client read %d %q as a whole answer", resp.StatusCode, b)
+				}
 			}
 		}},
 		{"Expect: 100-continue", func(t *testing.T, fr front) {
@@ -397,6 +451,25 @@ max_streams_per_key = 1
 				t.Fatal("Serve did not return after the drain deadline")
 			}
 		}},
+		{"a panicking request ends and the router serves on", func(t *testing.T, fr front) {
+			eng := newEngine(t, func(w http.ResponseWriter, _ *http.Request, _ map[string]any) { play(w, helloA, "[DONE]") })
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+`
+[[keys]]
+name = "k"
+sha256 = "`+sha("sk-k")+`"
+[limits]
+max_streams_per_key = 1
+`, func(o *Options) { o.Transport = panicOn{"X-Panic", &http.Transport{}} }, nil, nil)
+			stream := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+			if code, _, _ := f.post(t.Context(), stream, "Authorization", "Bearer sk-k", "X-Panic", "1"); code != -1 {
+				t.Fatalf("the panicking request got %d, want its connection closed", code)
+			}
+			// The panicking stream gave its slot back: the key's one open
+			// stream is free.
+			if code, _, body := f.post(t.Context(), stream, "Authorization", "Bearer sk-k"); code != http.StatusOK {
+				t.Fatalf("the next stream: %d %s", code, body)
+			}
+		}},
 		{"TLS", func(t *testing.T, fr front) {
 			ca := certstest.NewCA(t, "front")
 			leaf := ca.Valid(t, "router")
@@ -404,7 +477,16 @@ max_streams_per_key = 1
 			if err != nil {
 				t.Fatal(err)
 			}
-			eng := newEngine(t, okChat)
+			started, gone := make(chan struct{}, 1), make(chan struct{}, 1)
+			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, b map[string]any) {
+				if b["user"] != "leaves" {
+					okChat(w, r, b)
+					return
+				}
+				started <- struct{}{}
+				<-r.Context().Done()
+				gone <- struct{}{}
+			})
 			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, func(ln net.Listener) net.Listener {
 				return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
@@ -412,6 +494,17 @@ max_streams_per_key = 1
 			if code, _, body := f.post(t.Context(), chatHi); code != http.StatusOK {
 				t.Fatalf("over TLS: %d %s", code, body)
 			}
+			// A departure is seen below TLS too.
+			ctx, cancel := context.WithCancel(t.Context())
+			replied := make(chan int, 1)
+			go func() {
+				code, _, _ := f.post(ctx, `{"model":"m","user":"leaves","messages":[{"role":"user","content":"hi"}]}`)
+				replied <- code
+			}()
+			waitOn(t, started, "the request reached the engine")
+			cancel()
+			waitOn(t, gone, "the engine's request ended after the TLS client left")
+			<-replied
 		}},
 		{"client leaves while the engine works", func(t *testing.T, fr front) {
 			started, gone := make(chan struct{}, 1), make(chan struct{}, 1)
@@ -491,6 +584,20 @@ max_streams_per_key = 1
 			t.Run(fr.name+"/"+tc.name, func(t *testing.T) { tc.run(t, fr) })
 		}
 	}
+}
+
+// panicOn is a transport that panics on a request carrying header, and
+// otherwise sends it with next.
+type panicOn struct {
+	header string
+	next   http.RoundTripper
+}
+
+func (p panicOn) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get(p.header) != "" {
+		panic("the transport fell over")
+	}
+	return p.next.RoundTrip(r)
 }
 
 // requestsByCode sums rolter_requests_total by status code.

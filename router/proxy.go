@@ -47,10 +47,16 @@ func (s *Server) serveInference(w answer, r inbound) {
 	a := &attempt{s: s, sn: sn, w: w, r: r, start: s.clock.Now()}
 	a.req, a.rc = &a.reqv, &a.rcv
 	a.begin()
-	if a.code = a.serve(); a.code == statusLater {
-		return
-	}
-	a.done()
+	later := false
+	defer func() {
+		// Deferred, so that a request whose handler panicked ends too
+		// (net/http and serveFast recover the panic).
+		if !later {
+			a.done()
+		}
+	}()
+	a.code = a.serve()
+	later = a.code == statusLater
 }
 
 // serve is the request up to its answer: the status the client got, or
@@ -73,8 +79,8 @@ func (a *attempt) serve() int {
 // (resumes and the terminal error event included), then done.
 func (a *attempt) copyBody() {
 	p := &a.later
+	defer a.done() // fasthttp recovers a panic in the body's WriteTo
 	a.code = a.relayBody(p.deadline, &p.l, p.resp)
-	a.done()
 }
 
 // abandon ends a request whose body copy never ran (the client left
@@ -678,7 +684,7 @@ type laterLeg struct {
 	resp     *http.Response
 }
 
-// laterBody is a answer whose server writes the body after the handler
+// laterBody is an answer whose server writes the body after the handler
 // returned (fasthttp's: the response goes out once the handler is done).
 // later is asked once the answer's head is committed: true means it took
 // the body to copy with a.copyBody when the head is written (size bytes,
@@ -862,7 +868,8 @@ func copyHeader(dst, src http.Header) {
 // non-SSE body broke midway: the caller aborts the connection so the
 // client cannot mistake a truncated body for a whole one).
 //
-// A request with a splice goes to relaySpliced instead (deliver).
+// Its head is out (head); a request with a splice goes to relaySpliced
+// instead (relayBody).
 func (a *attempt) relay(resp *http.Response) (status int, ok bool, outcome string) {
 	s := a.s
 	sse := isEventStream(resp.Header.Get("Content-Type"))

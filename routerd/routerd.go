@@ -27,9 +27,9 @@ import (
 // Router is one running `rolter router` process: open it with Open,
 // serve with Run.
 type Router struct {
-	log        *slog.Logger
-	srv        *router.Server
-	poller     *scrape.Poller // [metrics_scrape], [providers.lmcache]: engines no sidecar reports
+	log    *slog.Logger
+	srv    *router.Server
+	poller *scrape.Poller // [metrics_scrape], [providers.lmcache]: engines no sidecar reports
 	// api is the API's TCP listener; Serve puts the departure watch and
 	// then TLS (wrapAPI) on it. admin is TLS-wrapped already.
 	api, admin net.Listener
