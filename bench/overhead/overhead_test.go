@@ -89,7 +89,7 @@ func TestTokenPromptRequestAndJSONRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"path", "strategy", "targets", "mode", "p50_us", "p99_us", "p99_9_us", "added_p50_us", "max_rate", "cpu_s_per_1k",
-		"cpu_s_per_1k_windows", "cpu_s_per_1k_ticks", "idle_cpu_ms_per_s", "idle_cpu_share"} {
+		"cpu_s_per_1k_windows", "cpu_s_per_1k_ticks", "idle_cpu_ms_per_s", "idle_cpu_share", "windows_rerun", "disturbed"} {
 		if _, ok := got[1][k]; !ok {
 			t.Errorf("router row has no %q: %v", k, got[1])
 		}
