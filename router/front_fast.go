@@ -305,7 +305,8 @@ func (c *bodyCopy) Close() error {
 // fastError answers what fasthttp refuses before the handler, in the
 // OpenAI shape: a header over max_header_bytes (431), a body over
 // max_body_bytes (413), a request not read in time (408), a malformed
-// one (400). fasthttp closes the connection after it.
+// one (400). fasthttp closes the connection after it; the close lingers
+// (hangup.Conn.LingerOnClose).
 func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
@@ -321,6 +322,10 @@ func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	f := &fastFront{ctx: ctx}
 	writeError(f, err, 0)
+	// fasthttp closes the connection next, maybe with the rest of the
+	// refused request unread: read it off first, or the client's kernel
+	// gets a reset and may drop this answer.
+	hangup.Linger(ctx.Conn())
 }
 
 // newFastServer is the API's fasthttp server for the config's limits and

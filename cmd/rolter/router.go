@@ -9,6 +9,7 @@ import (
 	"github.com/rolter/rolter/config"
 	"github.com/rolter/rolter/internal/cli"
 	"github.com/rolter/rolter/internal/heapfloor"
+	"github.com/rolter/rolter/internal/sysmontick"
 	"github.com/rolter/rolter/routerd"
 )
 
@@ -24,10 +25,20 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	logFormat := fs.String("log-format", "text", "log format: text or json (the request log is one line per request)")
 	gcFloor := fs.Int("gc-floor-mb", 8, "the heap grows by at least this many MiB between garbage collections "+
 		"(GOGC, when set, is the percent above it; 0: Go's own pacing, as GOGC alone gives)")
+	sysmonBackoff := fs.Bool("sysmon-backoff", true, "run with GODEBUG "+sysmontick.Setting+
+		", so Go's sysmon thread backs off under load instead of waking several times per request "+
+		"(the runtime prints one scheduler line at start; see docs/configuration.md)")
 	var tf certs.ListenerFlags
 	tf.RegisterFlags(fs, true, "admin")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *sysmonBackoff {
+		// On success this does not return: the program starts again, in
+		// this process, with the setting (and finds it in place).
+		if err := sysmontick.Ensure(); err != nil {
+			fmt.Fprintf(stderr, "rolter router: running without the sysmon setting: %v\n", err)
+		}
 	}
 	if *gcFloor > 0 {
 		defer heapfloor.Keep(uint64(*gcFloor)<<20, heapfloor.Base())()

@@ -16,6 +16,12 @@
 // gone here; net/http's background read stops at a pipelined byte it has
 // not buffered yet, and then does not see the EOF.
 //
+// A Conn can also close without losing its last answer (LingerOnClose): a
+// server refusing a request it did not read to the end (a header or body
+// over its limit) sends the answer, a FIN, and reads off the rest before
+// closing, as net/http's server does, so the client's kernel does not get
+// a reset that discards the answer.
+//
 // The watcher needs Linux's epoll. On other systems New returns an error
 // and the caller serves without it.
 package hangup
@@ -24,8 +30,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync/atomic"
+	"time"
 )
 
 // The causes a Conn's context ends with (context.Cause).
@@ -51,6 +59,7 @@ type Conn struct {
 	w      *Watcher
 	reg    registration
 	closed atomic.Bool
+	linger atomic.Bool
 }
 
 // Context ends when the client closes, resets or half-closes the
@@ -67,14 +76,55 @@ func (c *Conn) Context() context.Context { return c.ctx }
 func (c *Conn) Watched() bool { return c.reg.watched() }
 
 // Close takes the connection out of the epoll set, closes it and ends its
-// Context. Calls after the first return the connection's own error.
+// Context. Calls after the first return the connection's own error. After
+// LingerOnClose, Close sends a FIN after the last bytes written and a
+// goroutine reads and drops what the client still sends, for up to
+// lingerTime or lingerBytes, before it closes the socket.
 func (c *Conn) Close() error {
-	if c.closed.CompareAndSwap(false, true) {
+	first := c.closed.CompareAndSwap(false, true)
+	if first {
 		c.w.unwatch(c)
+	}
+	if first && c.linger.Load() {
+		c.cancel(ErrClosed)
+		if err := c.TCPConn.CloseWrite(); err != nil {
+			return c.TCPConn.Close()
+		}
+		go c.drainAndClose()
+		return nil
 	}
 	err := c.TCPConn.Close()
 	c.cancel(ErrClosed)
 	return err
+}
+
+// How long and how much a lingering Close reads before it closes (net/http's
+// server waits 500 ms after such an answer too).
+const (
+	lingerTime  = 500 * time.Millisecond
+	lingerBytes = 256 << 10
+)
+
+// LingerOnClose makes Close keep the client's answer: closing a socket
+// with unread bytes in its receive queue resets the connection, and a
+// client still writing a request the server refused (a header or body
+// over the limit) would lose the error answer already sent to it.
+func (c *Conn) LingerOnClose() { c.linger.Store(true) }
+
+func (c *Conn) drainAndClose() {
+	_ = c.TCPConn.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.TCPConn, lingerBytes))
+	_ = c.TCPConn.Close()
+}
+
+// Linger calls LingerOnClose on the Conn under c (found as Context finds
+// it) and reports whether there was one.
+func Linger(c net.Conn) bool {
+	hc := under(c)
+	if hc != nil {
+		hc.LingerOnClose()
+	}
+	return hc != nil
 }
 
 // Context finds the departure context of c: c itself when it is a *Conn,
@@ -84,17 +134,25 @@ func (c *Conn) Close() error {
 // without NetConn (fasthttp's per-IP limit, Server.MaxConnsPerIP, wraps
 // each connection so).
 func Context(c net.Conn) (ctx context.Context, ok bool) {
+	if hc := under(c); hc != nil {
+		return hc.ctx, true
+	}
+	return nil, false
+}
+
+// under is the Conn c is or wraps (through NetConn), or nil.
+func under(c net.Conn) *Conn {
 	for c != nil {
 		switch v := c.(type) {
 		case *Conn:
-			return v.ctx, true
+			return v
 		case interface{ NetConn() net.Conn }:
 			c = v.NetConn()
 		default:
-			return nil, false
+			return nil
 		}
 	}
-	return nil, false
+	return nil
 }
 
 // Listener returns ln with every connection it accepts registered with w

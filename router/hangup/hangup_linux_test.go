@@ -493,3 +493,45 @@ func fdOf(t *testing.T, c *Conn) int {
 	}
 	return fd
 }
+
+// TestLingeringCloseKeepsTheAnswer: a server that refuses a request it has
+// not read to the end answers and closes. A plain close with the rest of
+// the request unread resets the connection, and the client, still
+// writing, may lose the answer; after LingerOnClose the client reads the
+// whole answer and then EOF, every time.
+func TestLingeringCloseKeepsTheAnswer(t *testing.T) {
+	w := newWatcher(t)
+	ln := listen(t, w, context.Background())
+	const answer = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+	for i := range 20 {
+		client, server := pair(t, ln)
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			// Far more than the server reads, and more than fits in the
+			// sockets' buffers before the server answers.
+			_, _ = client.Write([]byte("GET / HTTP/1.1\r\nX-Big: " + strings.Repeat("h", 1<<20)))
+		}()
+		if _, err := io.ReadFull(server, make([]byte, 4096)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(server, answer); err != nil {
+			t.Fatal(err)
+		}
+		if !Linger(server) {
+			t.Fatal("Linger found no Conn")
+		}
+		if err := server.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(client)
+		if err != nil || string(got) != answer {
+			t.Fatalf("connection %d: read %q, %v; want the whole answer, then EOF", i, got, err)
+		}
+		if err := waitDone(t, server.Context(), "lingering close"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("cause %v, want ErrClosed", err)
+		}
+		client.Close()
+		<-sent
+	}
+}
