@@ -446,6 +446,13 @@ func (c *call) response() *http.Response {
 	return out
 }
 
+// dropHeader lets the response's header go once it was copied (the
+// relay's head): an open stream would hold it while it waits.
+func (c *call) dropHeader() {
+	c.out.Header = nil
+	c.values = [inlineHeaders]string{}
+}
+
 // maxInterim bounds the 1xx responses skipped before the real one.
 const maxInterim = 8
 

@@ -234,6 +234,9 @@ type attempt struct {
 	// (a terminal error event ends those), so the connection is cut for
 	// the client not to take it as whole.
 	aborted bool
+	// sse: the answer relayed is an event stream (head; the engine's
+	// header is let go once copied).
+	sse bool
 	// later is the answered leg whose body the front copies after the
 	// handler returned (statusLater), and the request's deadline.
 	later laterLeg
@@ -726,8 +729,25 @@ func (a *attempt) head(resp *http.Response, t *target) (sse bool) {
 	}
 	if a.sp != nil {
 		a.sp.begun, a.sp.status = true, resp.StatusCode
+	} else {
+		// Nothing reads the engine's header again: an open stream need
+		// not hold it (a resumable one keeps it with its first segment).
+		a.sse = sse
+		dropHeader(resp)
 	}
 	return sse
+}
+
+// headerDropper is a response body that holds the response's header
+// (client.go's call keeps its values inline).
+type headerDropper interface{ dropHeader() }
+
+// dropHeader lets resp's header go.
+func dropHeader(resp *http.Response) {
+	if d, ok := resp.Body.(headerDropper); ok {
+		d.dropHeader()
+	}
+	resp.Header = nil
 }
 
 // relayBody relays the body of an answered leg whose head is out, ends
@@ -872,7 +892,7 @@ func copyHeader(dst, src http.Header) {
 // instead (relayBody).
 func (a *attempt) relay(resp *http.Response) (status int, ok bool, outcome string) {
 	s := a.s
-	sse := isEventStream(resp.Header.Get("Content-Type"))
+	sse := a.sse // head let the header go
 	// A buffer is held only from a read to its flush: an open stream
 	// waiting for its next event holds none (the transport's body waits
 	// for the connection to turn readable without one, client.go
