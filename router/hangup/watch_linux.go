@@ -5,6 +5,7 @@ package hangup
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
 
@@ -34,6 +35,12 @@ const wakeSlot int32 = -1
 // dropped.
 type Watcher struct {
 	epfd, wakefd int
+	// ep is epfd on Go's poller: the waiting goroutine parks there until
+	// the set has events, never in a blocking epoll_wait holding a thread
+	// and, while it blocks, the scheduler's P (a P stuck in a system call
+	// waits for sysmon to take it back, up to 10 ms once sysmon's tick
+	// has backed off).
+	ep *os.File
 
 	// life guards the epoll descriptor's lifetime: epoll_ctl runs under
 	// the read lock, Close sets closed under the write lock and only then
@@ -79,20 +86,44 @@ func New() (*Watcher, error) {
 		_ = unix.Close(epfd)
 		return nil, fmt.Errorf("hangup: epoll_ctl: %w", err)
 	}
-	w := &Watcher{epfd: epfd, wakefd: wakefd, done: make(chan struct{})}
-	go w.wait()
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		_ = unix.Close(wakefd)
+		_ = unix.Close(epfd)
+		return nil, fmt.Errorf("hangup: epoll set non-blocking: %w", err)
+	}
+	ep := os.NewFile(uintptr(epfd), "hangup-epoll")
+	raw, err := ep.SyscallConn()
+	if err != nil {
+		_ = unix.Close(wakefd)
+		_ = ep.Close()
+		return nil, fmt.Errorf("hangup: epoll set on the poller: %w", err)
+	}
+	w := &Watcher{epfd: epfd, wakefd: wakefd, ep: ep, done: make(chan struct{})}
+	go w.wait(raw)
 	return w, nil
 }
 
-// wait is the one goroutine: it blocks in epoll_wait and cancels the
-// context of each connection whose client has gone.
-func (w *Watcher) wait() {
+// wait is the one goroutine: it parks on Go's poller until the epoll set
+// has events, takes them without blocking (epoll_wait with no timeout)
+// and cancels the context of each connection whose client has gone.
+func (w *Watcher) wait(raw syscall.RawConn) {
 	defer close(w.done)
 	events := make([]unix.EpollEvent, 64)
 	for {
-		n, err := unix.EpollWait(w.epfd, events, -1)
-		if err == unix.EINTR {
-			continue
+		var n int
+		var werr error
+		// The poller calls this first, and again each time the set turns
+		// readable; false (no event yet) parks until then.
+		err := raw.Read(func(fd uintptr) bool {
+			for {
+				n, werr = unix.EpollWait(int(fd), events, 0)
+				if werr != unix.EINTR {
+					return n > 0 || werr != nil
+				}
+			}
+		})
+		if err == nil {
+			err = werr
 		}
 		if err != nil {
 			w.err = fmt.Errorf("hangup: epoll_wait: %w; client departures are no longer watched", err)
@@ -205,7 +236,7 @@ func (w *Watcher) Close() error {
 		return fmt.Errorf("hangup: waking the watcher: %w", err)
 	}
 	<-w.done
-	_ = unix.Close(w.epfd)
+	_ = w.ep.Close()
 	_ = unix.Close(w.wakefd)
 	return w.err
 }
