@@ -85,17 +85,7 @@ func BenchmarkRequestPath(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			s := benchServer(b, memEngine{sse: stream}, v.extra)
-			h := s.Handler()
-			body := strings.Replace(benchBody, "%s", flag, 1)
-			b.ReportAllocs()
-			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, req)
-				if w.Code != 200 {
-					b.Fatalf("status %d: %s", w.Code, w.Body)
-				}
-			}
+			serveBenchBody(b, s.Handler(), strings.Replace(benchBody, "%s", flag, 1))
 		})
 	}
 }
@@ -169,4 +159,18 @@ func BenchmarkExtractPrompt(b *testing.B) {
 			_ = string(x.prompt)
 		}
 	})
+}
+
+// serveBenchBody posts body to h once per benchmark iteration, failing on
+// any answer but 200.
+func serveBenchBody(b *testing.B, h http.Handler, body string) {
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
 }

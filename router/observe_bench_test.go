@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -52,17 +50,7 @@ func BenchmarkRequestPathObserved(b *testing.B) {
 				if err := s.Apply(cfg); err != nil {
 					b.Fatal(err)
 				}
-				h := s.Handler()
-				body := strings.Replace(benchBody, "%s", flag, 1)
-				b.ReportAllocs()
-				for b.Loop() {
-					req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
-					w := httptest.NewRecorder()
-					h.ServeHTTP(w, req)
-					if w.Code != 200 {
-						b.Fatalf("status %d: %s", w.Code, w.Body)
-					}
-				}
+				serveBenchBody(b, s.Handler(), strings.Replace(benchBody, "%s", flag, 1))
 			})
 		}
 	}

@@ -2,8 +2,6 @@ package router
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -41,17 +39,7 @@ func BenchmarkRequestPathStrategies(b *testing.B) {
 				}
 				b.Run(fmt.Sprintf("%s/%d/%s", strategy, n, mode), func(b *testing.B) {
 					s := benchServerFrom(b, memEngine{sse: stream}, strategyBenchConfig(strategy, n))
-					h := s.Handler()
-					body := strings.Replace(benchBody, "%s", flag, 1)
-					b.ReportAllocs()
-					for b.Loop() {
-						req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
-						w := httptest.NewRecorder()
-						h.ServeHTTP(w, req)
-						if w.Code != 200 {
-							b.Fatalf("status %d: %s", w.Code, w.Body)
-						}
-					}
+					serveBenchBody(b, s.Handler(), strings.Replace(benchBody, "%s", flag, 1))
 				})
 			}
 		}
