@@ -92,28 +92,44 @@ func parseSchedstat(b []byte) (schedstat, error) {
 // and the read is skipped; one that exited earlier is not in the sum.
 func taskSchedstat(dir string) (schedstat, error) {
 	var total schedstat
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return total, err
-	}
-	read := 0
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
-		if err != nil {
-			continue
-		}
+	read, err := eachThread(dir, "schedstat", func(b []byte) error {
 		st, err := parseSchedstat(b)
 		if err != nil {
-			return schedstat{}, err
+			return err
 		}
 		total.run += st.run
 		total.wait += st.wait
-		read++
+		return nil
+	})
+	if err != nil {
+		return schedstat{}, err
 	}
 	if read == 0 {
 		return total, fmt.Errorf("%w: no thread of %s could be read", errSchedstat, dir)
 	}
 	return total, nil
+}
+
+// eachThread calls fn with the file name of every thread under dir (a
+// /proc/<pid>/task directory) and says how many it read; a thread that
+// exits between the listing and the read is skipped. fn's error stops
+// the walk.
+func eachThread(dir, name string, fn func(b []byte) error) (read int, err error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), name))
+		if err != nil {
+			continue
+		}
+		if err := fn(b); err != nil {
+			return read, err
+		}
+		read++
+	}
+	return read, nil
 }
 
 // median is the middle value of vs (the mean of the two middle ones for

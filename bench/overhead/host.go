@@ -179,17 +179,10 @@ func ctxSwitches(pids func() []int) float64 {
 	}
 	var n float64
 	for _, pid := range pids() {
-		dir := fmt.Sprintf("/proc/%d/task", pid)
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		for _, e := range ents {
-			b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
-			if err == nil {
-				n += statusSwitches(b)
-			}
-		}
+		_, _ = eachThread(fmt.Sprintf("/proc/%d/task", pid), "status", func(b []byte) error {
+			n += statusSwitches(b)
+			return nil
+		})
 	}
 	return n
 }
@@ -197,15 +190,27 @@ func ctxSwitches(pids func() []int) float64 {
 // statusSwitches reads voluntary_ctxt_switches + nonvoluntary_ctxt_switches
 // of a /proc/<pid>/task/<tid>/status text.
 func statusSwitches(b []byte) float64 {
-	var n float64
-	for line := range bytes.SplitSeq(b, []byte("\n")) {
+	return statusField(b, "voluntary_ctxt_switches") + statusField(b, "nonvoluntary_ctxt_switches")
+}
+
+// statusField is the number on the line "key:" of a /proc status text
+// (a unit after it, as VmRSS's "kB", is dropped); 0 when the line is
+// missing or its value is not a number.
+func statusField(status []byte, key string) float64 {
+	for line := range bytes.SplitSeq(status, []byte("\n")) {
 		k, v, ok := bytes.Cut(line, []byte(":"))
-		if !ok || (!bytes.Equal(k, []byte("voluntary_ctxt_switches")) && !bytes.Equal(k, []byte("nonvoluntary_ctxt_switches"))) {
+		if !ok || string(k) != key {
 			continue
 		}
-		if c, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64); err == nil {
-			n += c
+		f := bytes.Fields(v)
+		if len(f) == 0 {
+			return 0
 		}
+		n, err := strconv.ParseFloat(string(f[0]), 64)
+		if err != nil {
+			return 0
+		}
+		return n
 	}
-	return n
+	return 0
 }

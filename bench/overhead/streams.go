@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,14 +248,4 @@ func rssKB(pids func() []int) float64 {
 }
 
 // vmRSS reads the VmRSS line (kB) of a /proc/<pid>/status text.
-func vmRSS(status string) float64 {
-	for line := range strings.SplitSeq(status, "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			if err == nil {
-				return kb
-			}
-		}
-	}
-	return 0
-}
+func vmRSS(status string) float64 { return statusField([]byte(status), "VmRSS") }
