@@ -341,12 +341,7 @@ func TestServeFront(t *testing.T) {
 			}
 		}},
 		{"client leaves mid-stream", func(t *testing.T, fr front) {
-			gone := make(chan struct{}, 1)
-			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
-				play(w, helloA)
-				<-r.Context().Done()
-				gone <- struct{}{}
-			})
+			eng, gone := holdingEngine(t)
 			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
 			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions",
 				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
@@ -421,12 +416,7 @@ max_streams_per_key = 1
 			}
 		}},
 		{"drain deadline cuts an open stream", func(t *testing.T, fr front) {
-			gone := make(chan struct{}, 1)
-			eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
-				play(w, helloA)
-				<-r.Context().Done()
-				gone <- struct{}{}
-			})
+			eng, gone := holdingEngine(t)
 			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[timeouts]\ndrain = \"200ms\"\n", nil, nil, nil)
 			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions",
 				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
@@ -624,6 +614,18 @@ func requestsByCode(t *testing.T, s *Server) map[string]float64 {
 }
 
 // waitOn waits for one value on ch, failing the test after 10 s.
+// holdingEngine streams its first event and holds the stream open until
+// its request ends, then says so on gone.
+func holdingEngine(t *testing.T) (*fakeEngine, <-chan struct{}) {
+	gone := make(chan struct{}, 1)
+	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+		play(w, helloA)
+		<-r.Context().Done()
+		gone <- struct{}{}
+	})
+	return eng, gone
+}
+
 func waitOn(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -638,12 +640,7 @@ func waitOn(t *testing.T, ch <-chan struct{}, what string) {
 // response): the engine's request ends and the request is counted once,
 // as the client's departure.
 func TestFastAnswerDroppedBeforeItsBody(t *testing.T) {
-	gone := make(chan struct{}, 1)
-	eng := newEngine(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
-		play(w, helloA)
-		<-r.Context().Done()
-		gone <- struct{}{}
-	})
+	eng, gone := holdingEngine(t)
 	h := newHarness(t, providers("a", eng.URL)+route("round_robin"), nil)
 	var req fasthttp.Request
 	req.Header.SetMethod(http.MethodPost)
