@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -376,12 +375,6 @@ var statusLines = func() (l [600]string) {
 	return l
 }()
 
-// inlineHeaders is how many response header fields a call holds the
-// values of without an allocation: an engine sends four to six (date,
-// server, content-type, content-length or transfer-encoding, a request
-// id).
-const inlineHeaders = 8
-
 // response converts fasthttp's response header into an http.Response
 // whose Body is c (header keys canonical, as net/http's would be). The
 // response is part of the call, and the header's keys and values share
@@ -407,39 +400,12 @@ func (c *call) response() *http.Response {
 	if out.ContentLength < 0 {
 		out.ContentLength = -1
 	}
-	// lens are the fields' key and value lengths, in order.
-	var inline [2 * inlineHeaders]int
-	lens, size := inline[:0], 0
+	var inline [2 * inlineHeaders][2][]byte
+	fields := inline[:0]
 	for k, v := range h.All() {
-		lens = append(lens, len(k), len(v))
-		size += len(k) + len(v)
+		fields = append(fields, [2][]byte{k, v})
 	}
-	// The builder's bytes become the string without a copy.
-	var all strings.Builder
-	all.Grow(size)
-	for k, v := range h.All() {
-		all.Write(k)
-		all.Write(v)
-	}
-	text := all.String()
-	count := len(lens) / 2
-	values := c.values[:]
-	if count > len(values) {
-		values = make([]string, count)
-	}
-	out.Header = make(http.Header, count)
-	at := 0
-	for i := range count {
-		key := text[at : at+lens[2*i]]
-		at += len(key)
-		values[i] = text[at : at+lens[2*i+1]]
-		at += len(values[i])
-		if prev, ok := out.Header[key]; ok {
-			out.Header[key] = append(prev, values[i])
-		} else {
-			out.Header[key] = values[i : i+1 : i+1]
-		}
-	}
+	out.Header = headerOf(fields, c.values[:], 0)
 	// Only the header was needed: the body is read from the connection.
 	fasthttp.ReleaseResponse(c.resp)
 	c.resp = nil

@@ -148,45 +148,17 @@ func (f *fastFront) readBody(limit int64, _ time.Duration) (*bodyBuf, error) {
 	return bb, nil
 }
 
-// upstreamHeader builds the engine's header from fasthttp's: the keys and
-// values share one string and the values one backing array, so the copy
-// is three allocations and the map.
+// upstreamHeader builds the engine's header from fasthttp's (headerOf:
+// one string for the keys and values, one array for the values, the map).
 func (f *fastFront) upstreamHeader(p *provider) http.Header {
-	rh := &f.ctx.Request.Header
-	n, size := 0, 0
-	for k, v := range rh.All() {
+	var inline [2 * inlineHeaders][2][]byte
+	fields := inline[:0]
+	for k, v := range f.ctx.Request.Header.All() {
 		if forwarded(view(k)) {
-			n++
-			size += len(k) + len(v)
+			fields = append(fields, [2][]byte{k, v})
 		}
 	}
-	h := make(http.Header, n+3) // + Authorization, X-Request-Id, Traceparent
-	if n > 0 {
-		buf := make([]byte, 0, size)
-		for k, v := range rh.All() {
-			if forwarded(view(k)) {
-				buf = append(buf, k...)
-				buf = append(buf, v...)
-			}
-		}
-		all := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
-		vals := make([]string, n)
-		at, i := 0, 0
-		for k, v := range rh.All() {
-			if !forwarded(view(k)) {
-				continue
-			}
-			key := all[at : at+len(k)]
-			vals[i] = all[at+len(k) : at+len(k)+len(v)]
-			at += len(k) + len(v)
-			if old, ok := h[key]; ok { // a repeated header
-				h[key] = append(old, vals[i])
-			} else {
-				h[key] = vals[i : i+1 : i+1]
-			}
-			i++
-		}
-	}
+	h := headerOf(fields, nil, 3) // + Authorization, X-Request-Id, Traceparent
 	if p.authHeader != "" {
 		h["Authorization"] = []string{p.authHeader}
 	}

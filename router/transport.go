@@ -86,3 +86,50 @@ func outboundHeader(in http.Header, p *provider) http.Header {
 	}
 	return h
 }
+
+// headerOf builds an http.Header of fields (key and value pairs from
+// fasthttp's header, keys canonical), in order, a repeated key's values
+// together. The keys and values share one string, and the values one
+// backing array: values when it is long enough, else a new one. spare is
+// room in the map for fields the caller adds. fields is only read.
+func headerOf(fields [][2][]byte, values []string, spare int) http.Header {
+	h := make(http.Header, len(fields)+spare)
+	if len(fields) == 0 {
+		return h
+	}
+	size := 0
+	for _, f := range fields {
+		size += len(f[0]) + len(f[1])
+	}
+	// The builder's bytes become the string without a copy.
+	var all strings.Builder
+	all.Grow(size)
+	for _, f := range fields {
+		all.Write(f[0])
+		all.Write(f[1])
+	}
+	text := all.String()
+	if len(fields) > len(values) {
+		values = make([]string, len(fields))
+	}
+	at := 0
+	for i, f := range fields {
+		key := text[at : at+len(f[0])]
+		at += len(key)
+		values[i] = text[at : at+len(f[1])]
+		at += len(values[i])
+		if prev, ok := h[key]; ok {
+			h[key] = append(prev, values[i])
+		} else {
+			h[key] = values[i : i+1 : i+1]
+		}
+	}
+	return h
+}
+
+// inlineHeaders is how many header values an upstream call keeps in
+// itself (call.values): an engine's response has four to six fields
+// (date, server, content-type, content-length or transfer-encoding, a
+// request id). The field list a conversion passes to headerOf holds twice
+// as many on the stack.
+const inlineHeaders = 8
