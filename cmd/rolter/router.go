@@ -27,7 +27,7 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"(GOGC, when set, is the percent above it; 0: Go's own pacing, as GOGC alone gives)")
 	sysmonBackoff := fs.Bool("sysmon-backoff", true, "run with GODEBUG "+sysmontick.Setting+
 		", so Go's sysmon thread backs off under load instead of waking several times per request "+
-		"(the runtime prints one scheduler line at start; see docs/configuration.md)")
+		"(see docs/configuration.md)")
 	var tf certs.ListenerFlags
 	tf.RegisterFlags(fs, true, "admin")
 	if err := parseFlags(fs, args); err != nil {

@@ -12,8 +12,9 @@
 // tick (golang/go#18236). What keeps sysmon off the note is GODEBUG's
 // schedtrace: with a trace period set, sysmon never sleeps on the note,
 // and its tick backs off to 10 ms while nothing needs retaking. Ensure
-// runs the program again with the longest period (about 24.8 days), so
-// the runtime prints one scheduler line to stderr at start and no other.
+// runs the program again with the longest period (about 24.8 days): the
+// runtime prints its scheduler line to stderr once per period of the
+// machine's monotonic clock, so at most once per 24.8 days of uptime.
 package sysmontick
 
 import (
