@@ -857,17 +857,6 @@ func (c *cancelOnClose) Close() error {
 	return err
 }
 
-// relayFailure passes a failed upstream response to the client as is.
-func (a *attempt) relayFailure(resp *http.Response) int {
-	defer resp.Body.Close()
-	a.w.copyHeader(resp.Header)
-	a.stampHeaders(a.obs.failed)
-	a.w.commit(resp.StatusCode)
-	n, _ := io.Copy(a.w, resp.Body)
-	a.obs.bytesOut += n
-	return resp.StatusCode
-}
-
 // copyHeader copies an upstream response's headers (canonical keys: the
 // transport wrote them) to the client's, minus hop-by-hop headers.
 func copyHeader(dst, src http.Header) {
