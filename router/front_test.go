@@ -212,13 +212,13 @@ func TestServeFront(t *testing.T) {
 			eng := newEngine(t, okChat)
 			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[limits]\nmax_header_bytes = 4096\n", nil, nil, nil)
 			// net/http allows 4 KiB of slack over MaxHeaderBytes.
-			code, _, body := f.post(t.Context(), chatHi, "X-Padding", strings.Repeat("p", 16<<10))
+			code, h, body := f.post(t.Context(), chatHi, "X-Padding", strings.Repeat("p", 16<<10))
 			if code != http.StatusRequestHeaderFieldsTooLarge {
 				t.Fatalf("%d %s, want 431", code, body)
 			}
-			// net/http's server answers this itself, in plain text.
-			if fr.kind == frontFast && errorCode(t, body) != "request_header_too_large" {
-				t.Fatalf("431 body %s", body)
+			if errorCode(t, body) != "request_header_too_large" || h.Get("Content-Type") != "application/json" ||
+				!strings.Contains(body, "the limit is 4096 bytes") {
+				t.Fatalf("431 %q %s: want the OpenAI error naming the limit", h.Get("Content-Type"), body)
 			}
 			if code, _, body := f.post(t.Context(), chatHi, "X-Padding", strings.Repeat("p", 1<<10)); code != http.StatusOK {
 				t.Fatalf("a header under the limit: %d %s", code, body)

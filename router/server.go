@@ -378,7 +378,7 @@ func (s *Server) Serve(ctx context.Context, api, admin net.Listener) error {
 		if s.wrapAPI != nil {
 			api = s.wrapAPI(api)
 		}
-		apiServer = mk(s.Handler(), api)
+		apiServer = mk(s.Handler(), newRefusalListener(api, l.MaxHeaderBytes))
 	}
 	servers := []listenerServer{apiServer}
 	if admin != nil {
