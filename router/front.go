@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -93,10 +94,27 @@ func (f *stdFront) readBody(limit int64, timeout time.Duration) (*bodyBuf, error
 	// is lifted again for the (long) streaming response.
 	_ = f.ctl.SetReadDeadline(time.Now().Add(timeout))
 	body, err := readBody(http.MaxBytesReader(f.w, f.r.Body, limit), f.r.ContentLength, limit)
-	_ = f.ctl.SetReadDeadline(time.Time{})
-	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		return body, fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case err == nil:
+	case errors.As(err, &mbe):
+		// net/http closes the connection after the 413, reading a little
+		// more of the body first so that the client reads the answer.
+		err = fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
+	default:
+		// The rest of the body is never read: the connection closes after
+		// the answer, and the read deadline stays passed, so net/http's
+		// own read of the rest fails at once (a client that stalled its
+		// body would hold the connection open forever).
+		f.w.Header()["Connection"] = valueClose
+		_ = f.ctl.SetReadDeadline(time.Now())
+		if errors.As(err, &ne) && ne.Timeout() {
+			err = fmt.Errorf("%w: the body was not read in time", ErrReadTimeout)
+		}
+		return body, err
 	}
+	_ = f.ctl.SetReadDeadline(time.Time{})
 	return body, err
 }
 

@@ -155,7 +155,7 @@ func (a *attempt) accept() (open *atomic.Int64, ok bool) {
 	t0 = a.stage(stageBodyRead, t0)
 	a.obs.bytesIn = int64(len(body.b))
 	if err != nil {
-		if errors.Is(err, ErrTooLarge) {
+		if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrReadTimeout) {
 			fail(err, 0)
 			return nil, false
 		}

@@ -131,3 +131,38 @@ func TestAMalformedRequestGetsTheOpenAIError(t *testing.T) {
 		}
 	}
 }
+
+// A client that stalls its body past read_body gets 408 request_timeout
+// and its connection closed, on either front.
+func TestAStalledBodyGetsRequestTimeout(t *testing.T) {
+	for _, fr := range fronts {
+		t.Run(fr.name, func(t *testing.T) {
+			eng := newEngine(t, okChat)
+			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[timeouts]\nread_body = \"200ms\"\n", nil, nil, nil)
+			c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestTimeout || errorCode(t, string(b)) != "request_timeout" {
+				t.Fatalf("%d %s: want 408 request_timeout", resp.StatusCode, b)
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("after the answer: %v, want the connection closed", err)
+			}
+			if n := eng.hits.Load(); n != 0 {
+				t.Fatalf("the engine got %d requests", n)
+			}
+		})
+	}
+}
