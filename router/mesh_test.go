@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolter/rolter/internal/testwait"
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -238,6 +239,13 @@ targets = [{provider = "a"}]
 	if err := <-errc; err == nil {
 		t.Fatal("the cancelled request got a response")
 	}
+	// The client's Do returns at once; the router sees the departure
+	// when its server reads the connection's close, a moment later.
+	// Released before that, the held request would go on to its pick as
+	// if its client were still there: wait until it ended as a departure.
+	testwait.For(t, 5*time.Second, "the held request ended with its client", func() bool {
+		return requestsByCode(t, h.srv)["499"] == 1
+	})
 	go func() { <-l.held; close(l.release) }()
 	if code, _, body := h.chat("m"); code != http.StatusOK {
 		t.Fatalf("released request: %d %s", code, body)
