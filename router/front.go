@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -74,6 +76,22 @@ type stdFront struct {
 	w   http.ResponseWriter
 	r   *http.Request
 	ctl http.ResponseController
+	p   string // the request's path, cleaned (cleanPath)
+}
+
+// cleanPath is a request's (decoded) path normalised as fasthttp's server
+// normalises it before the handler: repeated slashes collapsed, "." and
+// ".." segments resolved, a trailing slash kept. So both fronts route
+// //v1/chat/completions, and send it upstream, as /v1/chat/completions.
+func cleanPath(p string) string {
+	if !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
+		return p
+	}
+	c := path.Clean(p)
+	if c != "/" && (strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..")) {
+		c += "/"
+	}
+	return c
 }
 
 var (
@@ -83,7 +101,7 @@ var (
 
 func (f *stdFront) Context() context.Context { return f.r.Context() }
 func (f *stdFront) method() string           { return f.r.Method }
-func (f *stdFront) path() string             { return f.r.URL.Path }
+func (f *stdFront) path() string             { return f.p }
 func (f *stdFront) contentLength() int64     { return f.r.ContentLength }
 func (f *stdFront) bearer() string           { return f.r.Header.Get("Authorization") }
 

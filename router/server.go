@@ -272,7 +272,7 @@ func (s *Server) pruneUpstreams(sn *snapshot) {
 // proxy on fasthttp's server where it can, front_fast.go).
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f := &stdFront{w: w, r: r, ctl: *http.NewResponseController(w)}
+		f := &stdFront{w: w, r: r, ctl: *http.NewResponseController(w), p: cleanPath(r.URL.Path)}
 		s.serveAPI(f, f)
 	})
 }
