@@ -117,9 +117,9 @@ func stdRefusal(p []byte) (text string, ok bool) {
 	if len(p) > maxStdRefusal || len(p) < len(start) || string(p[:len(start)]) != start {
 		return "", false
 	}
-	s := view(p) // read only during the Write
-	i := strings.Index(s, stdErrorHeaders)
-	if i < 0 {
+	s := view(p)                    // read only during the Write
+	i := strings.IndexByte(s, '\r') // the status line's end
+	if i < 0 || !strings.HasPrefix(s[i:], stdErrorHeaders) {
 		return "", false
 	}
 	text = s[len(start):i]
