@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// Both fronts route a path with repeated slashes or dot segments as its
-// clean form, and send the clean form upstream; a trailing slash is
+// Both fronts route a path with repeated slashes, dot segments or
+// percent-escapes as its clean form, and send the clean form upstream; a trailing slash is
 // another path.
 func TestBothFrontsCleanTheRequestPath(t *testing.T) {
 	for _, fr := range fronts {
@@ -23,6 +23,7 @@ func TestBothFrontsCleanTheRequestPath(t *testing.T) {
 			{"/v1//chat///completions", http.StatusOK},
 			{"/v1/./chat/completions", http.StatusOK},
 			{"/v1/models/../chat/completions", http.StatusOK},
+			{"/v1/chat%2Fcompletions", http.StatusOK},
 			{"/v1/chat/completions/", http.StatusNotFound},
 			{"/v1/chat/completions/.", http.StatusNotFound},
 		} {
