@@ -24,6 +24,11 @@ import (
 // size and left to the collector. Pooled buffers are freed by the
 // collector over two cycles once unused (sync.Pool), so an idle router
 // gives the memory of a burst of long prompts back.
+//
+// A body the server already read into a buffer of its own is lent rather
+// than copied (lentBody: the fasthttp front), when that buffer obeys the
+// same bound: release then hands it back to its owner, and the bodyBuf of
+// its class keeps only the ids and block-key storage.
 
 // Body buffer classes: 2^minBodyClass bytes to 2^maxBodyClass.
 const (
@@ -44,7 +49,17 @@ type bodyBuf struct {
 	ids   []uint32
 	keys  []uint64
 	known knownSpans // the parse's noted values (request.known)
+	// lender owns b while it is lent (lentBody), and own is then the
+	// class's buffer, set aside until release.
+	lender bodyLender
+	own    []byte
 }
+
+// bodyLender is a server's request whose body buffer a bodyBuf borrows:
+// ResetBody takes the buffer back (fasthttp.Request). It is called in
+// the goroutine that serves the request, before the server reads the
+// connection's next request.
+type bodyLender interface{ ResetBody() }
 
 // parse is parseRequest of the body, reading a token-id prompt into the
 // buffer's ids storage and leaving its keys storage for the block keys
@@ -88,15 +103,49 @@ func newBodyBuf(n int, room int64) *bodyBuf {
 		return &bodyBuf{b: make([]byte, 0, n), class: -1}
 	}
 	if v, ok := bodyPools[c].Get().(*bodyBuf); ok {
+		if cap(v.b) == 0 { // it served lent bodies only
+			v.b = make([]byte, 0, 1<<(c+minBodyClass))
+		}
 		v.b = v.b[:0]
 		return v
 	}
 	return &bodyBuf{b: make([]byte, 0, 1<<(c+minBodyClass)), class: c}
 }
 
-// release hands bb's buffer back to its pool; bb must not be used again.
+// lentBody is a buffer whose body is b itself, which l owns (no copy), or
+// nil when b's buffer holds more than the body and as many bytes again,
+// or more than room bytes: the caller then copies the body into a buffer
+// of its own (newBodyBuf) and lets l have b back at once, so that a
+// short request never keeps a long one's buffer.
+func lentBody(b []byte, room int64, l bodyLender) *bodyBuf {
+	if n := int64(cap(b)); n > 2*int64(len(b)) || n > room {
+		return nil
+	}
+	c := bodyClass(len(b) + 1)
+	var bb *bodyBuf
+	if c < len(bodyPools) && int64(1)<<(c+minBodyClass) <= max(room, int64(len(b))) {
+		bb, _ = bodyPools[c].Get().(*bodyBuf)
+		if bb == nil {
+			bb = &bodyBuf{class: c}
+		}
+	} else {
+		bb = &bodyBuf{class: -1}
+	}
+	bb.own, bb.b, bb.lender = bb.b, b, l
+	return bb
+}
+
+// release hands bb's buffer back to its pool, or to its lender; bb must
+// not be used again.
 func (bb *bodyBuf) release() {
-	if bb != nil && bb.class >= 0 {
+	if bb == nil {
+		return
+	}
+	if bb.lender != nil {
+		bb.lender.ResetBody()
+		bb.b, bb.own, bb.lender = bb.own[:0], nil, nil
+	}
+	if bb.class >= 0 {
 		bodyPools[bb.class].Put(bb)
 	}
 }

@@ -49,8 +49,16 @@ func rawEngine(t *testing.T, answer func(http.ResponseWriter)) (*httptest.Server
 // Bodies of every size, sent at once and each retried on a second engine,
 // reach both engines byte for byte: a recycled buffer is never handed to
 // another request while its own still uses it, and never lends a request
-// bytes of an earlier, longer one.
+// bytes of an earlier, longer one. On fasthttp's server the body is the
+// server's own buffer, lent (lentBody): it must not go back to fasthttp
+// while a retry still sends from it either.
 func TestRecycledBodiesReachEveryAttemptWhole(t *testing.T) {
+	for _, fr := range fronts {
+		t.Run(fr.name, func(t *testing.T) { recycledBodiesReachEveryAttempt(t, fr) })
+	}
+}
+
+func recycledBodiesReachEveryAttempt(t *testing.T, fr front) {
 	bad, badGot := rawEngine(t, func(w http.ResponseWriter) {
 		http.Error(w, `{"error":{"message":"busy"}}`, http.StatusServiceUnavailable)
 	})
@@ -58,7 +66,7 @@ func TestRecycledBodiesReachEveryAttemptWhole(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","choices":[]}`)
 	})
-	h := newHarness(t, providers("bad", bad.URL, "good", good.URL)+`
+	f := fr.serveFront(t, providers("bad", bad.URL, "good", good.URL)+`
 [[routes]]
 model = "m"
 strategy = "round_robin"
@@ -68,7 +76,7 @@ attempts = 1
 budget = 1.0
 [breaker]
 failures = 1000
-`, nil)
+`, nil, nil, nil)
 	// Long and short bodies interleaved, so that a short one is likely to
 	// get a buffer a long one used; half are sent chunked (no length).
 	sizes := []int{300 << 10, 10, 2 << 10, 700 << 10, 100, 64 << 10, 1 << 20, 3}
@@ -92,8 +100,8 @@ failures = 1000
 			if rq.chunked {
 				body = io.MultiReader(body) // hides the length: sent chunked
 			}
-			req, _ := http.NewRequest(http.MethodPost, h.api.URL+"/v1/chat/completions", body)
-			resp, err := h.api.Client().Do(req)
+			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions", body)
+			resp, err := f.client.Do(req)
 			if err != nil {
 				errs <- err.Error()
 				return
@@ -232,4 +240,64 @@ func TestRecycledIDStorageKeepsEveryRequestsKeys(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// lender counts the times a lent body was handed back.
+type lender struct{ back int }
+
+func (l *lender) ResetBody() { l.back++ }
+
+// A server's body buffer is used in place only when it obeys the bound of
+// the router's own (the body and at most as much again, at most
+// max_body_bytes + 1): a short body in a long body's buffer is copied, so
+// that a stream never keeps the long one's memory. A lent buffer goes back
+// to its server once, at release, and the next body read into the same
+// class of buffer gets a buffer of its own.
+func TestLentBodyObeysTheBufferBound(t *testing.T) {
+	const limit = 4 << 20
+	for _, c := range []struct {
+		name     string
+		len, cap int
+		room     int64
+		wantLent bool
+	}{
+		{"sized for its length", 613 << 10, 1 << 20, limit + 1, true},
+		{"exactly its length", 300, 300, limit + 1, true},
+		{"empty", 0, 0, limit + 1, true},
+		{"a short body in a long one's buffer", 2 << 10, 1 << 20, limit + 1, false},
+		{"more than the limit allows", 600 << 10, 1 << 20, 700 << 10, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := make([]byte, c.len, c.cap)
+			for i := range b {
+				b[i] = 'x'
+			}
+			var l lender
+			bb := lentBody(b, c.room, &l)
+			if (bb != nil) != c.wantLent {
+				t.Fatalf("lent: %v, want %v", bb != nil, c.wantLent)
+			}
+			if bb == nil {
+				return
+			}
+			if len(bb.b) != c.len || (c.len > 0 && &bb.b[0] != &b[0]) {
+				t.Fatalf("the lent body is not the server's bytes")
+			}
+			bb.release()
+			if l.back != 1 {
+				t.Fatalf("handed back %d times, want once", l.back)
+			}
+			next := newBodyBuf(c.len+1, c.room)
+			defer next.release()
+			if c.len > 0 && cap(next.b) > 0 && &next.b[:1][0] == &b[0] {
+				t.Fatal("a later body was given the lent bytes")
+			}
+			if cap(next.b) < c.len+1 {
+				t.Fatalf("a later body got %d bytes of room, want %d", cap(next.b), c.len+1)
+			}
+			if l.back != 1 {
+				t.Fatalf("handed back %d times, want once", l.back)
+			}
+		})
+	}
 }

@@ -131,19 +131,27 @@ func (f *fastFront) contentLength() int64 {
 	return -1
 }
 
-// readBody copies the body fasthttp read before the handler (bounded by
-// max_body_bytes and read_body there: newFastServer) into a pooled
-// buffer, the one the proxy parses and sends upstream from.
+// readBody is the body fasthttp read before the handler (bounded by
+// max_body_bytes and read_body there: newFastServer), the buffer the
+// proxy parses and sends upstream from. fasthttp's buffer is lent as it
+// is (lentBody) when it is no bigger than the router's own would be:
+// sized for the body's length, which is the usual case and every long
+// prompt's. The proxy hands it back when it releases the body (at the
+// stream's first byte, or the request's end), before fasthttp reuses the
+// request. A buffer bigger than that (fasthttp's pool gave a short body
+// a long one's) is copied from and handed back at once, so that a stream
+// never keeps more than its own body's buffer.
 func (f *fastFront) readBody(limit int64, _ time.Duration) (*bodyBuf, error) {
 	b := f.ctx.Request.Body()
 	if int64(len(b)) > limit { // the limit was lowered since fasthttp read it
 		bb := newBodyBuf(1, limit+1)
 		return bb, fmt.Errorf("%w: the limit is %d bytes", ErrTooLarge, limit)
 	}
+	if bb := lentBody(b, limit+1, &f.ctx.Request); bb != nil {
+		return bb, nil
+	}
 	bb := newBodyBuf(len(b)+1, limit+1)
 	bb.b = append(bb.b, b...)
-	// fasthttp's copy goes back to its pool now rather than when the
-	// response is written: a stream would hold it while it is open.
 	f.ctx.Request.ResetBody()
 	return bb, nil
 }
