@@ -86,40 +86,26 @@ func readTokenIDs(dst []uint32, b []byte, i int) (ids []uint32, end int, ok bool
 }
 
 // idRun reads the run of elements at b[i:] that are an id of one to seven
-// digits and its comma into out, up to len(out) of them, and returns the
-// index after the run and how many it read. It stops before anything else:
-// spaces, the last id (no comma), a leading zero, a longer number.
-//
-// The bytes are read eight at a time at fixed steps, each word giving the
-// positions of its non-digits at once (a mask); every non-digit is then
-// an element's end, and the element's value is read from the eight bytes
-// before it (its digits are their top bytes). So no element's reading
-// waits for the previous one's length, only for the mask's next bit, and
-// the processor reads several ids at once. It calls nothing, so the loop
-// keeps its state in registers.
+// digits and its comma into out, each from one eight-byte word, up to
+// len(out) of them, and returns the index after the run and how many it
+// read. It stops before anything else: spaces, the last id (no comma), a
+// leading zero, a longer number. It calls nothing, so the loop keeps its
+// state in registers.
 func idRun(b []byte, i int, out []uint32) (end, k int) {
-	start := i // the current element's first byte
-	if start < 8 {
-		return start, 0 // an element's value is read from the 8 bytes before its end
-	}
-	for j := i; j+8 <= len(b); j += 8 {
-		a := binary.LittleEndian.Uint64(b[j:j+8]) ^ zeros // a digit's byte is now its value, 0-9
-		// A byte above 9 gets its high bit set by the add (or had it); a
-		// carry marks only bytes after a byte of 0x80 or more, which ends
-		// the run before them.
-		for m := ((a + 0x7676767676767676) | a) & highs; m != 0; m &= m - 1 {
-			p := j + bits.TrailingZeros64(m)>>3 // the element's end
-			n := p - start                      // its digits
-			if uint(n-1) >= 7 || b[p] != ',' || k == len(out) || (b[start] == '0' && n > 1) {
-				return start, k
-			}
-			w := binary.LittleEndian.Uint64(b[p-8:p]) ^ zeros
-			out[k] = uint32(swarValue(w>>((64-8*n)&63), n)) // its digits moved to the low bytes
-			k++
-			start = p + 1
+	for i+8 <= len(b) && k < len(out) {
+		w := binary.LittleEndian.Uint64(b[i : i+8])
+		a := w ^ zeros // a digit's byte is now its value, 0-9
+		// The top byte is marked whatever it holds: n ≤ 7, and a digit
+		// there fails the comma test (eight digits stop the run).
+		n := bits.TrailingZeros64(((a+0x7676767676767676)|a)&highs|1<<63) >> 3
+		if n == 0 || byte(w>>(8*n&63)) != ',' || (a&0xFF == 0 && n > 1) {
+			break
 		}
+		out[k] = uint32(swarValue(a, n))
+		k++
+		i += n + 1
 	}
-	return start, k
+	return i, k
 }
 
 // digits reads the decimal digits at b[i:] and returns their value and
