@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/rolter/rolter/strategies"
 )
 
@@ -128,6 +130,42 @@ func BenchmarkLongPromptRequest(b *testing.B) {
 // through a cache_aware route, in process, as BenchmarkLongPromptRequest.
 func BenchmarkLongChatRequest(b *testing.B) {
 	benchWholeRequest(b, "cache_aware", "/v1/chat/completions", string(chatWordsBody(100_000)))
+}
+
+// BenchmarkLongPromptFastRequest is BenchmarkLongPromptRequest on the
+// fasthttp front's handler: each iteration puts the body in the request's
+// buffer (as fasthttp's server reads it off the connection) and serves it.
+func BenchmarkLongPromptFastRequest(b *testing.B) {
+	benchFastRequest(b, "precise_cache_aware", "/v1/completions", tokenBody(100_000))
+}
+
+// BenchmarkLongChatFastRequest is BenchmarkLongChatRequest on the fasthttp
+// front's handler, as BenchmarkLongPromptFastRequest.
+func BenchmarkLongChatFastRequest(b *testing.B) {
+	benchFastRequest(b, "cache_aware", "/v1/chat/completions", chatWordsBody(100_000))
+}
+
+// benchFastRequest is benchWholeRequest through serveFast.
+func benchFastRequest(b *testing.B, strategy, path string, body []byte) {
+	cfg := strings.Replace(benchConfig, "[[routes]]\nmodel = \"llama\"\n", "[[routes]]\nmodel = \"llama\"\nstrategy = \""+strategy+"\"\n", 1)
+	s := benchServerFrom(b, memEngine{}, cfg)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, nil, nil)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		ctx.Request.Header.SetMethod(http.MethodPost)
+		ctx.Request.SetRequestURI(path)
+		ctx.Request.Header.SetContentType("application/json")
+		ctx.Request.SetBody(body)
+		s.serveFast(&ctx)
+		if code := ctx.Response.StatusCode(); code != 200 {
+			b.Fatalf("status %d: %s", code, ctx.Response.Body())
+		}
+	}
 }
 
 // benchWholeRequest sends body to path through a route of strategy, in
