@@ -28,7 +28,8 @@ import (
 // A body the server already read into a buffer of its own is lent rather
 // than copied (lentBody: the fasthttp front), when that buffer obeys the
 // same bound: release then hands it back to its owner, and the bodyBuf of
-// its class keeps only the ids and block-key storage.
+// its class keeps only the ids and block-key storage (a byte buffer it had
+// is dropped, so a request never holds two).
 
 // Body buffer classes: 2^minBodyClass bytes to 2^maxBodyClass.
 const (
@@ -49,10 +50,8 @@ type bodyBuf struct {
 	ids   []uint32
 	keys  []uint64
 	known knownSpans // the parse's noted values (request.known)
-	// lender owns b while it is lent (lentBody), and own is then the
-	// class's buffer, set aside until release.
+	// lender owns b while it is lent (lentBody).
 	lender bodyLender
-	own    []byte
 }
 
 // bodyLender is a server's request whose body buffer a bodyBuf borrows:
@@ -131,7 +130,7 @@ func lentBody(b []byte, room int64, l bodyLender) *bodyBuf {
 	} else {
 		bb = &bodyBuf{class: -1}
 	}
-	bb.own, bb.b, bb.lender = bb.b, b, l
+	bb.b, bb.lender = b, l
 	return bb
 }
 
@@ -143,7 +142,7 @@ func (bb *bodyBuf) release() {
 	}
 	if bb.lender != nil {
 		bb.lender.ResetBody()
-		bb.b, bb.own, bb.lender = bb.own[:0], nil, nil
+		bb.b, bb.lender = nil, nil
 	}
 	if bb.class >= 0 {
 		bodyPools[bb.class].Put(bb)
