@@ -1,0 +1,110 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// heldLog is a log handler that holds each "request" line until the
+// test lets it through: the request's end (settle) waits in it.
+type heldLog struct {
+	logged  chan int // the status of each request line, as it arrives
+	release chan struct{}
+}
+
+func newHeldLog() *heldLog {
+	return &heldLog{logged: make(chan int, 4), release: make(chan struct{})}
+}
+
+func (h *heldLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *heldLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *heldLog) WithGroup(string) slog.Handler            { return h }
+
+func (h *heldLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "request" {
+		return nil
+	}
+	code := 0
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "status" {
+			code = int(a.Value.Int64())
+		}
+		return true
+	})
+	h.logged <- code
+	<-h.release
+	return nil
+}
+
+// On fasthttp's front the client has the whole answer, plain or streamed,
+// before the request's log line is written (the request's metrics,
+// trace, leg end and log are settled after the answer is flushed), and a
+// pipelined next request is answered once that is done. A log line that
+// held the answer back would leave the client's read waiting for the
+// line the test holds: the read's deadline fails it.
+func TestFastAnswerLeavesBeforeItsRequestIsSettled(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		engine func(http.ResponseWriter, *http.Request, map[string]any)
+		stream bool
+	}{
+		{"plain", okChat, false},
+		{"stream", streamWithUsage, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newEngine(t, tc.engine)
+			held := newHeldLog()
+			f := fronts[1].serveFront(t, providers("a", eng.URL)+route("round_robin")+"\n[observability]\nrequest_log = true\n",
+				func(o *Options) { o.Logger = slog.New(held) }, nil, nil)
+			t.Cleanup(func() { close(held.release) })
+
+			c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":"hi"}]}`, tc.stream)
+			req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			// Two requests pipelined: the second is read after the first settled.
+			if _, err := io.WriteString(c, req+req); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			read := func(what string) string {
+				t.Helper()
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s: status %d, %v: %s", what, resp.StatusCode, err, b)
+				}
+				return string(b)
+			}
+			first := read("the first answer, its request's log line held")
+			if tc.stream && !strings.Contains(first, "[DONE]") || !tc.stream && !strings.Contains(first, `"chat.completion"`) {
+				t.Fatalf("first answer incomplete: %q", first)
+			}
+			if code := <-held.logged; code != http.StatusOK {
+				t.Fatalf("first request logged with status %d", code)
+			}
+			held.release <- struct{}{}
+			read("the pipelined second answer")
+			if code := <-held.logged; code != http.StatusOK {
+				t.Fatalf("second request logged with status %d", code)
+			}
+			held.release <- struct{}{}
+		})
+	}
+}
