@@ -135,6 +135,7 @@ func (a *attempt) settle() {
 		k.open = false
 		a.closeLeg(&a.later.l, a.later.resp, k.ok, k.outcome)
 	}
+	a.times.flush(a.s.stages, a.res.pool)
 	if a.admitted {
 		a.s.metrics.requestLatency(a.res.pool).Observe(ms(a.s.clock.Now().Sub(a.start)))
 		a.leave()
@@ -266,14 +267,17 @@ type attempt struct {
 	// sse: the answer relayed is an event stream (head; the engine's
 	// header is let go once copied).
 	sse bool
+	// settleLate: the front settles the request once its answer is out
+	// (settler).
+	settleLate bool
 	// later is the answered leg whose body the front copies after the
 	// handler returned (statusLater), and the request's deadline; also
 	// the leg whose end waits for the request's settle (kept).
 	later laterLeg
-	// settleLate: the front settles the request once its answer is out
-	// (settler); kept: the answered leg's end is left to settle.
-	settleLate bool
-	kept       keptLeg
+	// kept: the answered leg's end is left to settle (settleLate).
+	kept keptLeg
+	// times are the stage durations not yet observed (stages.go).
+	times stageTimes
 
 	tried   []bool
 	loads   []uint64
@@ -976,6 +980,11 @@ func (a *attempt) relay(resp *http.Response) (status int, ok bool, outcome strin
 				a.tail.write(buf[:n])
 				a.relayed(buf[:n])
 				left = sse && a.w.flush() != nil
+				if sse {
+					// The stream's first event is out: its stages need
+					// not wait for its end.
+					a.times.flush(s.stages, a.res.pool)
+				}
 			}
 		}
 		pool.Put(bufp)
