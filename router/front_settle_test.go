@@ -132,36 +132,40 @@ func stageCounts(t *testing.T, s *Server) map[string]uint64 {
 // The stage timings of a request are observed once its answer is out,
 // but an open stream's do not wait for its end: once its first event
 // reached the client, the stages up to its first byte are recorded while
-// it is still open. Both fronts.
+// it is still open. Both fronts, a stream that may be resumed too.
 func TestOpenStreamStagesAreRecordedAtItsFirstEvent(t *testing.T) {
-	for _, fr := range fronts {
-		t.Run(fr.name, func(t *testing.T) {
-			eng, gone := holdingEngine(t)
-			f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base+"/v1/chat/completions",
-				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := f.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.Contains(line, "Hello") {
-				t.Fatalf("first event %q, %v", line, err)
-			}
-			testwait.For(t, 5*time.Second, "the open stream's stages observed", func() bool {
-				c := stageCounts(t, f.srv)
-				return c["body_read"] == 1 && c["parse"] == 1 && c["route_resolve"] == 1 && c["pick"] == 1 && c["ttfb"] == 1
-			})
-			if c := stageCounts(t, f.srv); c["relay"] != 0 {
-				t.Fatalf("relay observed %d times while the stream is open", c["relay"])
-			}
-			cancel()
-			waitOn(t, gone, "the engine's request ended")
-		})
+	for _, c := range []struct{ name, conf string }{{"", ""}, {"/resumable", "\n[retry]\nresume_streams = true\n"}} {
+		for _, fr := range fronts {
+			t.Run(fr.name+c.name, func(t *testing.T) { openStreamStages(t, fr, c.conf) })
+		}
 	}
+}
+
+func openStreamStages(t *testing.T, fr front, conf string) {
+	eng, gone := holdingEngine(t)
+	f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin")+conf, nil, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.Contains(line, "Hello") {
+		t.Fatalf("first event %q, %v", line, err)
+	}
+	testwait.For(t, 5*time.Second, "the open stream's stages observed", func() bool {
+		c := stageCounts(t, f.srv)
+		return c["body_read"] == 1 && c["parse"] == 1 && c["route_resolve"] == 1 && c["pick"] == 1 && c["ttfb"] == 1
+	})
+	if c := stageCounts(t, f.srv); c["relay"] != 0 {
+		t.Fatalf("relay observed %d times while the stream is open", c["relay"])
+	}
+	cancel()
+	waitOn(t, gone, "the engine's request ended")
 }
