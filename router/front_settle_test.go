@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/rolter/rolter/internal/testwait"
 )
 
@@ -168,4 +170,52 @@ func openStreamStages(t *testing.T, fr front, conf string) {
 	}
 	cancel()
 	waitOn(t, gone, "the engine's request ended")
+}
+
+// heldSpans holds the end of each span of one name until the test lets
+// it through: the request's settle waits in it (its leg's end ends the
+// "attempt" span).
+type heldSpans struct {
+	name    string
+	ended   chan struct{}
+	release chan struct{}
+}
+
+func (h *heldSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (h *heldSpans) Shutdown(context.Context) error                  { return nil }
+func (h *heldSpans) ForceFlush(context.Context) error                { return nil }
+
+func (h *heldSpans) OnEnd(s sdktrace.ReadOnlySpan) {
+	if s.Name() == h.name {
+		h.ended <- struct{}{}
+		<-h.release
+	}
+}
+
+// A key at its max_streams_per_key gets its stream back before the
+// stream's last bytes reach it: once the client read a stream to its end
+// it may open the next one on another connection at once, even while the
+// first request's end (its leg's span, held here) is still being
+// recorded.
+func TestAKeysStreamIsBackWhenItsAnswerEnds(t *testing.T) {
+	eng := newEngine(t, streamWithUsage)
+	held := &heldSpans{name: "attempt", ended: make(chan struct{}, 2), release: make(chan struct{})}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(held))
+	f := fronts[1].serveFront(t, providers("a", eng.URL)+route("round_robin")+`
+[[keys]]
+name = "k"
+sha256 = "`+sha("sk-k")+`"
+[limits]
+max_streams_per_key = 1
+`, func(o *Options) { o.TracerProvider = tp }, nil, nil)
+	t.Cleanup(func() { close(held.release) })
+	stream := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	if code, _, body := f.post(t.Context(), stream, "Authorization", "Bearer sk-k"); code != http.StatusOK || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("first stream: %d %s", code, body)
+	}
+	waitOn(t, held.ended, "the first request's end held in its attempt span")
+	f.client.CloseIdleConnections()
+	if code, _, body := f.post(t.Context(), stream, "Authorization", "Bearer sk-k"); code != http.StatusOK {
+		t.Fatalf("next stream on a new connection: %d %s", code, body)
+	}
 }

@@ -106,6 +106,12 @@ func (a *attempt) abandon() {
 // and flushed. An answer whose body broke midway is then aborted
 // (answer.abort), before it leaves.
 func (a *attempt) done() {
+	// The key's stream is given back before the answer's last bytes: a
+	// client that has them may open its next stream at once.
+	if a.open != nil {
+		a.open.Add(-1)
+		a.open = nil
+	}
 	if !a.settleLate {
 		a.settle()
 	}
@@ -127,9 +133,9 @@ type settler interface {
 }
 
 // settle is the bookkeeping of the request's end: the answered leg's end
-// if its relay kept it open (relayBody), the latency, the admission gate
-// told, the key's stream count given back, the request counted and
-// logged, its trace ended and its body's buffer released.
+// if its relay kept it open (relayBody), the stage timings, the latency,
+// the admission gate told, the request counted and logged, its trace
+// ended and its body's buffer released.
 func (a *attempt) settle() {
 	if k := &a.kept; k.open {
 		k.open = false
@@ -139,9 +145,6 @@ func (a *attempt) settle() {
 	if a.admitted {
 		a.s.metrics.requestLatency(a.res.pool).Observe(ms(a.s.clock.Now().Sub(a.start)))
 		a.leave()
-	}
-	if a.open != nil {
-		a.open.Add(-1)
 	}
 	a.served()
 }
