@@ -284,8 +284,20 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 	reused := !cc.LastUseTime().IsZero()
 	c.hc, c.cc, c.conn = hc, cc, cc.Conn()
 	c.aborted.Store(false)
-	c.stop = context.AfterFunc(c.ctx, c.abort)
+	// The context closes the connection from the write on for a large
+	// body, which the engine may take its time to read; a small one is
+	// written without blocking, and the watch (several allocations) is set
+	// up in the engine's time, after it. A context that ended meanwhile
+	// closes the connection at once then.
+	c.stop = unwatched
+	early := c.n > watchWriteAbove
+	if early {
+		c.stop = context.AfterFunc(c.ctx, c.abort)
+	}
 	if err = c.write(hc, req); err == nil {
+		if !early {
+			c.stop = context.AfterFunc(c.ctx, c.abort)
+		}
 		// The engine's queue and prefill are waited out holding no buffer
 		// (waitReadable) under this small frame.
 		c.watch()
@@ -301,6 +313,15 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 	}
 	return reused && staleConn(err), err
 }
+
+// watchWriteAbove is the request body above which the context watches the
+// connection while the request is written (a socket's send buffer takes
+// a smaller one whole).
+const watchWriteAbove = 64 << 10
+
+// unwatched is the stop of a call whose context does not watch its
+// connection (yet).
+func unwatched() bool { return true }
 
 // write writes req on c.conn through a pooled writer.
 func (c *call) write(hc *fasthttp.HostClient, req *fasthttp.Request) error {

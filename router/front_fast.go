@@ -36,9 +36,16 @@ import (
 // stream, a body without a length, a larger one) is copied by bodyCopy,
 // which fasthttp calls to write the body once it wrote the header: each
 // Write is one chunk, flushed (chunked bodies), or part of a body of the
-// engine's length. bodyCopy.WriteTo then ends the request (attempt.done);
+// engine's length. bodyCopy.WriteTo then ends the answer (attempt.done);
 // bodyCopy.Close ends it when WriteTo never ran (the header write
 // failed, or the response was dropped).
+//
+// The request's bookkeeping (attempt.settle: the leg's end, metrics, the
+// log line, the trace's end, the body's buffer) runs after fasthttp wrote
+// and flushed the answer: each connection is a fastConn, which holds the
+// request it serves, and the server's ConnState hook settles it when the
+// connection turns idle (the answer is out; a pipelined next request is
+// read after it) or closes.
 
 // maxInlineBody bounds the engine's body the handler reads whole into the
 // response (the usual non-streamed completion is a few kilobytes); a
@@ -57,6 +64,7 @@ const writeBufferSize = 2 << 10
 type fastFront struct {
 	ctx *fasthttp.RequestCtx
 	c   context.Context // the connection's: ends when the client leaves
+	fc  *fastConn       // nil: the request settles in the handler
 	// meth and p are the method and path, as shared strings when known.
 	meth, p string
 	// out is the body's writer while bodyCopy.WriteTo runs (nil before:
@@ -71,7 +79,55 @@ var (
 	_ inbound   = (*fastFront)(nil)
 	_ answer    = (*fastFront)(nil)
 	_ laterBody = (*fastFront)(nil)
+	_ settler   = (*fastFront)(nil)
 )
+
+// fastConn is an API connection as fasthttp's server has it, below TLS
+// and above the departure watch: the watch's context, found once at
+// accept, the front of the request it serves (HTTP/1.1: one at a time),
+// and that request, settled once its answer is out (connSet.track).
+type fastConn struct {
+	net.Conn
+	ctx   context.Context
+	set   *connSet
+	front fastFront
+	// end is the request to settle; only the connection's goroutine
+	// touches it (the handler, then fasthttp's ConnState hook).
+	end *attempt
+}
+
+// NetConn is the connection under c (hangup.Context and hangup.Linger
+// find the watch's through it, as through *tls.Conn).
+func (c *fastConn) NetConn() net.Conn { return c.Conn }
+
+// fastListener makes each accepted connection a fastConn.
+type fastListener struct {
+	net.Listener
+	set *connSet
+}
+
+func (l fastListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &fastConn{Conn: c, ctx: connContext(c), set: l.set}, nil
+}
+
+// fastConnOf is the fastConn c is or wraps (through NetConn, as a
+// *tls.Conn does), or nil.
+func fastConnOf(c net.Conn) *fastConn {
+	for {
+		switch v := c.(type) {
+		case *fastConn:
+			return v
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
+	}
+}
 
 // serveFast is the fasthttp handler of the API. A panic is logged and
 // ends the connection, as net/http's server does (fasthttp would end the
@@ -83,7 +139,13 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 			_ = ctx.Conn().Close()
 		}
 	}()
-	f := &fastFront{ctx: ctx, c: connContext(ctx.Conn())}
+	var f *fastFront
+	if fc := fastConnOf(ctx.Conn()); fc != nil {
+		fc.front = fastFront{ctx: ctx, c: fc.ctx, fc: fc}
+		f = &fc.front
+	} else {
+		f = &fastFront{ctx: ctx, c: connContext(ctx.Conn())}
+	}
 	f.meth = knownString(ctx.Method(), http.MethodPost, http.MethodGet)
 	f.p = knownString(ctx.Path(), inferencePaths[0], inferencePaths[1], inferencePaths[2], "/v1/models")
 	s.serveAPI(f, f)
@@ -241,6 +303,17 @@ func (f *fastFront) later(a *attempt, size int64, sse bool) bool {
 	return true
 }
 
+// settleLater leaves a to the connection, which settles it once the
+// answer is written and flushed, or once it closed.
+func (f *fastFront) settleLater(a *attempt) bool {
+	if f.fc == nil {
+		return false
+	}
+	f.fc.end = a
+	f.fc.set.settling.Add(1)
+	return true
+}
+
 // bodyCopy is the body of an answer that fasthttp writes after the
 // handler returned: WriteTo relays the engine's body and ends the
 // request. It never reads (fasthttp calls WriteTo, BodyWriterTo).
@@ -348,23 +421,68 @@ func (l fastLogger) Printf(format string, args ...any) {
 }
 
 // connSet is the API's open connections, closed when the drain deadline
-// passed (fasthttp's Shutdown waits for them without closing them).
+// passed (fasthttp's Shutdown waits for them without closing them), and
+// the requests waiting for their settle.
 type connSet struct {
 	mu sync.Mutex
 	m  map[net.Conn]struct{}
+	// settling counts the requests left to settle: fasthttp's Shutdown
+	// returns once the connections' handlers are done, before the
+	// ConnState hook of their close ran.
+	settling sync.WaitGroup
+	log      *slog.Logger
 }
 
+// track is fasthttp's ConnState hook. A connection turns idle once its
+// answer was written and flushed (ReduceMemoryUsage flushes every
+// answer), before a pipelined next request is read; it closes after a
+// failed write or an answer with Connection: close. Either way its
+// request is settled then, in the connection's goroutine.
 func (cs *connSet) track(c net.Conn, st fasthttp.ConnState) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
+	switch st {
+	case fasthttp.StateIdle, fasthttp.StateClosed, fasthttp.StateHijacked:
+		if fc := fastConnOf(c); fc != nil && fc.end != nil {
+			a := fc.end
+			fc.end = nil
+			cs.settle(a)
+		}
+	}
 	switch st {
 	case fasthttp.StateNew:
+		cs.mu.Lock()
 		if cs.m == nil {
 			cs.m = map[net.Conn]struct{}{}
 		}
 		cs.m[c] = struct{}{}
+		cs.mu.Unlock()
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		cs.mu.Lock()
 		delete(cs.m, c)
+		cs.mu.Unlock()
+	}
+}
+
+// settle settles a; a panic is logged (fasthttp's hook would end the
+// process), as serveFast logs one in the handler.
+func (cs *connSet) settle(a *attempt) {
+	defer cs.settling.Done()
+	defer func() {
+		if v := recover(); v != nil {
+			cs.log.Error("panic settling a request", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	a.settle()
+}
+
+// settled waits until no request is left to settle, or ctx ends.
+func (cs *connSet) settled(ctx context.Context) error {
+	ch := make(chan struct{})
+	go func() { cs.settling.Wait(); close(ch) }()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -404,12 +522,12 @@ func (s *Server) apiServer(api net.Listener, base context.Context, t config.Time
 		s.log.Info("no client departure watch here: the API runs on net/http", "err", err)
 		return nil, stop, nil
 	}
-	ln := w.Listener(api, base)
+	conns := &connSet{log: s.log}
+	var ln net.Listener = fastListener{w.Listener(api, base), conns}
 	stop = func() { _ = w.Close() }
 	if s.wrapAPI != nil {
 		ln = s.wrapAPI(ln)
 	}
-	conns := &connSet{}
 	return fastServer{s.newFastServer(t, l, conns), ln, conns}, stop, nil
 }
 
@@ -420,6 +538,14 @@ type fastServer struct {
 	conns *connSet
 }
 
-func (x fastServer) serve() error                       { return x.srv.Serve(x.ln) }
-func (x fastServer) shutdown(ctx context.Context) error { return x.srv.ShutdownWithContext(ctx) }
-func (x fastServer) close()                             { x.conns.closeAll() }
+func (x fastServer) serve() error { return x.srv.Serve(x.ln) }
+
+// shutdown drains the server, then waits for the requests it served to
+// settle (their log lines and metrics).
+func (x fastServer) shutdown(ctx context.Context) error {
+	if err := x.srv.ShutdownWithContext(ctx); err != nil {
+		return err
+	}
+	return x.conns.settled(ctx)
+}
+func (x fastServer) close() { x.conns.closeAll() }

@@ -46,6 +46,9 @@ func (s *Server) serveInference(w answer, r inbound) {
 	// One allocation holds the request's routing state for its whole life.
 	a := &attempt{s: s, sn: sn, w: w, r: r, start: s.clock.Now()}
 	a.req, a.rc = &a.reqv, &a.rcv
+	if st, ok := w.(settler); ok {
+		a.settleLate = st.settleLater(a)
+	}
 	a.begin()
 	later := false
 	defer func() {
@@ -97,23 +100,53 @@ func (a *attempt) abandon() {
 	a.done()
 }
 
-// done is the end of the request, whichever way it ended and on either
-// front, called exactly once: the latency, the admission gate told, the
-// key's stream count given back, the request counted and logged, its
-// trace ended and its body's buffer released. An answer whose body broke
-// midway is then aborted (answer.abort).
+// done is the end of the request's answer, whichever way it ended and on
+// either front, called exactly once: the request is settled (settle), at
+// once or, when its front took it (settler), once the answer is written
+// and flushed. An answer whose body broke midway is then aborted
+// (answer.abort), before it leaves.
 func (a *attempt) done() {
+	// The key's stream is given back before the answer's last bytes: a
+	// client that has them may open its next stream at once.
+	if a.open != nil {
+		a.open.Add(-1)
+		a.open = nil
+	}
+	if !a.settleLate {
+		a.settle()
+	}
+	if a.aborted {
+		a.w.abort()
+	}
+}
+
+// settler is an answer whose front settles the request (attempt.settle)
+// once the answer is written and flushed to the client rather than in
+// the handler, so that the request's bookkeeping does not hold the
+// client's bytes back (fasthttp's front: when the connection turns idle
+// or closes, front_fast.go).
+type settler interface {
+	// settleLater takes a, at the start of the request, to settle once
+	// its answer is out, exactly once whichever way it ends; false: done
+	// settles it.
+	settleLater(a *attempt) bool
+}
+
+// settle is the bookkeeping of the request's end: the answered leg's end
+// if its relay kept it open (relayBody), the stage timings, the latency,
+// the admission gate told, the request counted and logged, its trace
+// ended and its body's buffer released.
+func (a *attempt) settle() {
+	if k := &a.kept; k.open {
+		k.open = false
+		a.closeLeg(&a.later.l, a.later.resp, k.ok, k.outcome)
+	}
+	a.times.flush(a.s.stages, a.res.pool)
 	if a.admitted {
 		a.s.metrics.requestLatency(a.res.pool).Observe(ms(a.s.clock.Now().Sub(a.start)))
 		a.leave()
 	}
-	if a.open != nil {
-		a.open.Add(-1)
-	}
 	a.served()
-	if a.aborted {
-		a.w.abort()
-	}
 }
 
 // served counts the request under its route and closes its trace. The
@@ -237,9 +270,17 @@ type attempt struct {
 	// sse: the answer relayed is an event stream (head; the engine's
 	// header is let go once copied).
 	sse bool
+	// settleLate: the front settles the request once its answer is out
+	// (settler).
+	settleLate bool
 	// later is the answered leg whose body the front copies after the
-	// handler returned (statusLater), and the request's deadline.
+	// handler returned (statusLater), and the request's deadline; also
+	// the leg whose end waits for the request's settle (kept).
 	later laterLeg
+	// kept: the answered leg's end is left to settle (settleLate).
+	kept keptLeg
+	// times are the stage durations not yet observed (stages.go).
+	times stageTimes
 
 	tried   []bool
 	loads   []uint64
@@ -752,10 +793,10 @@ func dropHeader(resp *http.Response) {
 
 // relayBody relays the body of an answered leg whose head is out, ends
 // the leg and hands a broken stream to resume; it returns the client's
-// status.
+// status. When the front settles the request after the answer is out
+// (settleLate) and no resume can follow, the leg's end is left to settle
+// (kept), so that it does not hold back the answer's last bytes.
 func (a *attempt) relayBody(deadline time.Time, l *leg, resp *http.Response) int {
-	t := l.t
-	up := t.provider.up
 	var status int
 	var ok bool
 	var outcome string
@@ -763,7 +804,40 @@ func (a *attempt) relayBody(deadline time.Time, l *leg, resp *http.Response) int
 		status, ok, outcome = a.relaySpliced(resp)
 	} else {
 		status, ok, outcome = a.relay(resp)
+		if a.settleLate {
+			if l != &a.later.l {
+				a.later.l, a.later.resp = *l, resp
+			}
+			a.kept = keptLeg{open: true, ok: ok, outcome: outcome}
+			if outcome == "abort" {
+				a.aborted = true
+			}
+			return status
+		}
 	}
+	a.closeLeg(l, resp, ok, outcome)
+	if a.sp != nil && a.sp.broke != "" {
+		return a.resume(deadline, l.t, status)
+	}
+	if outcome == "abort" {
+		a.aborted = true
+	}
+	return status
+}
+
+// keptLeg is the relay's result for an answered leg whose end waits for
+// the request's settle.
+type keptLeg struct {
+	open    bool
+	ok      bool
+	outcome string
+}
+
+// closeLeg ends an answered leg whose body was relayed: the engine's
+// response closed, the leg's timer and context ended, its outcome
+// recorded (stats, metrics, route stats, trace; a broken stream counts
+// against the breaker) and, when it served the request, the balancer told.
+func (a *attempt) closeLeg(l *leg, resp *http.Response, ok bool, outcome string) {
 	resp.Body.Close()
 	l.timer.Stop()
 	l.cancel()
@@ -771,20 +845,13 @@ func (a *attempt) relayBody(deadline time.Time, l *leg, resp *http.Response) int
 		outcome = "http_" + strconv.Itoa(resp.StatusCode)
 	}
 	if outcome == "stream_error" || outcome == "abort" {
-		a.streamFailure(up)
+		a.streamFailure(l.t.provider.up)
 	}
 	served := ok && resp.StatusCode < 300
 	a.end(l, served, outcome)
 	if c, isC := a.res.pool.lb.(strategies.Completer); isC && served {
 		c.Served(l.idx)
 	}
-	if a.sp != nil && a.sp.broke != "" {
-		return a.resume(deadline, t, status)
-	}
-	if outcome == "abort" {
-		a.aborted = true
-	}
-	return status
 }
 
 func (a *attempt) breakerClosed(t *target, from breakerState) {
@@ -916,6 +983,11 @@ func (a *attempt) relay(resp *http.Response) (status int, ok bool, outcome strin
 				a.tail.write(buf[:n])
 				a.relayed(buf[:n])
 				left = sse && a.w.flush() != nil
+				if sse {
+					// The stream's first event is out: its stages need
+					// not wait for its end.
+					a.times.flush(s.stages, a.res.pool)
+				}
 			}
 		}
 		pool.Put(bufp)

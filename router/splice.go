@@ -307,6 +307,7 @@ func (a *attempt) relayEvents(resp *http.Response) (status int, ok bool, outcome
 			if ferr := a.w.flush(); ferr != nil {
 				return statusClientClosed, false, "canceled"
 			}
+			a.times.flush(s.stages, a.res.pool) // the stream's first event is out
 		}
 		if done {
 			return sp.status, true, "success"

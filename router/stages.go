@@ -64,6 +64,55 @@ func (m *stageMetrics) observed(st int, since, now time.Time) {
 	m.stages[st].Observe(now.Sub(since).Seconds())
 }
 
+// stageTimes holds a request's stage durations until they are observed
+// (flush): when the request is settled, after its answer left (or, for
+// an event stream, once its first event is out). An Observe is a
+// fraction of a microsecond, and a request makes six of them before its
+// first byte; they need not stand between the client's request and its
+// answer. A stage met again (a retry's pick, its time to first byte)
+// observes the one before it first.
+type stageTimes struct {
+	d    [numStages]float32 // seconds
+	pick float32            // the strategy's pick, seconds
+	set  uint8              // bit st: d[st] is held; bit numStages: pick
+}
+
+const pickBit = 1 << numStages
+
+// put holds stage st's duration.
+func (t *stageTimes) put(m *stageMetrics, st int, d time.Duration) {
+	if t.set&(1<<st) != 0 {
+		m.stages[st].Observe(float64(t.d[st]))
+	}
+	t.d[st] = float32(d.Seconds())
+	t.set |= 1 << st
+}
+
+// putPick holds the duration of a pick of p's strategy.
+func (t *stageTimes) putPick(m *stageMetrics, p *pool, d time.Duration) {
+	if t.set&pickBit != 0 {
+		m.pickTime(p).Observe(float64(t.pick))
+	}
+	t.pick = float32(d.Seconds())
+	t.set |= pickBit
+}
+
+// flush observes what t holds (the picks as p's strategy's) and empties it.
+func (t *stageTimes) flush(m *stageMetrics, p *pool) {
+	if t.set == 0 {
+		return
+	}
+	for st := range numStages {
+		if t.set&(1<<st) != 0 {
+			m.stages[st].Observe(float64(t.d[st]))
+		}
+	}
+	if t.set&pickBit != 0 && p != nil {
+		m.pickTime(p).Observe(float64(t.pick))
+	}
+	t.set = 0
+}
+
 // pickTime is p's strategy's pick-time histogram child.
 func (m *stageMetrics) pickTime(p *pool) prometheus.Observer {
 	mk := func() prometheus.Observer { return m.pick.WithLabelValues(p.lb.Name()) }

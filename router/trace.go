@@ -114,7 +114,7 @@ func (a *attempt) begin() {
 // clock, and returns now: the start of whatever comes next.
 func (a *attempt) stage(st int, since time.Time) time.Time {
 	now := a.s.clock.Now()
-	a.s.stages.observed(st, since, now)
+	a.times.put(a.s.stages, st, now.Sub(since))
 	return now
 }
 
@@ -129,14 +129,14 @@ func (a *attempt) pickTarget(eligible strategies.Eligible) (int, bool) {
 	start := time.Now()
 	if !a.obs.traced {
 		idx, ok := p.lb.PickEligible(a.rc, a.loads, eligible)
-		a.s.stages.pickTime(p).Observe(time.Since(start).Seconds())
+		a.times.putPick(a.s.stages, p, time.Since(start))
 		return idx, ok
 	}
 	_, span := a.s.tracer.Start(a.obs.ctx, "pick")
 	defer span.End()
 	var ex strategies.Explanation
 	idx, ok := strategies.PickExplained(p.lb, a.rc, a.loads, eligible, &ex)
-	a.s.stages.pickTime(p).Observe(time.Since(start).Seconds())
+	a.times.putPick(a.s.stages, p, time.Since(start))
 	attrs := []attribute.KeyValue{
 		attribute.String("rolter.request_id", a.obs.id),
 		attribute.String("rolter.strategy", p.lb.Name()),
