@@ -134,6 +134,17 @@ func lentBody(b []byte, room int64, l bodyLender) *bodyBuf {
 	return bb
 }
 
+// disown lets go of a lent body without handing it back: for a request
+// settled by fasthttp's ConnState hook, whose server resets the request,
+// body and all, itself (right after the hook when the connection turns
+// idle, before it when the connection closes: the request may by then
+// serve another connection, so it must not be touched).
+func (bb *bodyBuf) disown() {
+	if bb != nil && bb.lender != nil {
+		bb.b, bb.lender = nil, nil
+	}
+}
+
 // release hands bb's buffer back to its pool, or to its lender; bb must
 // not be used again.
 func (bb *bodyBuf) release() {

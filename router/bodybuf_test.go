@@ -78,18 +78,21 @@ budget = 1.0
 failures = 1000
 `, nil, nil, nil)
 	// Long and short bodies interleaved, so that a short one is likely to
-	// get a buffer a long one used; half are sent chunked (no length).
+	// get a buffer a long one used; half are sent chunked (no length), and
+	// a third ask to close the connection after their answer (fasthttp's
+	// front then recycles the request before it settles it).
 	sizes := []int{300 << 10, 10, 2 << 10, 700 << 10, 100, 64 << 10, 1 << 20, 3}
 	const rounds = 3
 	type sent struct {
 		body    string
 		chunked bool
+		close   bool
 	}
 	var reqs []sent
 	for r := range rounds {
 		for i, n := range sizes {
 			text := strings.Repeat(fmt.Sprintf("r%d-%d ", r, i), n/8+1)
-			reqs = append(reqs, sent{`{"model":"m","messages":[{"role":"user","content":"` + text + `"}]}`, (r+i)%2 == 1})
+			reqs = append(reqs, sent{`{"model":"m","messages":[{"role":"user","content":"` + text + `"}]}`, (r+i)%2 == 1, (r+i)%3 == 0})
 		}
 	}
 	var wg sync.WaitGroup
@@ -101,6 +104,7 @@ failures = 1000
 				body = io.MultiReader(body) // hides the length: sent chunked
 			}
 			req, _ := http.NewRequest(http.MethodPost, f.base+"/v1/chat/completions", body)
+			req.Close = rq.close
 			resp, err := f.client.Do(req)
 			if err != nil {
 				errs <- err.Error()

@@ -444,6 +444,7 @@ func (cs *connSet) track(c net.Conn, st fasthttp.ConnState) {
 		if fc := fastConnOf(c); fc != nil && fc.end != nil {
 			a := fc.end
 			fc.end = nil
+			a.body.disown()
 			cs.settle(a)
 		}
 	}
