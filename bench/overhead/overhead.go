@@ -741,8 +741,8 @@ func printStreams(w io.Writer, rows []Row) {
 
 func printCells(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tfailed at\t"+
-		"CPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\tgenerator steal/other\treruns\t")
+	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tfailed at\tat max: proxy CPU busy (proxy's own)\tgenerator CPUs busy\t"+
+		"CPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\tgenerator steal/other\tgenerator CPU s/1k req\treruns\t")
 	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 	opt := func(v *float64, prec int) string {
 		if v == nil {
@@ -761,15 +761,27 @@ func printCells(w io.Writer, rows []Row) {
 			cpu += " (disturbed)"
 			disturbed++
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t\n", r.Targets, r.Mode, r.name(),
+		proxyBusy := pct(r.MaxRateProxyBusy)
+		if r.MaxRateProxyShare != nil {
+			proxyBusy += " (" + pct(r.MaxRateProxyShare) + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%d\t\n", r.Targets, r.Mode, r.name(),
 			f0(r.P50us), f0(r.P99us), f0(r.P999us), opt(r.AddedP50us, 0), opt(r.AddedP99us, 0), opt(r.AddedP999us, 0),
-			r.Errors, r.MaxRate, opt(r.MaxRateFail, 0), cpu, opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0),
-			opt(r.StealMsPerS, 0), opt(r.OtherMsPerS, 0), opt(r.GenStealMsPerS, 0), opt(r.GenOtherMsPerS, 0), r.Rerun)
+			r.Errors, r.MaxRate, opt(r.MaxRateFail, 0), proxyBusy, pct(r.MaxRateGenBusy), cpu, opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0),
+			opt(r.StealMsPerS, 0), opt(r.OtherMsPerS, 0), opt(r.GenStealMsPerS, 0), opt(r.GenOtherMsPerS, 0), opt(r.GenCPUPer1k, 4), r.Rerun)
 	}
 	tw.Flush()
 	if disturbed > 0 {
 		fmt.Fprintf(w, "\n%d cell(s) marked disturbed: a window they use still had more steal + other tasks' time on the proxy's CPU (or per CPU on the generator's) than the threshold after the bound of reruns; their CPU figure is a disturbed machine's.\n", disturbed)
 	}
+}
+
+// pct is a share as a whole percentage, "-" when unknown.
+func pct(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v*100, 'f', 0, 64) + " %"
 }
 
 func (r Row) name() string {
