@@ -109,19 +109,23 @@ func (g *generator) close() { g.c.CloseIdleConnections() }
 // time whatever happened to the earlier ones (no coordinated omission),
 // and measures each request's latency from its scheduled send time to the
 // end of its response body. A failed request counts as an error and as a
-// latency of the client timeout.
+// latency of the client timeout. It waits for each scheduled time on a
+// pacer, not time.Sleep, whose millisecond wake-ups would be most of a
+// fast path's latency.
 func openLoop(ctx context.Context, g *generator, base func(int) string, rq request, rate float64, dur time.Duration) loadStats {
 	n := max(int(rate*dur.Seconds()), 1)
 	interval := time.Duration(float64(time.Second) / rate)
 	lat := make([]time.Duration, n)
 	failed := make([]bool, n)
 	var wg sync.WaitGroup
+	p := newPacer()
+	defer p.close()
 	start := time.Now()
 	var behind time.Duration
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		at := start.Add(time.Duration(i) * interval)
 		if d := time.Until(at); d > 0 {
-			time.Sleep(d)
+			p.sleep(d)
 		} else {
 			behind = max(behind, -d)
 		}

@@ -320,6 +320,9 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 				P50us: us(st.p50), P99us: us(st.p99), P999us: us(st.p999), Windows: cfg.Windows,
 				WindowRuns: c.runs, Rerun: c.reruns}
 			setSearch(&r, c.search)
+			if col.pid == nil {
+				r.MaxRateProxyBusy = nil // no proxy: CPU 0 ran only the neighbours
+			}
 			var gen []float64
 			for _, w := range c.used() {
 				gen = append(gen, w.GenCPUPer1k)
@@ -555,12 +558,11 @@ func (c cell) worst() int {
 
 // measure runs one mode's fixed-rate windows, round the columns
 // Windows times, then the columns' max-rate searches, interleaved
-// (search.go). A proxy's window
-// the host disturbed (WindowRun.disturbance above cfg.Disturbed) is
-// measured again after the rounds, not at once, so a disturbance that
-// lasts a few seconds has passed: rounds of reruns go over the columns
-// again, each rerunning its most disturbed window, up to cfg.Reruns per
-// cell. A rerun takes the slot when it is less disturbed; the window it
+// (search.go). A proxy's window the host disturbed
+// (WindowRun.disturbance above cfg.Disturbed) is measured again after
+// the rounds, not at once, so a disturbance that lasts a few seconds has
+// passed: rounds of reruns go over the columns again, each rerunning its
+// most disturbed window, up to cfg.Reruns per cell. A rerun takes the slot when it is less disturbed; the window it
 // replaces stays in the record.
 func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell {
 	rq := benchRequest(cfg, mode == "stream")

@@ -175,3 +175,19 @@ func TestWrongModeAnswerIsAnError(t *testing.T) {
 		t.Errorf("JSON answers to plain requests: %d errors of %d", s.errors, s.sent)
 	}
 }
+
+// The pacer never wakes before the time asked for, whether under a
+// millisecond (which time.Sleep rounds up to one) or over.
+func TestPacerWaitsAtLeastItsTime(t *testing.T) {
+	p := newPacer()
+	defer p.close()
+	for _, d := range []time.Duration{50 * time.Microsecond, 300 * time.Microsecond, 2 * time.Millisecond} {
+		for range 20 {
+			t0 := time.Now()
+			p.sleep(d)
+			if el := time.Since(t0); el < d {
+				t.Fatalf("slept %v of %v", el, d)
+			}
+		}
+	}
+}
