@@ -173,3 +173,27 @@ func TestGeneratorCountsFailedRequests(t *testing.T) {
 		}
 	}
 }
+
+// What one request costs the generator's CPU, direct: the generator's
+// send and the canned engine's answer, one after another (allocations
+// are the repeatable figure).
+func BenchmarkDirectRequest(b *testing.B) {
+	for _, stream := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "stream"}[stream], func(b *testing.B) {
+			cfg := Config{PromptWords: 64, MaxTokens: 8, Engine: EngineCanned}
+			addrs, err := startEngine(b.Context(), cfg, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			base, rq := "http://"+addrs[0], benchRequest(cfg, stream)
+			g := newGenerator()
+			defer g.close()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, failed := g.send(base, rq, time.Now()); failed {
+					b.Fatal("failed")
+				}
+			}
+		})
+	}
+}
