@@ -2,20 +2,22 @@
 // request on its way to an engine. One engine in this process serves the
 // OpenAI API on one or more loopback ports: by default the instant-mode
 // sim's answers to the benchmark's request, recorded once and replayed
-// without decoding the request (engine.go), or the sim itself. An
-// open-loop generator sends the same requests to it directly, through
-// `rolter router` and through nginx, each started as a subprocess with a
-// generated config. It reports latency percentiles at a fixed rate over
-// several windows that go round the paths, the latency the proxy adds over
-// direct, the highest rate sustained under a p99 limit (search.go), the
-// proxy processes' CPU seconds per 1000 requests (nanoseconds from the
-// kernel's per-process CPU clock, the windows' mean without the highest
-// and the lowest, cpu.go) and their CPU with no request in flight. Every
-// window also reads what the host and other tasks took of the
-// benchmark's CPUs, and a disturbed one is measured again (host.go). Its
-// open-streams mode (streams.go) measures resident memory per open stream,
-// split by a Go proxy's runtime figures (goruntime.go), and streaming
-// throughput against direct.
+// without decoding the request (engine.go, on fasthttp's server), or the
+// sim itself. An open-loop generator (load.go, on fasthttp's client)
+// sends the same requests to it directly, through `rolter router` and
+// through nginx, each started as a subprocess with a generated config. It
+// reports latency percentiles at a fixed rate over several windows that
+// go round the paths, the latency the proxy adds over direct, the highest
+// rate sustained under a p99 limit, searched for every path in turn at
+// each step, and what the proxy's and the generator's CPUs did at it
+// (search.go), the proxy processes' CPU seconds per 1000 requests
+// (nanoseconds from the kernel's per-process CPU clock, the windows' mean
+// without the highest and the lowest, cpu.go) and their CPU with no
+// request in flight. Every window also reads what the host and other
+// tasks took of the benchmark's CPUs, and a disturbed one is measured
+// again (host.go). Its open-streams mode (streams.go) measures resident
+// memory per open stream, split by a Go proxy's runtime figures
+// (goruntime.go), and streaming throughput against direct.
 //
 // With Config.Pin the proxy under test runs on one CPU and the generator
 // and the engine (this process) on the others (taskset), so the CPU figure
