@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -75,7 +76,7 @@ func listen(ctx context.Context, h fasthttp.RequestHandler, n int) ([]string, er
 		}
 		srv := &fasthttp.Server{Handler: h, ReadTimeout: time.Minute, IdleTimeout: time.Minute,
 			MaxRequestBodySize: maxEngineBody, NoDefaultServerHeader: true, NoDefaultContentType: true}
-		go func() { _ = srv.Serve(ln) }()
+		go func() { _ = srv.Serve(patientListener{Listener: ln, done: ctx.Done()}) }()
 		go func() {
 			<-ctx.Done()
 			_ = ln.Close()
@@ -84,6 +85,31 @@ func listen(ctx context.Context, h fasthttp.RequestHandler, n int) ([]string, er
 		addrs = append(addrs, ln.Addr().String())
 	}
 	return addrs, nil
+}
+
+// patientListener retries an accept that failed for want of a file
+// descriptor, after a pause, as net/http's server does: fasthttp's Serve
+// returns on any accept error but a timeout, and the engine's port would
+// stay dead for the rest of the run.
+type patientListener struct {
+	net.Listener
+	done <-chan struct{}
+}
+
+func (l patientListener) Accept() (net.Conn, error) {
+	pause := 5 * time.Millisecond
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+			return c, err
+		}
+		select {
+		case <-l.done:
+			return nil, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // maxEngineBody bounds a request body the engine reads: ten times the

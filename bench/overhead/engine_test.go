@@ -3,11 +3,13 @@ package overhead
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,7 +116,7 @@ func TestGeneratorAgainstCannedEngine(t *testing.T) {
 		if code != http.StatusOK || !bytes.Equal(got, bytes.Join(a.parts, nil)) {
 			t.Errorf("stream %v: %d %q\nwant %q", stream, code, got, bytes.Join(a.parts, nil))
 		}
-		g := newGenerator()
+		g := newGenerator(1)
 		st := openLoop(t.Context(), g, func(int) string { return base }, rq, 200, 100*time.Millisecond)
 		g.close()
 		if st.sent != 20 || st.errors != 0 {
@@ -131,7 +133,7 @@ func TestGeneratorAgainstCannedEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGenerator()
+	g := newGenerator(1)
 	defer g.close()
 	st := openLoop(t.Context(), g, func(int) string { return "http://" + addrs[0] }, benchRequest(slow, true), 50, 100*time.Millisecond)
 	if st.errors != 0 || st.lat[0] < 60*time.Millisecond {
@@ -165,7 +167,7 @@ func TestGeneratorCountsFailedRequests(t *testing.T) {
 	}
 	closed.Close()
 	for _, addr := range []string{ln.Addr().String(), closed.Addr().String()} {
-		g := newGenerator()
+		g := newGenerator(1)
 		st := openLoop(t.Context(), g, func(int) string { return "http://" + addr }, benchRequest(Config{PromptWords: 4, MaxTokens: 1}, false), 100, 50*time.Millisecond)
 		g.close()
 		if st.sent != 5 || st.errors != 5 || st.p50 != g.timeout {
@@ -186,7 +188,7 @@ func BenchmarkDirectRequest(b *testing.B) {
 				b.Fatal(err)
 			}
 			base, rq := "http://"+addrs[0], benchRequest(cfg, stream)
-			g := newGenerator()
+			g := newGenerator(1)
 			defer g.close()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -196,4 +198,36 @@ func BenchmarkDirectRequest(b *testing.B) {
 			}
 		})
 	}
+}
+
+// An accept that fails for want of a file descriptor is retried; any
+// other error ends the engine's port as before.
+func TestEngineListenerOutlastsNoFileDescriptors(t *testing.T) {
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	fl := &flakyListener{errs: []error{syscall.EMFILE, syscall.ENFILE, nil, net.ErrClosed}, conn: c1}
+	l := patientListener{Listener: fl, done: t.Context().Done()}
+	if c, err := l.Accept(); err != nil || c != c1 || fl.calls != 3 {
+		t.Fatalf("accept: %v, %v after %d calls; want the connection after 3", c, err, fl.calls)
+	}
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("closed listener: %v", err)
+	}
+}
+
+type flakyListener struct {
+	net.Listener
+	errs  []error
+	conn  net.Conn
+	calls int
+}
+
+func (f *flakyListener) Accept() (net.Conn, error) {
+	err := f.errs[f.calls]
+	f.calls++
+	if err != nil {
+		return nil, err
+	}
+	return f.conn, nil
 }

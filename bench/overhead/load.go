@@ -90,11 +90,19 @@ type generator struct {
 	timeout time.Duration // a failed request's latency
 }
 
-func newGenerator() *generator {
+// maxConns bounds one generator's connections, over all its hosts:
+// beyond it requests queue in the client, and that wait counts. Per host
+// it would be 64 times as many at 64 targets direct, and a one-second
+// stall at 14 000 requests/s opened enough of them, and the engine's
+// ends, to use up this process's 20 000 file descriptors.
+const maxConns = 1024
+
+// newGenerator returns a generator for requests spread over hosts
+// addresses.
+func newGenerator(hosts int) *generator {
 	const timeout = 10 * time.Second
 	return &generator{timeout: timeout, c: &fasthttp.Client{
-		// beyond this requests queue in the client, and that wait counts
-		MaxConnsPerHost:          1024,
+		MaxConnsPerHost:          max(maxConns/max(hosts, 1), 1),
 		MaxConnWaitTimeout:       timeout,
 		ReadTimeout:              timeout,
 		WriteTimeout:             timeout,

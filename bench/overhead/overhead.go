@@ -578,7 +578,7 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 	}
 	gens := make([]*generator, len(cols))
 	for i, col := range cols {
-		gens[i] = newGenerator()
+		gens[i] = newGenerator(col.hosts)
 		defer gens[i].close()
 		// Warm connections and caches at a modest rate.
 		openLoop(ctx, gens[i], col.base, rq, min(cfg.Rate, 500), 500*time.Millisecond)

@@ -33,7 +33,7 @@ func TestOpenLoopDoesNotWaitForAnswers(t *testing.T) {
 		}
 		close(release)
 	}()
-	s := openLoop(t.Context(), newGenerator(), func(int) string { return srv.URL }, request{path: "/", body: []byte("{}")}, rate, n*time.Second/rate)
+	s := openLoop(t.Context(), newGenerator(1), func(int) string { return srv.URL }, request{path: "/", body: []byte("{}")}, rate, n*time.Second/rate)
 	if s.sent != n || s.errors != 0 || got.Load() != n {
 		t.Fatalf("sent %d, errors %d, server saw %d; want %d, 0, %d", s.sent, s.errors, got.Load(), n, n)
 	}
@@ -168,10 +168,10 @@ func TestWrongModeAnswerIsAnError(t *testing.T) {
 	defer srv.Close()
 	base := func(int) string { return srv.URL }
 	cfg := Config{PromptWords: 4, MaxTokens: 1}
-	if s := openLoop(t.Context(), newGenerator(), base, benchRequest(cfg, true), 100, 100*time.Millisecond); s.errors != s.sent {
+	if s := openLoop(t.Context(), newGenerator(1), base, benchRequest(cfg, true), 100, 100*time.Millisecond); s.errors != s.sent {
 		t.Errorf("JSON answers to streamed requests: %d errors of %d", s.errors, s.sent)
 	}
-	if s := openLoop(t.Context(), newGenerator(), base, benchRequest(cfg, false), 100, 100*time.Millisecond); s.errors != 0 {
+	if s := openLoop(t.Context(), newGenerator(1), base, benchRequest(cfg, false), 100, 100*time.Millisecond); s.errors != 0 {
 		t.Errorf("JSON answers to plain requests: %d errors of %d", s.errors, s.sent)
 	}
 }
