@@ -3,14 +3,18 @@ package overhead
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"sync"
+	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/rolter/rolter/sim"
 )
@@ -36,6 +40,9 @@ const simModelLen = 1 << 18
 // startEngine runs the engine cfg.Engine names serving n loopback ports
 // until ctx ends, and returns their addresses. Every path but the two
 // generation endpoints (models, health, metrics, tokenize) is the sim's.
+// The canned engine is served by fasthttp's server, whose request costs
+// the generator's CPU a fraction of net/http's (BENCHMARKS.md §2): the
+// CPU it shares with the generator is what limits direct's max rate.
 func startEngine(ctx context.Context, cfg Config, n int) ([]string, error) {
 	sc := sim.DefaultConfig()
 	sc.Model = model
@@ -46,34 +53,73 @@ func startEngine(ctx context.Context, cfg Config, n int) ([]string, error) {
 	sc.Engine.MaxModelLen = simModelLen
 	s := sim.New(sc, slog.New(slog.DiscardHandler), nil, nil)
 	go s.Run(ctx)
-	var h http.Handler = s.Handler()
+	h := fasthttpadaptor.NewFastHTTPHandler(s.Handler())
 	if cfg.Engine == EngineCanned {
-		c, err := record(ctx, h, cfg)
+		c, err := record(ctx, s.Handler(), cfg)
 		if err != nil {
 			return nil, err
 		}
-		h = c
+		c.next, c.done = h, ctx.Done()
+		h = c.serve
 	}
+	return listen(ctx, h, n)
+}
+
+// listen serves h on n loopback ports until ctx ends, each with its own
+// fasthttp server, and returns their addresses.
+func listen(ctx context.Context, h fasthttp.RequestHandler, n int) ([]string, error) {
 	var addrs []string
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("bench overhead: engine listen: %w", err)
 		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = hs.Serve(ln) }()
+		srv := &fasthttp.Server{Handler: h, ReadTimeout: time.Minute, IdleTimeout: time.Minute,
+			MaxRequestBodySize: maxEngineBody, NoDefaultServerHeader: true, NoDefaultContentType: true}
+		go func() { _ = srv.Serve(patientListener{Listener: ln, done: ctx.Done()}) }()
 		go func() {
 			<-ctx.Done()
-			_ = hs.Close()
+			_ = ln.Close()
+			_ = srv.Shutdown()
 		}()
 		addrs = append(addrs, ln.Addr().String())
 	}
 	return addrs, nil
 }
 
+// patientListener retries an accept that failed for want of a file
+// descriptor, after a pause, as net/http's server does: fasthttp's Serve
+// returns on any accept error but a timeout, and the engine's port would
+// stay dead for the rest of the run.
+type patientListener struct {
+	net.Listener
+	done <-chan struct{}
+}
+
+func (l patientListener) Accept() (net.Conn, error) {
+	pause := 5 * time.Millisecond
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+			return c, err
+		}
+		select {
+		case <-l.done:
+			return nil, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// maxEngineBody bounds a request body the engine reads: ten times the
+// longest prompt the benchmark sends (100 000 token ids, about 700 KB).
+const maxEngineBody = 64 << 20
+
 // canned is EngineCanned: the sim's answers replayed.
 type canned struct {
-	next          http.Handler // the sim, for every path but generation
+	next          fasthttp.RequestHandler // the sim, for every path but generation
+	done          <-chan struct{}         // the engine's end: a stream's pause stops
 	plain, stream answer
 	// gap is the pause between a stream's token events (0: none, as the
 	// instant sim); the open-streams mode uses it to keep streams open.
@@ -91,7 +137,7 @@ type answer struct {
 // record asks the sim h for its plain and streamed answer to the
 // benchmark's request and returns the engine that replays them.
 func record(ctx context.Context, h http.Handler, cfg Config) (*canned, error) {
-	c := &canned{next: h}
+	c := &canned{}
 	rc := cfg
 	if cfg.Streams > 0 {
 		c.gap, rc.MaxTokens = cfg.StreamGap, cfg.StreamTokens
@@ -131,82 +177,67 @@ func record(ctx context.Context, h http.Handler, cfg Config) (*canned, error) {
 // from the body's last bytes instead of decoding it.
 var streamFlag = []byte(`"stream":true}`)
 
-func (c *canned) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || (r.URL.Path != "/v1/chat/completions" && r.URL.Path != "/v1/completions") {
-		c.next.ServeHTTP(w, r)
+// serve answers a generation request with the recorded answer of the
+// mode its body ends with; a stream is chunked, one chunk written and
+// flushed per event (events.Read).
+func (c *canned) serve(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	if !ctx.IsPost() || (path != "/v1/chat/completions" && path != "/v1/completions") {
+		c.next(ctx)
 		return
 	}
-	stream, err := readTail(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
+	stream := bytes.HasSuffix(ctx.PostBody(), streamFlag)
 	a := c.plain
 	if stream {
 		a = c.stream
 	}
-	for k, v := range a.header {
-		w.Header()[k] = v
+	for k, vs := range a.header {
+		for _, v := range vs {
+			ctx.Response.Header.Add(k, v)
+		}
 	}
 	if !stream {
-		w.Header().Set("Content-Length", fmt.Sprint(len(a.parts[0])))
-		_, _ = w.Write(a.parts[0])
+		ctx.SetBody(a.parts[0])
 		return
 	}
-	fl, _ := w.(http.Flusher)
-	w.WriteHeader(http.StatusOK)
-	if fl != nil {
-		fl.Flush()
-	}
-	var t *time.Timer
-	for i, p := range a.parts {
-		if c.gap > 0 && i > 0 {
-			if t == nil {
-				t = time.NewTimer(c.gap)
-			} else {
-				t.Reset(c.gap)
-			}
-			select {
-			case <-r.Context().Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-		if _, err := w.Write(p); err != nil {
-			return
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-	}
+	ctx.SetBodyStream(&events{parts: a.parts, gap: c.gap, done: c.done}, -1)
 }
 
-var bodyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+// events is a stream's body: each Read returns (the rest of) one event,
+// which fasthttp's server writes as one chunk and flushes, after the
+// gap for every event but the first.
+type events struct {
+	parts [][]byte
+	next  int // the event being written
+	off   int // how much of it was written
+	gap   time.Duration
+	done  <-chan struct{}
+	timer *time.Timer
+}
 
-// readTail reads body to its end and reports whether it ends with
-// streamFlag.
-func readTail(body io.Reader) (stream bool, err error) {
-	buf := bodyBufs.Get().(*[32 << 10]byte)
-	defer bodyBufs.Put(buf)
-	var tail []byte
-	for {
-		n, err := body.Read(buf[:])
-		if n > 0 {
-			if n >= len(streamFlag) {
-				tail = append(tail[:0], buf[n-len(streamFlag):n]...)
-			} else {
-				tail = append(tail, buf[:n]...)
-				if len(tail) > len(streamFlag) {
-					tail = tail[len(tail)-len(streamFlag):]
-				}
-			}
+// errEngineDone ends a stream whose pause outlasted the engine.
+var errEngineDone = errors.New("bench overhead: engine stopped")
+
+func (e *events) Read(p []byte) (int, error) {
+	if e.next == len(e.parts) {
+		return 0, io.EOF
+	}
+	if e.off == 0 && e.next > 0 && e.gap > 0 {
+		if e.timer == nil {
+			e.timer = time.NewTimer(e.gap)
+		} else {
+			e.timer.Reset(e.gap)
 		}
-		if err == io.EOF {
-			return bytes.Equal(tail, streamFlag), nil
-		}
-		if err != nil {
-			return false, err
+		select {
+		case <-e.done:
+			e.timer.Stop()
+			return 0, errEngineDone
+		case <-e.timer.C:
 		}
 	}
+	n := copy(p, e.parts[e.next][e.off:])
+	if e.off += n; e.off == len(e.parts[e.next]) {
+		e.next, e.off = e.next+1, 0
+	}
+	return n, nil
 }

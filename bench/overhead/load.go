@@ -12,8 +12,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
+// newClient is the open-streams mode's client (streams.go).
 func newClient() *http.Client {
 	return &http.Client{
 		Timeout: 10 * time.Second,
@@ -75,30 +78,69 @@ func (s loadStats) sustained(limit time.Duration) bool {
 	return s.sent > 0 && s.p99 < limit && s.errors*1000 < s.sent
 }
 
+// generator is the open loop's HTTP client: fasthttp's, which does a
+// request on the goroutine that asks for it over a pooled keep-alive
+// connection and reads the whole answer (a chunked stream to its last
+// chunk) into a reused buffer, with no goroutine per connection and
+// no header map per answer as net/http's has. It shares a CPU with the
+// engine, and what the two use per request bounds direct's max rate
+// (BENCHMARKS.md §2).
+type generator struct {
+	c       *fasthttp.Client
+	timeout time.Duration // a failed request's latency
+}
+
+// maxConns bounds one generator's connections, over all its hosts:
+// beyond it requests queue in the client, and that wait counts. Per host
+// it would be 64 times as many at 64 targets direct, and a one-second
+// stall at 14 000 requests/s opened enough of them, and the engine's
+// ends, to use up this process's 20 000 file descriptors.
+const maxConns = 1024
+
+// newGenerator returns a generator for requests spread over hosts
+// addresses.
+func newGenerator(hosts int) *generator {
+	const timeout = 10 * time.Second
+	return &generator{timeout: timeout, c: &fasthttp.Client{
+		MaxConnsPerHost:          max(maxConns/max(hosts, 1), 1),
+		MaxConnWaitTimeout:       timeout,
+		ReadTimeout:              timeout,
+		WriteTimeout:             timeout,
+		MaxIdleConnDuration:      time.Minute,
+		NoDefaultUserAgentHeader: true,
+	}}
+}
+
+func (g *generator) close() { g.c.CloseIdleConnections() }
+
 // openLoop sends rate requests per second for dur, each at its scheduled
 // time whatever happened to the earlier ones (no coordinated omission),
 // and measures each request's latency from its scheduled send time to the
 // end of its response body. A failed request counts as an error and as a
-// latency of the client timeout.
-func openLoop(ctx context.Context, client *http.Client, base func(int) string, rq request, rate float64, dur time.Duration) loadStats {
+// latency of the client timeout. It waits for each scheduled time on a
+// pacer, not time.Sleep, whose millisecond wake-ups would be most of a
+// fast path's latency.
+func openLoop(ctx context.Context, g *generator, base func(int) string, rq request, rate float64, dur time.Duration) loadStats {
 	n := max(int(rate*dur.Seconds()), 1)
 	interval := time.Duration(float64(time.Second) / rate)
 	lat := make([]time.Duration, n)
 	failed := make([]bool, n)
 	var wg sync.WaitGroup
+	p := newPacer()
+	defer p.close()
 	start := time.Now()
 	var behind time.Duration
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		at := start.Add(time.Duration(i) * interval)
 		if d := time.Until(at); d > 0 {
-			time.Sleep(d)
+			p.sleep(d)
 		} else {
 			behind = max(behind, -d)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lat[i], failed[i] = send(ctx, client, base(i), rq, at)
+			lat[i], failed[i] = g.send(base(i), rq, at)
 		}()
 	}
 	wg.Wait()
@@ -106,11 +148,35 @@ func openLoop(ctx context.Context, client *http.Client, base func(int) string, r
 	for i := range failed {
 		if failed[i] {
 			s.errors++
-			lat[i] = client.Timeout
+			lat[i] = g.timeout
 		}
 	}
 	s.summarise()
 	return s
+}
+
+var eventStream = []byte("text/event-stream")
+
+// send posts rq to base and reads the whole answer, and returns its
+// latency from at. An answer that is not 200, or not an event stream
+// when one was asked for (and the other way round), is a failure: a
+// proxy or engine that answered the wrong mode must not pass for a
+// cheap one.
+func (g *generator) send(base string, rq request, at time.Time) (time.Duration, bool) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(base + rq.path)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(rq.body)
+	err := g.c.Do(req, resp)
+	d := time.Since(at)
+	if err != nil {
+		return d, true
+	}
+	sse := bytes.HasPrefix(resp.Header.ContentType(), eventStream)
+	return d, resp.StatusCode() != fasthttp.StatusOK || sse != rq.stream
 }
 
 // summarise sorts s.lat and sets the percentiles from it.
@@ -138,12 +204,12 @@ func pool(runs []loadStats) loadStats {
 	return s
 }
 
-// send posts rq to base and reads the whole response (every SSE event
-// when streaming). An answer that is not 200, or not an event stream
-// when one was asked for (and the other way round), is a failure: a
-// proxy or engine that answered the wrong mode must not pass for a
-// cheap one.
-func send(ctx context.Context, client *http.Client, base string, rq request, at time.Time) (time.Duration, bool) {
+// sendStream is the open-streams mode's request (streams.go), on
+// net/http's client, whose context ends a stream that is held open: it
+// posts rq to base and reads every SSE event. An answer that is not 200,
+// or not an event stream when one was asked for (and the other way
+// round), is a failure.
+func sendStream(ctx context.Context, client *http.Client, base string, rq request, at time.Time) (time.Duration, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+rq.path, bytes.NewReader(rq.body))
 	if err != nil {
 		return 0, true

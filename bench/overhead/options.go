@@ -39,9 +39,9 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Config.SearchStart, "search-start", 250, "first rate of the max-rate step search")
 	fs.Float64Var(&o.Config.SearchFactor, "search-factor", 1.5, "each search step multiplies the rate by this")
 	fs.Float64Var(&o.Config.SearchMax, "search-max", 20000, "highest rate the search tries")
-	fs.DurationVar(&o.Config.SearchDuration, "search-duration", 2*time.Second, "length of each search step")
+	fs.DurationVar(&o.Config.SearchDuration, "search-duration", 2*time.Second, "length of each try of the max-rate search (a rate holds when most of up to 3 counted tries hold)")
 	fs.IntVar(&o.Config.SearchBisect, "search-bisect", 2, "after the first step that fails, bisect this many more steps between it and the last rate that held")
-	fs.Float64Var(&o.Config.Disturbed, "disturbed", DefaultDisturbed, "a window with more host steal + other tasks' time on the proxy's CPU than this (ms per s) is measured again (0: never)")
+	fs.Float64Var(&o.Config.Disturbed, "disturbed", DefaultDisturbed, "a window with more host steal + other tasks' time on the proxy's CPU, or per CPU on the generator's, than this (ms per s) is measured again, and a failed max-rate try so disturbed is not counted (0: never)")
 	fs.IntVar(&o.Config.Reruns, "reruns", 4, "at most this many windows measured again per cell")
 	fs.DurationVar(&o.Config.P99Limit, "p99-limit", 10*time.Millisecond, "a rate is sustained while p99 stays under this (and < 0.1% errors)")
 	fs.StringVar(&o.Targets, "targets", "1,64", "comma-separated target counts (one in-process sim listening on that many ports)")
@@ -123,7 +123,8 @@ func (o Options) Run(ctx context.Context, stdout io.Writer) error {
 	} else {
 		fmt.Fprintf(stdout, "open-loop constant rate, latency from each request's scheduled send time; fixed rate %.0f/s, %d windows of %v "+
 			"(CPU: mean of the windows without the highest and the lowest; a window with steal + other tasks' time on the proxy's CPU over %.0f ms/s measured again, at most %d per cell); "+
-			"idle CPU over %v; max rate: steps ×%.2f from %.0f/s then %d bisections, %v each, p99 < %v; engine %s\n",
+			"idle CPU over %v; max rate: steps ×%.2f from %.0f/s then %d bisections, %v per try, p99 < %v, the paths tried in turn at each step, "+
+			"a rate held when most of up to 3 counted tries hold (a disturbed failure not counted); engine %s\n",
 			cfg.Rate, cfg.Windows, cfg.Duration, cfg.Disturbed, cfg.Reruns, cfg.Idle, cfg.SearchFactor, cfg.SearchStart, cfg.SearchBisect,
 			cfg.SearchDuration, cfg.P99Limit, cfg.Engine)
 	}

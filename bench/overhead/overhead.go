@@ -2,20 +2,22 @@
 // request on its way to an engine. One engine in this process serves the
 // OpenAI API on one or more loopback ports: by default the instant-mode
 // sim's answers to the benchmark's request, recorded once and replayed
-// without decoding the request (engine.go), or the sim itself. An
-// open-loop generator sends the same requests to it directly, through
-// `rolter router` and through nginx, each started as a subprocess with a
-// generated config. It reports latency percentiles at a fixed rate over
-// several windows that go round the paths, the latency the proxy adds over
-// direct, the highest rate sustained under a p99 limit (search.go), the
-// proxy processes' CPU seconds per 1000 requests (nanoseconds from the
-// kernel's per-process CPU clock, the windows' mean without the highest
-// and the lowest, cpu.go) and their CPU with no request in flight. Every
-// window also reads what the host and other tasks took of the
-// benchmark's CPUs, and a disturbed one is measured again (host.go). Its
-// open-streams mode (streams.go) measures resident memory per open stream,
-// split by a Go proxy's runtime figures (goruntime.go), and streaming
-// throughput against direct.
+// without decoding the request (engine.go, on fasthttp's server), or the
+// sim itself. An open-loop generator (load.go, on fasthttp's client)
+// sends the same requests to it directly, through `rolter router` and
+// through nginx, each started as a subprocess with a generated config. It
+// reports latency percentiles at a fixed rate over several windows that
+// go round the paths, the latency the proxy adds over direct, the highest
+// rate sustained under a p99 limit, searched for every path in turn at
+// each step, and what the proxy's and the generator's CPUs did at it
+// (search.go), the proxy processes' CPU seconds per 1000 requests
+// (nanoseconds from the kernel's per-process CPU clock, the windows' mean
+// without the highest and the lowest, cpu.go) and their CPU with no
+// request in flight. Every window also reads what the host and other
+// tasks took of the benchmark's CPUs, and a disturbed one is measured
+// again (host.go). Its open-streams mode (streams.go) measures resident
+// memory per open stream, split by a Go proxy's runtime figures
+// (goruntime.go), and streaming throughput against direct.
 //
 // With Config.Pin the proxy under test runs on one CPU and the generator
 // and the engine (this process) on the others (taskset), so the CPU figure
@@ -27,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -115,6 +116,20 @@ type Row struct {
 	// the path stops holding is between the two. nil when none failed up
 	// to the search's limit.
 	MaxRateFail *float64 `json:"max_rate_fail,omitempty"`
+	// What limited the max rate, from the try that held at MaxRate: the
+	// share of the proxy's CPU that was not idle and the share the proxy's
+	// processes used (nil for direct), and the share of the generator's
+	// CPUs (the generator and the engine, this process) that was not
+	// idle. A busy share near 1 is the CPU that could do no more.
+	MaxRateProxyBusy  *float64 `json:"max_rate_proxy_cpu_busy,omitempty"`
+	MaxRateProxyShare *float64 `json:"max_rate_proxy_cpu_share,omitempty"`
+	MaxRateGenBusy    *float64 `json:"max_rate_generator_cpu_busy,omitempty"`
+	// Every try of the max-rate search, in the order they ran.
+	SearchTries []SearchTry `json:"search_tries,omitempty"`
+	// CPU seconds of this process (the generator and the engine) per
+	// 1000 requests in the fixed-rate windows, their trimmed mean: what
+	// one request costs the generator's CPUs.
+	GenCPUPer1k *float64 `json:"generator_cpu_s_per_1k,omitempty"`
 	// CPU seconds of the proxy's processes per 1000 requests: all the CPU
 	// they used in a fixed-rate window (background work included) over
 	// the window's requests, the trimmed mean of the windows used (the
@@ -179,6 +194,15 @@ type WindowRun struct {
 	CPUPer1kTicks  float64 `json:"cpu_s_per_1k_ticks"`
 	RunqWaitMsPerS float64 `json:"runq_wait_ms_per_s"`
 	SwitchesPerReq float64 `json:"ctx_switches_per_req"`
+	// This process's (generator and engine) CPU per 1000 requests.
+	GenCPUPer1k float64 `json:"generator_cpu_s_per_1k"`
+	// The proxy's processes' CPU time over the window's wall time (nil for
+	// direct), and the share of the proxy's CPU and of the generator's
+	// CPUs that was not idle (nil where /proc/stat could not be read; the
+	// generator's only when pinned).
+	ProxyCPUShare *float64 `json:"proxy_cpu_share,omitempty"`
+	ProxyCPUBusy  *float64 `json:"proxy_cpu_busy,omitempty"`
+	GenCPUBusy    *float64 `json:"generator_cpu_busy,omitempty"`
 	// GC cycles the proxy's Go runtime ran in the window (a router's
 	// /metrics read at both ends); nil for others.
 	GCCycles *float64 `json:"gc_cycles,omitempty"`
@@ -295,11 +319,17 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 			c, st := cells[i], cells[i].fixed
 			r := Row{Path: col.path, Strategy: col.strategy, Targets: n, Mode: mode, PromptTokens: cfg.PromptTokens,
 				Engine: cfg.Engine, Pinned: cfg.Pin && col.pid != nil, Sent: st.sent, Errors: st.errors,
-				P50us: us(st.p50), P99us: us(st.p99), P999us: us(st.p999), MaxRate: c.maxRate, Windows: cfg.Windows,
+				P50us: us(st.p50), P99us: us(st.p99), P999us: us(st.p999), Windows: cfg.Windows,
 				WindowRuns: c.runs, Rerun: c.reruns}
-			if c.failed > 0 {
-				r.MaxRateFail = ptr(c.failed)
+			setSearch(&r, c.search)
+			if col.pid == nil {
+				r.MaxRateProxyBusy = nil // no proxy: CPU 0 ran only the neighbours
 			}
+			var gen []float64
+			for _, w := range c.used() {
+				gen = append(gen, w.GenCPUPer1k)
+			}
+			r.GenCPUPer1k = ptr(trimmedMean(gen))
 			if col.pid != nil {
 				summarise(&r, c.used())
 				r.AddedP50us, r.AddedP99us, r.AddedP999us = ptr(us(st.p50-d.p50)), ptr(us(st.p99-d.p99)), ptr(us(st.p999-d.p999))
@@ -310,8 +340,8 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 					r.IdleShare = ptr(*idle[i] * cfg.Duration.Seconds() / (*r.CPUPer1k * float64(st.sent) / float64(cfg.Windows)))
 				}
 			}
-			fmt.Fprintf(cfg.Log, "  %d targets %-6s %-34s p50 %v p99 %v max %.0f/s%s\n", n, mode, col.name(),
-				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), c.maxRate, windowsNote(c.runs))
+			fmt.Fprintf(cfg.Log, "  %d targets %-6s %-34s p50 %v p99 %v max %.0f/s%s%s\n", n, mode, col.name(),
+				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), r.MaxRate, windowsNote(c.runs), triesNote(r.SearchTries))
 			rows = append(rows, r)
 		}
 	}
@@ -353,6 +383,47 @@ func columns(ctx context.Context, cfg Config, addrs []string) []func() (column, 
 		cols = append(cols, func() (column, error) { return nginxColumn(ctx, cfg, addrs) })
 	}
 	return cols
+}
+
+// setSearch sets r's max-rate figures from its path's search.
+func setSearch(r *Row, s *search) {
+	if s == nil {
+		return
+	}
+	r.MaxRate, r.SearchTries = s.held, s.tries
+	if s.failed > 0 {
+		r.MaxRateFail = ptr(s.failed)
+	}
+	if t := s.heldTry(); t != nil {
+		r.MaxRateProxyBusy, r.MaxRateProxyShare, r.MaxRateGenBusy = t.ProxyCPUBusy, t.ProxyCPUShare, t.GenCPUBusy
+	}
+}
+
+// triesNote is a progress line's list of the search's tries: the rate,
+// + held or - failed, a star on the disturbed ones and brackets round
+// the ones not counted.
+func triesNote(tries []SearchTry) string {
+	if len(tries) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(" tries:")
+	for _, t := range tries {
+		item := strconv.FormatFloat(t.Rate, 'f', 0, 64)
+		if t.Held {
+			item += "+"
+		} else {
+			item += "-"
+		}
+		if t.Disturbed {
+			item += "*"
+		}
+		if !t.Used {
+			item = "[" + item + "]"
+		}
+		b.WriteString(" " + item)
+	}
+	return b.String()
 }
 
 // summarise sets a proxy's row figures from its used windows.
@@ -455,11 +526,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // included) and its requests, the used windows' requests pooled, how
 // many windows were measured again, and the max-rate search's result.
 type cell struct {
-	runs            []WindowRun
-	stats           []loadStats // runs[i]'s requests
-	fixed           loadStats
-	reruns          int
-	maxRate, failed float64
+	runs   []WindowRun
+	stats  []loadStats // runs[i]'s requests
+	fixed  loadStats
+	reruns int
+	search *search
 }
 
 // used is the cell's windows that are its figures, one per slot, in
@@ -488,12 +559,12 @@ func (c cell) worst() int {
 }
 
 // measure runs one mode's fixed-rate windows, round the columns
-// Windows times, then each column's max-rate search. A proxy's window
-// the host disturbed (WindowRun.disturbance above cfg.Disturbed) is
-// measured again after the rounds, not at once, so a disturbance that
-// lasts a few seconds has passed: rounds of reruns go over the columns
-// again, each rerunning its most disturbed window, up to cfg.Reruns per
-// cell. A rerun takes the slot when it is less disturbed; the window it
+// Windows times, then the columns' max-rate searches, interleaved
+// (search.go). A proxy's window the host disturbed
+// (WindowRun.disturbance above cfg.Disturbed) is measured again after
+// the rounds, not at once, so a disturbance that lasts a few seconds has
+// passed: rounds of reruns go over the columns again, each rerunning its
+// most disturbed window, up to cfg.Reruns per cell. A rerun takes the slot when it is less disturbed; the window it
 // replaces stays in the record.
 func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell {
 	rq := benchRequest(cfg, mode == "stream")
@@ -505,16 +576,16 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 		}
 		host = procStatReader(cpu)
 	}
-	clients := make([]*http.Client, len(cols))
+	gens := make([]*generator, len(cols))
 	for i, col := range cols {
-		clients[i] = newClient()
-		defer clients[i].CloseIdleConnections()
+		gens[i] = newGenerator(col.hosts)
+		defer gens[i].close()
 		// Warm connections and caches at a modest rate.
-		openLoop(ctx, clients[i], col.base, rq, min(cfg.Rate, 500), 500*time.Millisecond)
+		openLoop(ctx, gens[i], col.base, rq, min(cfg.Rate, 500), 500*time.Millisecond)
 	}
 	cells := make([]cell, len(cols))
 	run := func(i, slot int) {
-		w, st := window(ctx, cfg, clients[i], cols[i], rq, host)
+		w, st := window(ctx, cfg, gens[i], cols[i], rq, host, cfg.Rate, cfg.Duration)
 		w.Slot = slot
 		w.Disturbed = cols[i].pid != nil && cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
 		cells[i].runs, cells[i].stats = append(cells[i].runs, w), append(cells[i].stats, st)
@@ -544,7 +615,7 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 			}
 		}
 	}
-	for i, col := range cols {
+	for i := range cols {
 		var used []loadStats
 		for k, w := range cells[i].runs {
 			if w.Used {
@@ -552,28 +623,26 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 			}
 		}
 		cells[i].fixed = pool(used)
-		// A step that fails is run once more before it counts as failed, so
-		// one burst of noise from a neighbour does not end the search.
-		cells[i].maxRate, cells[i].failed = searchMaxRate(cfg.SearchStart, cfg.SearchFactor, cfg.SearchMax, cfg.SearchBisect, func(rate float64) bool {
-			for range 2 {
-				if ctx.Err() != nil {
-					return false
-				}
-				if openLoop(ctx, clients[i], col.base, rq, rate, cfg.SearchDuration).sustained(cfg.P99Limit) {
-					return true
-				}
-			}
-			return false
-		})
 	}
+	searches := make([]*search, len(cols))
+	for i := range cols {
+		searches[i] = newSearch(cfg.SearchStart, cfg.SearchFactor, cfg.SearchMax, cfg.SearchBisect)
+		cells[i].search = searches[i]
+	}
+	interleave(ctx, searches, func(i int, rate float64) SearchTry {
+		w, st := window(ctx, cfg, gens[i], cols[i], rq, host, rate, cfg.SearchDuration)
+		w.Disturbed = cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
+		return SearchTry{WindowRun: w, Held: st.sustained(cfg.P99Limit)}
+	})
 	return cells
 }
 
-// window runs one fixed-rate window against col and reads what the
-// proxy and the host did in it. The proxy's runtime figures (GC cycles)
-// are read outside the CPU readings, so the scrape's own cost is not
-// counted.
-func window(ctx context.Context, cfg Config, client *http.Client, col column, rq request, host func() (hostSample, error)) (WindowRun, loadStats) {
+// window runs one window of rate requests/s for dur against col (a
+// fixed-rate window or a try of the max-rate search) and reads what the
+// proxy, this process (the generator and the engine) and the host did
+// in it. The proxy's runtime figures (GC cycles) are read outside the
+// CPU readings, so the scrape's own cost is not counted.
+func window(ctx context.Context, cfg Config, g *generator, col column, rq request, host func() (hostSample, error), rate float64, dur time.Duration) (WindowRun, loadStats) {
 	var gc0 goRuntime
 	gcOK := false
 	if col.metrics != "" {
@@ -585,7 +654,7 @@ func window(ctx context.Context, cfg Config, client *http.Client, col column, rq
 	h0, hostErr := host()
 	self0, selfErr := processClock(os.Getpid())
 	before, t0 := readCPU(col.pid), time.Now()
-	st := openLoop(ctx, client, col.base, rq, cfg.Rate, cfg.Duration)
+	st := openLoop(ctx, g, col.base, rq, rate, dur)
 	used, el := readCPU(col.pid).sub(before), time.Since(t0)
 	self1, selfErr1 := processClock(os.Getpid())
 	h1, hostErr1 := host()
@@ -597,11 +666,17 @@ func window(ctx context.Context, cfg Config, client *http.Client, col column, rq
 		w.RunqWaitMsPerS = float64(used.Wait) / float64(time.Millisecond) / el.Seconds()
 		w.SwitchesPerReq = (sw1 - sw0) / float64(st.sent)
 	}
-	if hostErr == nil && hostErr1 == nil {
-		var self time.Duration
-		if selfErr == nil && selfErr1 == nil {
-			self = self1 - self0
+	var self time.Duration
+	if selfErr == nil && selfErr1 == nil {
+		self = self1 - self0
+		if st.sent > 0 {
+			w.GenCPUPer1k = self.Seconds() * 1000 / float64(st.sent)
 		}
+	}
+	if col.pid != nil {
+		w.ProxyCPUShare = ptr(used.Exact.Seconds() / el.Seconds())
+	}
+	if hostErr == nil && hostErr1 == nil {
 		w.setDisturbance(h1.sub(h0), used.Exact, self, el, cfg.Pin)
 	}
 	if gcOK {
@@ -670,8 +745,8 @@ func printStreams(w io.Writer, rows []Row) {
 
 func printCells(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tfailed at\t"+
-		"CPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\tgenerator steal/other\treruns\t")
+	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tfailed at\tat max: proxy CPU busy (proxy's own)\tgenerator CPUs busy\t"+
+		"CPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\tgenerator steal/other\tgenerator CPU s/1k req\treruns\t")
 	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 	opt := func(v *float64, prec int) string {
 		if v == nil {
@@ -690,15 +765,27 @@ func printCells(w io.Writer, rows []Row) {
 			cpu += " (disturbed)"
 			disturbed++
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t\n", r.Targets, r.Mode, r.name(),
+		proxyBusy := pct(r.MaxRateProxyBusy)
+		if r.MaxRateProxyShare != nil {
+			proxyBusy += " (" + pct(r.MaxRateProxyShare) + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%d\t\n", r.Targets, r.Mode, r.name(),
 			f0(r.P50us), f0(r.P99us), f0(r.P999us), opt(r.AddedP50us, 0), opt(r.AddedP99us, 0), opt(r.AddedP999us, 0),
-			r.Errors, r.MaxRate, opt(r.MaxRateFail, 0), cpu, opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0),
-			opt(r.StealMsPerS, 0), opt(r.OtherMsPerS, 0), opt(r.GenStealMsPerS, 0), opt(r.GenOtherMsPerS, 0), r.Rerun)
+			r.Errors, r.MaxRate, opt(r.MaxRateFail, 0), proxyBusy, pct(r.MaxRateGenBusy), cpu, opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0),
+			opt(r.StealMsPerS, 0), opt(r.OtherMsPerS, 0), opt(r.GenStealMsPerS, 0), opt(r.GenOtherMsPerS, 0), opt(r.GenCPUPer1k, 4), r.Rerun)
 	}
 	tw.Flush()
 	if disturbed > 0 {
 		fmt.Fprintf(w, "\n%d cell(s) marked disturbed: a window they use still had more steal + other tasks' time on the proxy's CPU (or per CPU on the generator's) than the threshold after the bound of reruns; their CPU figure is a disturbed machine's.\n", disturbed)
 	}
+}
+
+// pct is a share as a whole percentage, "-" when unknown.
+func pct(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v*100, 'f', 0, 64) + " %"
 }
 
 func (r Row) name() string {

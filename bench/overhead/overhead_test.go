@@ -33,7 +33,7 @@ func TestOpenLoopDoesNotWaitForAnswers(t *testing.T) {
 		}
 		close(release)
 	}()
-	s := openLoop(t.Context(), newClient(), func(int) string { return srv.URL }, request{path: "/", body: []byte("{}")}, rate, n*time.Second/rate)
+	s := openLoop(t.Context(), newGenerator(1), func(int) string { return srv.URL }, request{path: "/", body: []byte("{}")}, rate, n*time.Second/rate)
 	if s.sent != n || s.errors != 0 || got.Load() != n {
 		t.Fatalf("sent %d, errors %d, server saw %d; want %d, 0, %d", s.sent, s.errors, got.Load(), n, n)
 	}
@@ -133,19 +133,27 @@ func TestWindowsGoRoundThePaths(t *testing.T) {
 		{path: "a", base: func(int) string { return a.URL }},
 		{path: "b", base: func(int) string { return b.URL }, pid: self},
 	}
-	cfg := Config{Rate: 200, Duration: 50 * time.Millisecond, Windows: 3, SearchStart: 2, SearchMax: 1, SearchFactor: 2,
-		PromptWords: 4, MaxTokens: 1}
+	// one rate of the max-rate search (the next, 200, is past the limit)
+	cfg := Config{Rate: 200, Duration: 50 * time.Millisecond, Windows: 3, SearchStart: 100, SearchMax: 150, SearchFactor: 2,
+		SearchDuration: 50 * time.Millisecond, P99Limit: time.Second, PromptWords: 4, MaxTokens: 1}
 	cells := measure(t.Context(), cfg, cols, "plain")
-	// warm a, warm b, then a b a b a b.
-	if want := []string{"a", "b", "a", "b", "a", "b", "a", "b"}; !slices.Equal(order, want) {
+	// warm a, warm b, then a b a b a b, then the search's a b.
+	if want := []string{"a", "b", "a", "b", "a", "b", "a", "b", "a", "b"}; !slices.Equal(order, want) {
 		t.Errorf("requests reached the paths in the runs %v, want %v", order, want)
 	}
 	if len(cells[0].used()) != 3 || cells[0].used()[0].CPUPer1k != 0 || len(cells[1].used()) != 3 || cells[1].fixed.sent != 30 {
 		t.Errorf("direct windows %+v, measured path's %+v over %d requests", cells[0].used(), cells[1].used(), cells[1].fixed.sent)
 	}
 	for _, w := range cells[1].used() {
-		if w.CPUPer1k <= 0 {
-			t.Errorf("a measured window without its CPU figure: %+v", w)
+		if w.CPUPer1k <= 0 || w.GenCPUPer1k <= 0 || w.ProxyCPUShare == nil {
+			t.Errorf("a measured window without its CPU figures: %+v", w)
+		}
+	}
+	for i, c := range cells {
+		var r Row
+		setSearch(&r, c.search)
+		if r.MaxRate != 100 || r.MaxRateFail != nil || len(r.SearchTries) != 1 || !r.SearchTries[0].Used || r.SearchTries[0].Sent != 5 {
+			t.Errorf("path %d: max rate %v, failed %v, tries %+v", i, r.MaxRate, r.MaxRateFail, r.SearchTries)
 		}
 	}
 }
@@ -160,10 +168,26 @@ func TestWrongModeAnswerIsAnError(t *testing.T) {
 	defer srv.Close()
 	base := func(int) string { return srv.URL }
 	cfg := Config{PromptWords: 4, MaxTokens: 1}
-	if s := openLoop(t.Context(), newClient(), base, benchRequest(cfg, true), 100, 100*time.Millisecond); s.errors != s.sent {
+	if s := openLoop(t.Context(), newGenerator(1), base, benchRequest(cfg, true), 100, 100*time.Millisecond); s.errors != s.sent {
 		t.Errorf("JSON answers to streamed requests: %d errors of %d", s.errors, s.sent)
 	}
-	if s := openLoop(t.Context(), newClient(), base, benchRequest(cfg, false), 100, 100*time.Millisecond); s.errors != 0 {
+	if s := openLoop(t.Context(), newGenerator(1), base, benchRequest(cfg, false), 100, 100*time.Millisecond); s.errors != 0 {
 		t.Errorf("JSON answers to plain requests: %d errors of %d", s.errors, s.sent)
+	}
+}
+
+// The pacer never wakes before the time asked for, whether under a
+// millisecond (which time.Sleep rounds up to one) or over.
+func TestPacerWaitsAtLeastItsTime(t *testing.T) {
+	p := newPacer()
+	defer p.close()
+	for _, d := range []time.Duration{50 * time.Microsecond, 300 * time.Microsecond, 2 * time.Millisecond} {
+		for range 20 {
+			t0 := time.Now()
+			p.sleep(d)
+			if el := time.Since(t0); el < d {
+				t.Fatalf("slept %v of %v", el, d)
+			}
+		}
 	}
 }

@@ -31,6 +31,8 @@ type column struct {
 	// others: the runtime's own figures (goruntime.go).
 	metrics string
 	stop    func()
+	// hosts is how many addresses base spreads the requests over (0: one).
+	hosts int
 }
 
 func (c column) name() string { return Row{Path: c.path, Strategy: c.strategy}.name() }
@@ -39,7 +41,7 @@ func (c column) name() string { return Row{Path: c.path, Strategy: c.strategy}.n
 const model = "bench-model"
 
 func directColumn(addrs []string) column {
-	return column{path: "direct", base: func(i int) string { return "http://" + addrs[i%len(addrs)] }}
+	return column{path: "direct", hosts: len(addrs), base: func(i int) string { return "http://" + addrs[i%len(addrs)] }}
 }
 
 // freePort returns a loopback port free at the time of the call.

@@ -154,7 +154,7 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 			for ctx.Err() == nil && time.Now().Before(until) {
 				at := time.Now()
 				open.Add(1)
-				lat, failed := send(ctx, client, col.base(i), rq, at)
+				lat, failed := sendStream(ctx, client, col.base(i), rq, at)
 				open.Add(-1)
 				end := at.Add(lat)
 				if failed {
