@@ -26,7 +26,7 @@ type Cycle struct {
 	cands  []int
 	totals []float64
 	tmp    []float64
-	ints   []int  // per-target scratch, valid within one Score call
+	ints   []int  // per-target scratch, valid within one Score call or the Pick
 	mask   bitset // per-target scratch, valid within one Score call
 }
 
@@ -68,6 +68,13 @@ type Scorer interface {
 // Picker chooses the winning position k in cands from the weighted totals.
 type Picker interface {
 	Pick(c *Cycle, cands []int, totals []float64) int
+}
+
+// abstainer is a Scorer that can tell, before scoring, that it scores
+// every candidate 0 in cycle c: the pipeline then skips it, as its term
+// would add nothing to any total.
+type abstainer interface {
+	abstains(c *Cycle) bool
 }
 
 // observer is a plugin that learns from what a target served.
@@ -143,7 +150,7 @@ func (p *Pipeline) PickExplained(ctx *RouteContext, loads []uint64, eligible Eli
 func (p *Pipeline) run(c *Cycle, ex *Explanation) (int, bool) {
 	cands := c.cands[:0]
 	for i := range p.n {
-		if c.Eligible.ok(i) {
+		if isEligible(c.Eligible, i) {
 			cands = append(cands, i)
 		}
 	}
@@ -171,6 +178,12 @@ func (p *Pipeline) run(c *Cycle, ex *Explanation) (int, bool) {
 	}
 	for si, ws := range p.scorers {
 		if ws.Weight == 0 {
+			continue
+		}
+		if a, ok := ws.Scorer.(abstainer); ok && a.abstains(c) {
+			if terms != nil {
+				terms[si] = make([]float64, len(tmp))
+			}
 			continue
 		}
 		clear(tmp)
@@ -248,8 +261,10 @@ func clamp01(v float64) float64 {
 // a single Rand.IntN call.
 type MaxScorePicker struct{ Rand Rand }
 
-// Pick implements Picker.
-func (m MaxScorePicker) Pick(_ *Cycle, _ []int, totals []float64) int {
+// Pick implements Picker. The tied positions are gathered in the cycle's
+// per-target scratch (scoring is over), so a draw among them costs no
+// third pass over the totals.
+func (m MaxScorePicker) Pick(c *Cycle, _ []int, totals []float64) int {
 	const eps = 1e-9
 	best := 0
 	for k, v := range totals {
@@ -257,9 +272,16 @@ func (m MaxScorePicker) Pick(_ *Cycle, _ []int, totals []float64) int {
 			best = k
 		}
 	}
+	var tied []int
+	if c != nil && len(c.ints) >= len(totals) {
+		tied = c.ints[:0]
+	}
 	top, ties := totals[best]-eps, 0
-	for _, v := range totals {
+	for k, v := range totals {
 		if v >= top {
+			if tied != nil {
+				tied = append(tied, k)
+			}
 			ties++
 		}
 	}
@@ -267,6 +289,9 @@ func (m MaxScorePicker) Pick(_ *Cycle, _ []int, totals []float64) int {
 		return best
 	}
 	n := m.Rand.IntN(ties)
+	if tied != nil {
+		return tied[n]
+	}
 	for k, v := range totals {
 		if v >= top {
 			if n == 0 {
