@@ -45,6 +45,7 @@ func TestLoadsFoldEngineQueueWithLocalInFlight(t *testing.T) {
 	h := newHarnessWith(t, providers("a", a.URL, "b", b.URL)+`
 [[routes]]
 model = "m"
+strategy = "power_of_two"
 targets = [{provider = "a"}, {provider = "b"}]
 [[provider_groups]]
 name = "g"
@@ -77,6 +78,46 @@ members = [{provider = "b"}, {provider = "a"}]
 	}
 	if got := h.srv.LoadsByBase(); got[b.URL] != (BaseLoad{Inflight: 1, Prefill: 300}) || got[a.URL] != (BaseLoad{}) {
 		t.Fatalf("LoadsByBase %v, want %s: {1 300} (counted once though b is in the route, the group and its pin)", got, b.URL)
+	}
+}
+
+// A strategy that reads no loads (round_robin) is not given every
+// target's: only the picked target's is read, folded the same way, for
+// the queue depth its attempt's outcome records.
+func TestLoadBlindPickReadsOnlyThePickedLoad(t *testing.T) {
+	a := newEngine(t, okChat)
+	b := newEngine(t, okChat)
+	h := newHarnessWith(t, providers("a", a.URL, "b", b.URL)+`
+[[routes]]
+model = "m"
+strategy = "round_robin"
+targets = [{provider = "a"}, {provider = "b"}]
+`, nil, func(o *Options) { o.Engine = fakeEngineView{a.URL: 7, b.URL: 2} })
+	sn := h.srv.snap.Load()
+	res, _ := sn.resolve("m")
+	res.pool.targets[1].stats.Begin()
+	defer res.pool.targets[1].stats.End(strategies.Outcome{})
+	at := attempt{s: h.srv, sn: sn, res: res, rc: &strategies.RouteContext{}, r: &stdFront{r: &http.Request{}}}
+	at.tried, at.loads, at.queued = make([]bool, 2), make([]uint64, 2), make([]uint64, 2)
+	picked := map[int]bool{}
+	for range 2 {
+		clear(at.tried)
+		clear(at.loads)
+		idx, ok := at.pick(false)
+		if !ok {
+			t.Fatal("no pick")
+		}
+		picked[idx] = true
+		want := [2]uint64{7, 3}[idx]
+		if at.loads[idx] != want || at.loads[1-idx] != 0 {
+			t.Fatalf("picked %d: loads %v, want %d at %d and the other unread", idx, at.loads, want, idx)
+		}
+		if at.rc.QueuedPrefill != nil {
+			t.Fatalf("QueuedPrefill %v, want none for round_robin", at.rc.QueuedPrefill)
+		}
+	}
+	if len(picked) != 2 {
+		t.Fatalf("round_robin picked %v over two requests, want both targets", picked)
 	}
 }
 

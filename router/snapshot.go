@@ -98,8 +98,10 @@ func (t *target) unavailable(now time.Time, requested string) string {
 	if t.park.parked(now) { // a declared target, or a passthrough member parked whole
 		return "parked"
 	}
-	if p := t.parking(requested, false); p != nil && p.parked(now) {
-		return "parked"
+	if t.model == "" { // a passthrough member: requested's own parking
+		if p := t.park.forModel(requested, false); p != nil && p.parked(now) {
+			return "parked"
+		}
 	}
 	return t.provider.up.unavailable(now)
 }
@@ -143,6 +145,9 @@ type pool struct {
 	// reads is what of the prompt the pool's strategy reads beyond its
 	// length and token ids (strategies.ReadsPromptDigest, ReadsPrompt).
 	reads promptReads
+	// readsLoads: the pool's strategy reads every target's load and
+	// queued prefill in a pick (strategies.ReadsLoads).
+	readsLoads bool
 }
 
 // upstreamModel is the model forwarded to t for a request that asked for
@@ -378,6 +383,7 @@ func (b *builder) prevPool(get func(*snapshot) *pool) *pool {
 // (a discover route the mesh has not filled) has none.
 func (b *builder) balance(s *snapshot, p *pool, w []int, maxLoRAs int, prev *pool) error {
 	p.reads = promptReads{digest: strategies.ReadsPromptDigest(p.strategy), text: strategies.ReadsPrompt(p.strategy)}
+	p.readsLoads = strategies.ReadsLoads(p.strategy)
 	if len(p.targets) == 0 {
 		return nil
 	}
