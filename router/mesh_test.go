@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -298,5 +299,42 @@ targets = [{provider = "a"}]
 	defer l.mu.Unlock()
 	if len(l.observed) != 1 {
 		t.Errorf("%d picks observed, want 1", len(l.observed))
+	}
+}
+
+// A request over a pool wider than the attempt's inline buffers takes its
+// per-target state from the pool's scratch: the next request there starts
+// with no target tried and no load left over.
+func TestWidePoolScratchStartsClean(t *testing.T) {
+	var cfg strings.Builder
+	cfg.WriteString("[[routes]]\nmodel = \"m\"\nstrategy = \"power_of_two\"\ntargets = [")
+	var provs []string
+	for i := range 20 {
+		name := fmt.Sprintf("p%d", i)
+		provs = append(provs, name, fmt.Sprintf("http://127.0.0.1:%d", 10+i))
+		if i > 0 {
+			cfg.WriteString(", ")
+		}
+		fmt.Fprintf(&cfg, "{provider = %q}", name)
+	}
+	cfg.WriteString("]\n")
+	h := newHarnessWith(t, providers(provs...)+cfg.String(), nil, nil)
+	sn := h.srv.snap.Load()
+	res, _ := sn.resolve("m")
+	for round := range 3 {
+		at := attempt{s: h.srv, sn: sn, res: res, rc: &strategies.RouteContext{}, r: &stdFront{r: &http.Request{}}}
+		at.sizeTargets()
+		if len(at.tried) != 20 || len(at.loads) != 20 || len(at.queued) != 20 {
+			t.Fatalf("round %d: sized %d/%d/%d, want 20", round, len(at.tried), len(at.loads), len(at.queued))
+		}
+		for i := range 20 {
+			if at.tried[i] || at.loads[i] != 0 || at.queued[i] != 0 {
+				t.Fatalf("round %d: target %d starts tried=%v load=%d queued=%d", round, i, at.tried[i], at.loads[i], at.queued[i])
+			}
+		}
+		for i := range 20 {
+			at.tried[i], at.loads[i], at.queued[i] = true, 9, 9
+		}
+		at.releaseTargets()
 	}
 }

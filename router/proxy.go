@@ -126,6 +126,16 @@ func (a *attempt) served() {
 	a.finish(a.code)
 	a.body.recycle(a.req, a.rc)
 	a.body.release()
+	a.releaseTargets()
+}
+
+// releaseTargets gives a wide pool's targetScratch back (sizeTargets).
+func (a *attempt) releaseTargets() {
+	if a.scratch != nil {
+		a.tried, a.loads, a.queued, a.rc.QueuedPrefill = nil, nil, nil, nil
+		a.res.pool.scratch.Put(a.scratch)
+		a.scratch = nil
+	}
 }
 
 // accept authenticates, reads, validates and resolves the request and
@@ -243,10 +253,11 @@ type attempt struct {
 
 	tried   []bool
 	loads   []uint64
-	queued  []uint64  // RouteContext.QueuedPrefill of the current pick
-	pickAt  time.Time // the current pick's instant (OK)
-	room    []bool    // admission's narrowing of the current pick (roomy); nil: none
-	trial   bool      // the last pick claimed a half-open breaker's probe slot
+	queued  []uint64       // RouteContext.QueuedPrefill of the current pick
+	pickAt  time.Time      // the current pick's instant (OK)
+	scratch *targetScratch // behind tried, loads and queued over a wide pool (sizeTargets)
+	room    []bool         // admission's narrowing of the current pick (roomy); nil: none
+	trial   bool           // the last pick claimed a half-open breaker's probe slot
 	lastErr error
 	// prefill is the attempt's queued prefill, held on prefillAt from its
 	// pick until its first byte or its end, whichever comes first.
@@ -368,15 +379,32 @@ func (a *attempt) run() int {
 	}
 }
 
-// sizeTargets gives the attempt its per-target state over its pool.
+// sizeTargets gives the attempt its per-target state over its pool: the
+// inline buffers, or for a wider pool a zeroed targetScratch from the
+// pool's, given back when the request is over (served).
 func (a *attempt) sizeTargets() {
-	size := len(a.res.pool.targets)
-	a.tried, a.loads, a.queued = a.triedBuf[:0], a.loadBuf[:0], a.queuedBuf[:0]
-	if size > len(a.triedBuf) {
-		u := make([]uint64, 2*size) // loads and queued share one allocation
-		a.tried, a.loads, a.queued = make([]bool, 0, size), u[:0:size], u[size:size:2*size]
+	p := a.res.pool
+	size := len(p.targets)
+	if size <= len(a.triedBuf) {
+		a.tried, a.loads, a.queued = a.triedBuf[:size], a.loadBuf[:size], a.queuedBuf[:size]
+		return
 	}
-	a.tried, a.loads, a.queued = a.tried[:size], a.loads[:size], a.queued[:size]
+	sc, _ := p.scratch.Get().(*targetScratch)
+	if sc == nil || len(sc.tried) != size {
+		sc = &targetScratch{tried: make([]bool, size), u: make([]uint64, 2*size)}
+	} else {
+		clear(sc.tried)
+		clear(sc.u)
+	}
+	a.scratch = sc
+	a.tried, a.loads, a.queued = sc.tried, sc.u[:size:size], sc.u[size:]
+}
+
+// targetScratch is the per-target state of one request over a pool wider
+// than the attempt's inline buffers.
+type targetScratch struct {
+	tried []bool
+	u     []uint64 // loads, then queued
 }
 
 // noTarget answers a request no target can take now.

@@ -44,6 +44,7 @@ func BenchmarkRequestSide(b *testing.B) {
 					}
 					a.body.recycle(a.req, a.rc)
 					a.body.release()
+					a.releaseTargets()
 				}
 			})
 		}

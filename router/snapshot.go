@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rolter/rolter/config"
@@ -148,6 +149,9 @@ type pool struct {
 	// readsLoads: the pool's strategy reads every target's load and
 	// queued prefill in a pick (strategies.ReadsLoads).
 	readsLoads bool
+	// scratch recycles the per-target state of requests when the pool is
+	// wider than an attempt's inline buffers (*targetScratch).
+	scratch sync.Pool
 }
 
 // upstreamModel is the model forwarded to t for a request that asked for
