@@ -148,12 +148,14 @@ func (p *Pipeline) PickExplained(ctx *RouteContext, loads []uint64, eligible Eli
 // run filters, scores and picks within c; a non-nil ex is filled with
 // why (the only allocations a pick makes, and only then).
 func (p *Pipeline) run(c *Cycle, ex *Explanation) (int, bool) {
-	cands := c.cands[:0]
-	for i := range p.n {
+	cands, m := c.cands[:p.n], 0
+	for i := range cands {
 		if isEligible(c.Eligible, i) {
-			cands = append(cands, i)
+			cands[m] = i
+			m++
 		}
 	}
+	cands = cands[:m]
 	if ex != nil {
 		ex.Eligible = len(cands)
 	}
@@ -266,22 +268,28 @@ type MaxScorePicker struct{ Rand Rand }
 // third pass over the totals.
 func (m MaxScorePicker) Pick(c *Cycle, _ []int, totals []float64) int {
 	const eps = 1e-9
-	best := 0
+	best, hi := 0, totals[0]
 	for k, v := range totals {
-		if v > totals[best] {
-			best = k
+		if v > hi {
+			best, hi = k, v
 		}
 	}
-	var tied []int
+	top, ties := hi-eps, 0
 	if c != nil && len(c.ints) >= len(totals) {
-		tied = c.ints[:0]
-	}
-	top, ties := totals[best]-eps, 0
-	for k, v := range totals {
-		if v >= top {
-			if tied != nil {
-				tied = append(tied, k)
+		tied := c.ints[:len(totals)]
+		for k, v := range totals {
+			if v >= top {
+				tied[ties] = k
+				ties++
 			}
+		}
+		if ties == 1 {
+			return best
+		}
+		return tied[m.Rand.IntN(ties)]
+	}
+	for _, v := range totals {
+		if v >= top {
 			ties++
 		}
 	}
@@ -289,9 +297,6 @@ func (m MaxScorePicker) Pick(c *Cycle, _ []int, totals []float64) int {
 		return best
 	}
 	n := m.Rand.IntN(ties)
-	if tied != nil {
-		return tied[n]
-	}
 	for k, v := range totals {
 		if v >= top {
 			if n == 0 {
