@@ -251,14 +251,14 @@ type attempt struct {
 	// handler returned (statusLater), and the request's deadline.
 	later laterLeg
 
-	tried   []bool
-	loads   []uint64
-	queued  []uint64       // RouteContext.QueuedPrefill of the current pick
-	pickAt  time.Time      // the current pick's instant (OK)
-	scratch *targetScratch // behind tried, loads and queued over a wide pool (sizeTargets)
-	room    []bool         // admission's narrowing of the current pick (roomy); nil: none
-	trial   bool           // the last pick claimed a half-open breaker's probe slot
-	lastErr error
+	tried    []bool
+	loads    []uint64
+	queued   []uint64       // RouteContext.QueuedPrefill of the current pick
+	pickNano int64          // the current pick's instant (OK), Unix ns
+	scratch  *targetScratch // behind tried, loads and queued over a wide pool (sizeTargets)
+	room     []bool         // admission's narrowing of the current pick (roomy); nil: none
+	trial    bool           // the last pick claimed a half-open breaker's probe slot
+	lastErr  error
 	// prefill is the attempt's queued prefill, held on prefillAt from its
 	// pick until its first byte or its end, whichever comes first.
 	prefill   uint64
@@ -462,7 +462,7 @@ func (a *attempt) anyEligible() bool {
 func (a *attempt) pick(retry bool) (int, bool) {
 	p := a.res.pool
 	now := a.s.clock.Now()
-	a.pickAt = now
+	a.pickNano = now.UnixNano()
 	pv, _ := a.s.engine.(PrefillView)
 	if p.readsLoads {
 		a.readLoads(0, len(p.targets), pv)
@@ -498,6 +498,9 @@ func (a *attempt) pick(retry bool) (int, bool) {
 // view's PrefillView, nil without).
 func (a *attempt) readLoads(from, to int, pv PrefillView) {
 	e := a.s.engine
+	if k, ok := e.(LoadKnower); ok && !k.KnowsLoads() {
+		e = nil
+	}
 	for i := from; i < to; i++ {
 		t := &a.res.pool.targets[i]
 		a.loads[i] = t.stats.InFlight()
@@ -528,7 +531,7 @@ func (a *attempt) OK(i int) bool {
 // eligibleNow is OK before admission's narrowing.
 func (a *attempt) eligibleNow(i int) bool {
 	t := &a.res.pool.targets[i]
-	return !a.tried[i] && a.key.allowsProvider(t.provider.name) && t.unavailable(a.pickAt, a.res.requested) == ""
+	return !a.tried[i] && a.key.allowsProvider(t.provider.name) && t.unavailableAt(a.pickNano, a.res.requested) == ""
 }
 
 // noTargetReason summarises why nothing was eligible and when to retry.

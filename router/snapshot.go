@@ -96,15 +96,21 @@ func (t *target) parking(requested string, create bool) *parking {
 // now ("" when it can): its provider/model pair parked, or its provider
 // unhealthy or breaker-open.
 func (t *target) unavailable(now time.Time, requested string) string {
-	if t.park.parked(now) { // a declared target, or a passthrough member parked whole
+	return t.unavailableAt(now.UnixNano(), requested)
+}
+
+// unavailableAt is unavailable at n, in Unix nanoseconds: a pick asks it
+// of every target at one instant.
+func (t *target) unavailableAt(n int64, requested string) string {
+	if t.park.parkedAt(n) { // a declared target, or a passthrough member parked whole
 		return "parked"
 	}
 	if t.model == "" { // a passthrough member: requested's own parking
-		if p := t.park.forModel(requested, false); p != nil && p.parked(now) {
+		if p := t.park.forModel(requested, false); p != nil && p.parkedAt(n) {
 			return "parked"
 		}
 	}
-	return t.provider.up.unavailable(now)
+	return t.provider.up.unavailableAt(n)
 }
 
 // retryIn is how long until the target may be available again for

@@ -51,8 +51,10 @@ func newUpstream(name string) *upstream {
 
 // unavailable says why the provider cannot take an attempt at now, or ""
 // when it can. It never blocks.
-func (u *upstream) unavailable(now time.Time) string {
-	n := now.UnixNano()
+func (u *upstream) unavailable(now time.Time) string { return u.unavailableAt(now.UnixNano()) }
+
+// unavailableAt is unavailable at n, in Unix nanoseconds.
+func (u *upstream) unavailableAt(n int64) string {
 	if !u.healthy.Load() {
 		return "unhealthy"
 	}
