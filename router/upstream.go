@@ -49,11 +49,8 @@ func newUpstream(name string) *upstream {
 	return u
 }
 
-// unavailable says why the provider cannot take an attempt at now, or ""
-// when it can. It never blocks.
-func (u *upstream) unavailable(now time.Time) string { return u.unavailableAt(now.UnixNano()) }
-
-// unavailableAt is unavailable at n, in Unix nanoseconds.
+// unavailableAt says why the provider cannot take an attempt at n (Unix
+// nanoseconds), or "" when it can. It never blocks.
 func (u *upstream) unavailableAt(n int64) string {
 	if !u.healthy.Load() {
 		return "unhealthy"
