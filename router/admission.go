@@ -170,24 +170,25 @@ func (s *Server) admissionProbe(pg *poolGate) admission.Probe {
 // band the gate admitted the request under (admission.Config.Room), so a
 // released request goes to an engine that freed rather than to one the
 // strategy favours that is still full. When no eligible target has room
-// (the room went between release and pick) it leaves eligible as it is.
-func (a *attempt) roomy(eligible func(int) bool) func(int) bool {
+// (the room went between release and pick) it leaves eligibility as it
+// is. The narrowed mask is a.room, which attempt.OK reads.
+func (a *attempt) roomy() {
+	a.room = nil
 	if a.gate == nil {
-		return eligible
+		return
 	}
 	p, ac := a.res.pool, a.gate.ac.Load()
 	_, spread := a.s.peers(a.gate)
 	room := a.roomBuf[:0:len(a.roomBuf)]
 	some := false
 	for i := range p.targets {
-		ok := eligible(i) && ac.Room(a.admitAs, a.s.engineState(&p.targets[i], spread))
+		ok := a.eligibleNow(i) && ac.Room(a.admitAs, a.s.engineState(&p.targets[i], spread))
 		room = append(room, ok)
 		some = some || ok
 	}
-	if !some {
-		return eligible
+	if some {
+		a.room = room
 	}
-	return func(i int) bool { return room[i] }
 }
 
 // poolSaturation is the pool's mean engine utilization over its live

@@ -24,6 +24,14 @@ type EngineView interface {
 	Load(apiBase string) (queue uint64, ok bool)
 }
 
+// LoadKnower is an optional capability of an EngineView, checked by type
+// assertion: KnowsLoads false means Load answers ok = false for every
+// api_base now (nothing scraped, nothing heard), so a pick need not ask it
+// target by target. Same contract as Load.
+type LoadKnower interface {
+	KnowsLoads() bool
+}
+
 // PrefillView is an optional capability of an EngineView, checked by type
 // assertion: the prompt tokens the other routers last reported as queued
 // for prefill on the engine at apiBase (their in-flight requests without

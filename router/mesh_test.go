@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ func TestLoadsFoldEngineQueueWithLocalInFlight(t *testing.T) {
 	h := newHarnessWith(t, providers("a", a.URL, "b", b.URL)+`
 [[routes]]
 model = "m"
+strategy = "power_of_two"
 targets = [{provider = "a"}, {provider = "b"}]
 [[provider_groups]]
 name = "g"
@@ -77,6 +79,46 @@ members = [{provider = "b"}, {provider = "a"}]
 	}
 	if got := h.srv.LoadsByBase(); got[b.URL] != (BaseLoad{Inflight: 1, Prefill: 300}) || got[a.URL] != (BaseLoad{}) {
 		t.Fatalf("LoadsByBase %v, want %s: {1 300} (counted once though b is in the route, the group and its pin)", got, b.URL)
+	}
+}
+
+// A strategy that reads no loads (round_robin) is not given every
+// target's: only the picked target's is read, folded the same way, for
+// the queue depth its attempt's outcome records.
+func TestLoadBlindPickReadsOnlyThePickedLoad(t *testing.T) {
+	a := newEngine(t, okChat)
+	b := newEngine(t, okChat)
+	h := newHarnessWith(t, providers("a", a.URL, "b", b.URL)+`
+[[routes]]
+model = "m"
+strategy = "round_robin"
+targets = [{provider = "a"}, {provider = "b"}]
+`, nil, func(o *Options) { o.Engine = fakeEngineView{a.URL: 7, b.URL: 2} })
+	sn := h.srv.snap.Load()
+	res, _ := sn.resolve("m")
+	res.pool.targets[1].stats.Begin()
+	defer res.pool.targets[1].stats.End(strategies.Outcome{})
+	at := attempt{s: h.srv, sn: sn, res: res, rc: &strategies.RouteContext{}, r: &stdFront{r: &http.Request{}}}
+	at.tried, at.loads, at.queued = make([]bool, 2), make([]uint64, 2), make([]uint64, 2)
+	picked := map[int]bool{}
+	for range 2 {
+		clear(at.tried)
+		clear(at.loads)
+		idx, ok := at.pick(false)
+		if !ok {
+			t.Fatal("no pick")
+		}
+		picked[idx] = true
+		want := [2]uint64{7, 3}[idx]
+		if at.loads[idx] != want || at.loads[1-idx] != 0 {
+			t.Fatalf("picked %d: loads %v, want %d at %d and the other unread", idx, at.loads, want, idx)
+		}
+		if at.rc.QueuedPrefill != nil {
+			t.Fatalf("QueuedPrefill %v, want none for round_robin", at.rc.QueuedPrefill)
+		}
+	}
+	if len(picked) != 2 {
+		t.Fatalf("round_robin picked %v over two requests, want both targets", picked)
 	}
 }
 
@@ -257,5 +299,42 @@ targets = [{provider = "a"}]
 	defer l.mu.Unlock()
 	if len(l.observed) != 1 {
 		t.Errorf("%d picks observed, want 1", len(l.observed))
+	}
+}
+
+// A request over a pool wider than the attempt's inline buffers takes its
+// per-target state from the pool's scratch: the next request there starts
+// with no target tried and no load left over.
+func TestWidePoolScratchStartsClean(t *testing.T) {
+	var cfg strings.Builder
+	cfg.WriteString("[[routes]]\nmodel = \"m\"\nstrategy = \"power_of_two\"\ntargets = [")
+	var provs []string
+	for i := range 20 {
+		name := fmt.Sprintf("p%d", i)
+		provs = append(provs, name, fmt.Sprintf("http://127.0.0.1:%d", 10+i))
+		if i > 0 {
+			cfg.WriteString(", ")
+		}
+		fmt.Fprintf(&cfg, "{provider = %q}", name)
+	}
+	cfg.WriteString("]\n")
+	h := newHarnessWith(t, providers(provs...)+cfg.String(), nil, nil)
+	sn := h.srv.snap.Load()
+	res, _ := sn.resolve("m")
+	for round := range 3 {
+		at := attempt{s: h.srv, sn: sn, res: res, rc: &strategies.RouteContext{}, r: &stdFront{r: &http.Request{}}}
+		at.sizeTargets()
+		if len(at.tried) != 20 || len(at.loads) != 20 || len(at.queued) != 20 {
+			t.Fatalf("round %d: sized %d/%d/%d, want 20", round, len(at.tried), len(at.loads), len(at.queued))
+		}
+		for i := range 20 {
+			if at.tried[i] || at.loads[i] != 0 || at.queued[i] != 0 {
+				t.Fatalf("round %d: target %d starts tried=%v load=%d queued=%d", round, i, at.tried[i], at.loads[i], at.queued[i])
+			}
+		}
+		for i := range 20 {
+			at.tried[i], at.loads[i], at.queued[i] = true, 9, 9
+		}
+		at.releaseTargets()
 	}
 }

@@ -61,9 +61,12 @@ func (p *parking) forModel(model string, create bool) *parking {
 }
 
 // parked reports whether the target is parked at now.
-func (p *parking) parked(now time.Time) bool {
+func (p *parking) parked(now time.Time) bool { return p.parkedAt(now.UnixNano()) }
+
+// parkedAt is parked at n, in Unix nanoseconds.
+func (p *parking) parkedAt(n int64) bool {
 	u := p.until.Load()
-	return u != 0 && now.UnixNano() < u
+	return u != 0 && n < u
 }
 
 // retryIn is how long the parking lasts past now (0: not parked).

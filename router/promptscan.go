@@ -33,8 +33,10 @@ func fieldIndex(key []byte, names []string) int {
 			return -2
 		}
 	}
+	// k is ASCII here, and so are the names: a case-folded match has
+	// their length.
 	for _, n := range names {
-		if bytes.EqualFold(k, []byte(n)) {
+		if len(n) == len(k) && bytes.EqualFold(k, []byte(n)) {
 			return -2
 		}
 	}

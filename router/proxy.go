@@ -159,6 +159,16 @@ func (a *attempt) served() {
 	a.finish(a.code)
 	a.body.recycle(a.req, a.rc)
 	a.body.release()
+	a.releaseTargets()
+}
+
+// releaseTargets gives a wide pool's targetScratch back (sizeTargets).
+func (a *attempt) releaseTargets() {
+	if a.scratch != nil {
+		a.tried, a.loads, a.queued, a.rc.QueuedPrefill = nil, nil, nil, nil
+		a.res.pool.scratch.Put(a.scratch)
+		a.scratch = nil
+	}
 }
 
 // accept authenticates, reads, validates and resolves the request and
@@ -282,11 +292,14 @@ type attempt struct {
 	// times are the stage durations not yet observed (stages.go).
 	times stageTimes
 
-	tried   []bool
-	loads   []uint64
-	queued  []uint64 // RouteContext.QueuedPrefill of the current pick
-	trial   bool     // the last pick claimed a half-open breaker's probe slot
-	lastErr error
+	tried    []bool
+	loads    []uint64
+	queued   []uint64       // RouteContext.QueuedPrefill of the current pick
+	pickNano int64          // the current pick's instant (OK), Unix ns
+	scratch  *targetScratch // behind tried, loads and queued over a wide pool (sizeTargets)
+	room     []bool         // admission's narrowing of the current pick (roomy); nil: none
+	trial    bool           // the last pick claimed a half-open breaker's probe slot
+	lastErr  error
 	// prefill is the attempt's queued prefill, held on prefillAt from its
 	// pick until its first byte or its end, whichever comes first.
 	prefill   uint64
@@ -319,13 +332,7 @@ func (a *attempt) run() int {
 		return writeError(a.w, fmt.Errorf("%w: %q has no targets", ErrNoTarget, p.key), time.Second)
 	}
 	cfg := a.sn.cfg
-	size := len(p.targets)
-	a.tried, a.loads, a.queued = a.triedBuf[:0], a.loadBuf[:0], a.queuedBuf[:0]
-	if size > len(a.triedBuf) {
-		u := make([]uint64, 2*size) // loads and queued share one allocation
-		a.tried, a.loads, a.queued = make([]bool, 0, size), u[:0:size], u[size:size:2*size]
-	}
-	a.tried, a.loads, a.queued = a.tried[:size], a.loads[:size], a.queued[:size]
+	a.sizeTargets()
 	a.sp = a.newSplice()
 
 	// The request's deadline bounds every attempt and backoff. Each
@@ -413,6 +420,34 @@ func (a *attempt) run() int {
 	}
 }
 
+// sizeTargets gives the attempt its per-target state over its pool: the
+// inline buffers, or for a wider pool a zeroed targetScratch from the
+// pool's, given back when the request is over (served).
+func (a *attempt) sizeTargets() {
+	p := a.res.pool
+	size := len(p.targets)
+	if size <= len(a.triedBuf) {
+		a.tried, a.loads, a.queued = a.triedBuf[:size], a.loadBuf[:size], a.queuedBuf[:size]
+		return
+	}
+	sc, _ := p.scratch.Get().(*targetScratch)
+	if sc == nil || len(sc.tried) != size {
+		sc = &targetScratch{tried: make([]bool, size), u: make([]uint64, 2*size)}
+	} else {
+		clear(sc.tried)
+		clear(sc.u)
+	}
+	a.scratch = sc
+	a.tried, a.loads, a.queued = sc.tried, sc.u[:size:size], sc.u[size:]
+}
+
+// targetScratch is the per-target state of one request over a pool wider
+// than the attempt's inline buffers.
+type targetScratch struct {
+	tried []bool
+	u     []uint64 // loads, then queued
+}
+
 // noTarget answers a request no target can take now.
 func (a *attempt) noTarget() int {
 	reason, wait := a.noTargetReason()
@@ -459,20 +494,62 @@ func (a *attempt) anyEligible() bool {
 
 // pick chooses an eligible, untried target and claims its breaker probe
 // slot when half-open. retry tells the balancer the request already had
-// an attempt (rotations do not advance on it).
+// an attempt (rotations do not advance on it). The attempt itself is the
+// strategy's eligibility mask (OK), read at one instant: the pick's.
+//
+// The loads and queued prefill of every target are read only for a
+// strategy that reads them (strategies.ReadsLoads); for the others only
+// the picked target's are, for its leg (QueueDepth).
 func (a *attempt) pick(retry bool) (int, bool) {
 	p := a.res.pool
 	now := a.s.clock.Now()
-	defer a.stage(stagePick, now)
+	a.pickNano = now.UnixNano()
 	pv, _ := a.s.engine.(PrefillView)
-	for i := range p.targets {
-		t := &p.targets[i]
+	if p.readsLoads {
+		a.readLoads(0, len(p.targets), pv)
+		a.rc.QueuedPrefill = a.queued
+	}
+	a.roomy()
+	a.rc.Retry = retry
+	for range p.targets {
+		idx, ok := a.pickTarget(a)
+		if !ok || idx < 0 || idx >= len(p.targets) || !a.OK(idx) {
+			a.pickDone(now)
+			return 0, false
+		}
+		admitted, trial := p.targets[idx].provider.up.admit(now)
+		a.tried[idx] = true // when not admitted: another request holds the half-open probe
+		if admitted {
+			a.trial = trial
+			if !p.readsLoads {
+				a.readLoads(idx, idx+1, pv)
+			}
+			a.pickDone(now)
+			return idx, true
+		}
+		a.rc.Retry = true // picking again is not a new request
+	}
+	a.pickDone(now)
+	return 0, false
+}
+
+// readLoads reads the load and queued prefill of targets from ≤ i < to
+// into a.loads and a.queued: the router's own, plus the engine's queue and
+// the other routers' prefill where the mesh knows them (pv: the engine
+// view's PrefillView, nil without).
+func (a *attempt) readLoads(from, to int, pv PrefillView) {
+	e := a.s.engine
+	if k, ok := e.(LoadKnower); ok && !k.KnowsLoads() {
+		e = nil
+	}
+	for i := from; i < to; i++ {
+		t := &a.res.pool.targets[i]
 		a.loads[i] = t.stats.InFlight()
 		a.queued[i] = t.stats.QueuedPrefill()
-		if a.s.engine != nil {
+		if e != nil {
 			// The mesh's queue excludes our own in-flight (see
 			// EngineView): add the two.
-			if q, ok := a.s.engine.Load(t.provider.apiBase); ok {
+			if q, ok := e.Load(t.provider.apiBase); ok {
 				a.loads[i] += q
 			}
 		}
@@ -480,26 +557,22 @@ func (a *attempt) pick(retry bool) (int, bool) {
 			a.queued[i] += pv.PeerPrefill(t.provider.apiBase)
 		}
 	}
-	a.rc.QueuedPrefill = a.queued
-	eligible := func(i int) bool {
-		return !a.tried[i] && a.key.allowsProvider(p.targets[i].provider.name) && p.targets[i].unavailable(now, a.res.requested) == ""
+}
+
+// OK implements strategies.Eligible for the current pick: target i is
+// untried, allowed to the key and available at the pick's instant, and,
+// when admission narrowed the pick (roomy), has room.
+func (a *attempt) OK(i int) bool {
+	if a.room != nil {
+		return a.room[i]
 	}
-	eligible = a.roomy(eligible)
-	a.rc.Retry = retry
-	for range p.targets {
-		idx, ok := a.pickTarget(eligible)
-		if !ok || idx < 0 || idx >= len(p.targets) || !eligible(idx) {
-			return 0, false
-		}
-		admitted, trial := p.targets[idx].provider.up.admit(now)
-		a.tried[idx] = true // when not admitted: another request holds the half-open probe
-		if admitted {
-			a.trial = trial
-			return idx, true
-		}
-		a.rc.Retry = true // picking again is not a new request
-	}
-	return 0, false
+	return a.eligibleNow(i)
+}
+
+// eligibleNow is OK before admission's narrowing.
+func (a *attempt) eligibleNow(i int) bool {
+	t := &a.res.pool.targets[i]
+	return !a.tried[i] && a.key.allowsProvider(t.provider.name) && t.unavailableAt(a.pickNano, a.res.requested) == ""
 }
 
 // noTargetReason summarises why nothing was eligible and when to retry.

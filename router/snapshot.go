@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rolter/rolter/config"
@@ -95,13 +96,21 @@ func (t *target) parking(requested string, create bool) *parking {
 // now ("" when it can): its provider/model pair parked, or its provider
 // unhealthy or breaker-open.
 func (t *target) unavailable(now time.Time, requested string) string {
-	if t.park.parked(now) { // a declared target, or a passthrough member parked whole
+	return t.unavailableAt(now.UnixNano(), requested)
+}
+
+// unavailableAt is unavailable at n, in Unix nanoseconds: a pick asks it
+// of every target at one instant.
+func (t *target) unavailableAt(n int64, requested string) string {
+	if t.park.parkedAt(n) { // a declared target, or a passthrough member parked whole
 		return "parked"
 	}
-	if p := t.parking(requested, false); p != nil && p.parked(now) {
-		return "parked"
+	if t.model == "" { // a passthrough member: requested's own parking
+		if p := t.park.forModel(requested, false); p != nil && p.parkedAt(n) {
+			return "parked"
+		}
 	}
-	return t.provider.up.unavailable(now)
+	return t.provider.up.unavailableAt(n)
 }
 
 // retryIn is how long until the target may be available again for
@@ -143,6 +152,12 @@ type pool struct {
 	// reads is what of the prompt the pool's strategy reads beyond its
 	// length and token ids (strategies.ReadsPromptDigest, ReadsPrompt).
 	reads promptReads
+	// readsLoads: the pool's strategy reads every target's load and
+	// queued prefill in a pick (strategies.ReadsLoads).
+	readsLoads bool
+	// scratch recycles the per-target state of requests when the pool is
+	// wider than an attempt's inline buffers (*targetScratch).
+	scratch sync.Pool
 }
 
 // upstreamModel is the model forwarded to t for a request that asked for
@@ -378,6 +393,7 @@ func (b *builder) prevPool(get func(*snapshot) *pool) *pool {
 // (a discover route the mesh has not filled) has none.
 func (b *builder) balance(s *snapshot, p *pool, w []int, maxLoRAs int, prev *pool) error {
 	p.reads = promptReads{digest: strategies.ReadsPromptDigest(p.strategy), text: strategies.ReadsPrompt(p.strategy)}
+	p.readsLoads = strategies.ReadsLoads(p.strategy)
 	if len(p.targets) == 0 {
 		return nil
 	}

@@ -122,21 +122,26 @@ func (a *attempt) stage(st int, since time.Time) time.Time {
 // read the clock already.
 func (a *attempt) stageTo(st int, since, now time.Time) { a.s.stages.observed(st, since, now) }
 
-// pickTarget is the strategy's pick, timed per strategy and, when the
-// request is traced, explained in a "pick" span.
+// pickDone ends a pick that began at start: one clock read times both
+// the pick stage and the strategy's pick-time series (the strategy's
+// picks, the loads it reads and the eligibility it asks for).
+func (a *attempt) pickDone(start time.Time) {
+	d := a.s.clock.Now().Sub(start)
+	a.times.put(a.s.stages, stagePick, d)
+	a.times.putPick(a.s.stages, a.res.pool, d)
+}
+
+// pickTarget is the strategy's pick, explained in a "pick" span when the
+// request is traced.
 func (a *attempt) pickTarget(eligible strategies.Eligible) (int, bool) {
 	p := a.res.pool
-	start := time.Now()
 	if !a.obs.traced {
-		idx, ok := p.lb.PickEligible(a.rc, a.loads, eligible)
-		a.times.putPick(a.s.stages, p, time.Since(start))
-		return idx, ok
+		return p.lb.PickEligible(a.rc, a.loads, eligible)
 	}
 	_, span := a.s.tracer.Start(a.obs.ctx, "pick")
 	defer span.End()
 	var ex strategies.Explanation
 	idx, ok := strategies.PickExplained(p.lb, a.rc, a.loads, eligible, &ex)
-	a.times.putPick(a.s.stages, p, time.Since(start))
 	attrs := []attribute.KeyValue{
 		attribute.String("rolter.request_id", a.obs.id),
 		attribute.String("rolter.strategy", p.lb.Name()),

@@ -49,10 +49,9 @@ func newUpstream(name string) *upstream {
 	return u
 }
 
-// unavailable says why the provider cannot take an attempt at now, or ""
-// when it can. It never blocks.
-func (u *upstream) unavailable(now time.Time) string {
-	n := now.UnixNano()
+// unavailableAt says why the provider cannot take an attempt at n (Unix
+// nanoseconds), or "" when it can. It never blocks.
+func (u *upstream) unavailableAt(n int64) string {
 	if !u.healthy.Load() {
 		return "unhealthy"
 	}

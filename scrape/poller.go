@@ -259,6 +259,10 @@ func (p *Poller) Load(apiBase string) (uint64, bool) {
 	return e.queue.Load(), true
 }
 
+// KnowsLoads implements router.LoadKnower: without an engine to scrape
+// (no [metrics_scrape], no LMCache signal) Load knows nothing.
+func (p *Poller) KnowsLoads() bool { return len(*p.engines.Load()) > 0 }
+
 // Sources implements router.SourceFactory: the pool's LMCache signal when
 // any of its providers has [providers.lmcache], else nothing. Residency
 // and adapters come from sidecars only.

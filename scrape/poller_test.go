@@ -106,6 +106,9 @@ stale_after = "1s"
 	defer func() { stop(); <-done }()
 
 	testwait.For(t, 5*time.Second, "the scraped queue beyond our own 2 requests", func() bool { q, ok := p.Load(base); return ok && q == 5 })
+	if !p.KnowsLoads() {
+		t.Error("a poller scraping an engine says it knows no load")
+	}
 	_, cache, _ := p.Sources([]string{base})
 	testwait.For(t, 5*time.Second, "the LMCache occupancy", func() bool { o, avail, ok := cache.Occupancy(0); return ok && avail && o == 0.25 })
 	if _, ok := p.Load("http://elsewhere:8000"); ok {
@@ -135,6 +138,9 @@ stale_after = "1s"
 	p.Set(off, off.LMCacheTables())
 	if _, c, _ := p.Sources([]string{base}); c != nil {
 		t.Error("a pool without [providers.lmcache] got an LMCache signal")
+	}
+	if p.KnowsLoads() {
+		t.Error("a poller with nothing to poll says it knows loads: every pick would ask it target by target")
 	}
 	if _, ok := p.Load(base); ok {
 		t.Error("load reported without [metrics_scrape]")

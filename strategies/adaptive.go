@@ -198,7 +198,7 @@ func (a *Adaptive) explainDecision(ex *Explanation, p adaptive.Policy, thin bool
 	if label == "exploration" || label == "warmup" {
 		*ex = Explanation{RunnerUp: -1}
 		for i := range a.n {
-			if eligible.ok(i) {
+			if isEligible(eligible, i) {
 				ex.Eligible++
 			}
 		}
@@ -222,7 +222,7 @@ func (a *Adaptive) warmupPick(eligible Eligible) (int, bool) {
 	for range 4 { // retry only when a concurrent pick spent the budget first
 		best, seen := -1, 0
 		for i := range a.n {
-			if eligible.ok(i) && a.stats[i].Samples() == 0 && a.warmup[i].Load() < WarmupBudget {
+			if isEligible(eligible, i) && a.stats[i].Samples() == 0 && a.warmup[i].Load() < WarmupBudget {
 				seen++
 				if a.rnd.IntN(seen) == 0 {
 					best = i
@@ -266,7 +266,7 @@ func (a *Adaptive) blend(p adaptive.Policy, loads []uint64, eligible Eligible, e
 	minLat, minCost := math.Inf(1), math.Inf(1)
 	var maxLoad uint64
 	for i := range a.n {
-		if !eligible.ok(i) {
+		if !isEligible(eligible, i) {
 			continue
 		}
 		cands = append(cands, i)

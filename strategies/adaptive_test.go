@@ -218,9 +218,9 @@ func TestAdaptiveTelemetry(t *testing.T) {
 	rig.stats[0].Begin() // one in flight on 0
 	// Target 1 is picked twice, then 1.5 s pass; target 2 is never picked
 	// and has no latency sample.
-	isEligible := func(i int) bool { return i == 1 }
-	pickOK(t, rig.lb, &RouteContext{}, nil, isEligible)
-	pickOK(t, rig.lb, &RouteContext{}, nil, isEligible)
+	onlyOne := EligibleFunc(func(i int) bool { return i == 1 })
+	pickOK(t, rig.lb, &RouteContext{}, nil, onlyOne)
+	pickOK(t, rig.lb, &RouteContext{}, nil, onlyOne)
 	rig.clock.Advance(1500 * time.Millisecond)
 	tel := rig.lb.Telemetry()
 	if !tel.Engaged || tel.Observed != 6 || len(tel.Targets) != 3 {

@@ -25,11 +25,25 @@ type LoadBalancer interface {
 	Observe(target int, ctx *RouteContext)
 }
 
-// Eligible reports whether target i may take the current attempt.
-type Eligible func(i int) bool
+// Eligible is the router's eligibility mask for the current attempt: OK
+// reports whether target i may take it. A nil Eligible admits every
+// target. It is an interface, not a func, so that the router's request
+// state can be the mask itself: a func value closing over it would be a
+// heap allocation per pick (it escapes into PickEligible). OK is called
+// from the picking goroutine only, during PickEligible, and must not block.
+type Eligible interface {
+	OK(i int) bool
+}
 
-// ok reports whether target i is eligible under e (nil: all are).
-func (e Eligible) ok(i int) bool { return e == nil || e(i) }
+// EligibleFunc is an Eligible from a func; a nil EligibleFunc admits every
+// target.
+type EligibleFunc func(i int) bool
+
+// OK implements Eligible.
+func (f EligibleFunc) OK(i int) bool { return f == nil || f(i) }
+
+// isEligible reports whether target i is eligible under e (nil: all are).
+func isEligible(e Eligible, i int) bool { return e == nil || e.OK(i) }
 
 // DefaultPickEligible is the seed's default PickEligible: it calls Pick and
 // returns the result only when that target is eligible; otherwise it falls
@@ -37,11 +51,11 @@ func (e Eligible) ok(i int) bool { return e == nil || e(i) }
 // receives an ineligible index. Strategies in this package override it with
 // an eligibility-aware pick; it exists for external LoadBalancers.
 func DefaultPickEligible(lb LoadBalancer, ctx *RouteContext, loads []uint64, eligible Eligible) (int, bool) {
-	if t, ok := lb.Pick(ctx, loads); ok && eligible.ok(t) {
+	if t, ok := lb.Pick(ctx, loads); ok && isEligible(eligible, t) {
 		return t, true
 	}
 	for i := range loads {
-		if eligible.ok(i) {
+		if isEligible(eligible, i) {
 			return i, true
 		}
 	}

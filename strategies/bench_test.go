@@ -91,7 +91,7 @@ func BenchmarkPick(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%d", name, n), func(b *testing.B) {
 				lb, ctx, loads := benchBalancer(b, name, n)
 				tried := -1
-				el := Eligible(func(i int) bool { return i != tried })
+				el := EligibleFunc(func(i int) bool { return i != tried })
 				b.ReportAllocs()
 				for b.Loop() {
 					if _, ok := lb.PickEligible(ctx, loads, el); !ok {
@@ -129,7 +129,7 @@ func TestPicksDoNotAllocate(t *testing.T) {
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
 			lb, ctx, loads := benchBalancer(t, name, 16)
-			el := Eligible(func(i int) bool { return i != 5 })
+			el := EligibleFunc(func(i int) bool { return i != 5 })
 			allocs := testing.AllocsPerRun(200, func() { lb.PickEligible(ctx, loads, el) })
 			if allocs != 0 {
 				t.Errorf("%s: %.1f allocs per pick, want 0", name, allocs)
@@ -160,7 +160,7 @@ func BenchmarkPreciseDistinctRuns(b *testing.B) {
 			loads := make([]uint64, n)
 			b.ReportAllocs()
 			for b.Loop() {
-				lb.PickEligible(ctx, loads, func(int) bool { return true })
+				lb.PickEligible(ctx, loads, EligibleFunc(func(int) bool { return true }))
 			}
 		})
 	}

@@ -161,7 +161,7 @@ func (c *ConsistentHash) successor(pos uint64, eligible Eligible) (int, bool) {
 		if j == len(c.points) {
 			j = 0
 		}
-		if eligible.ok(int(c.owners[j])) {
+		if isEligible(eligible, int(c.owners[j])) {
 			return j, true
 		}
 		j++

@@ -32,7 +32,7 @@ func TestConsistentHashIneligibleMovesToNextPoint(t *testing.T) {
 	for k := range 2000 {
 		ctx := &RouteContext{SessionKey: fmt.Sprint("s", k)}
 		home := pickOK(t, lb, ctx, nil, nil)
-		others := func(i int) bool { return i != home }
+		others := EligibleFunc(func(i int) bool { return i != home })
 		alt := pickOK(t, lb, ctx, nil, others)
 		if alt == home {
 			t.Fatal("returned an ineligible target")

@@ -42,7 +42,7 @@ func TestNoStrategyReturnsAnIneligibleIndex(t *testing.T) {
 				r := NewRand(uint64(n) * 31)
 				loads := make([]uint64, n)
 				mask := make([]bool, n)
-				el := Eligible(func(i int) bool { return mask[i] })
+				el := EligibleFunc(func(i int) bool { return mask[i] })
 				keys := keysN(64, 7)
 				for round := range 600 {
 					any := false
@@ -74,7 +74,7 @@ func TestNoStrategyReturnsAnIneligibleIndex(t *testing.T) {
 					st.End(Outcome{Success: r.IntN(4) > 0, Latency: time.Duration(1+r.IntN(500)) * time.Millisecond, QueueDepth: q, PromptTokens: ctx.PromptTokens})
 					lb.Observe(got, ctx)
 				}
-				if _, ok := lb.PickEligible(&RouteContext{Prompt: sysPrompt}, loads, func(int) bool { return false }); ok {
+				if _, ok := lb.PickEligible(&RouteContext{Prompt: sysPrompt}, loads, EligibleFunc(func(int) bool { return false })); ok {
 					t.Fatalf("n=%d: picked with an all-false mask", n)
 				}
 				if got, ok := lb.Pick(nil, loads); !ok || got < 0 || got >= n {
@@ -99,7 +99,7 @@ func TestConcurrentPicks(t *testing.T) {
 					loads := make([]uint64, 8)
 					for k := range 300 {
 						ctx := &RouteContext{SessionKey: fmt.Sprint("s", k%5), Prompt: sysPrompt + fmt.Sprint(k%9), Adapter: fmt.Sprint("a", k%3)}
-						got, ok := lb.PickEligible(ctx, loads, func(i int) bool { return i != g })
+						got, ok := lb.PickEligible(ctx, loads, EligibleFunc(func(i int) bool { return i != g }))
 						if !ok || got == g {
 							done <- fmt.Errorf("goroutine %d: pick (%d, %v)", g, got, ok)
 							return

@@ -52,7 +52,7 @@ func PickExplained(lb LoadBalancer, ctx *RouteContext, loads []uint64, eligible 
 		return e.PickExplained(ctx, loads, eligible, ex)
 	}
 	for i := range loads {
-		if eligible.ok(i) {
+		if isEligible(eligible, i) {
 			ex.Eligible++
 		}
 	}

@@ -110,3 +110,27 @@ func TestPickExplainedCacheAware(t *testing.T) {
 		t.Fatalf("holder overloaded: %+v", ex)
 	}
 }
+
+// When prefill wait decides, precise_cache_aware's fallback scorers sit the
+// pick out: the least queued target wins, and the explanation still lists
+// every scorer, the fallbacks at 0.
+func TestPickExplainedPreciseFallbacksAbstain(t *testing.T) {
+	lb := mustBuild(t, "precise_cache_aware", Spec{Targets: targets(4), Rand: NewRand(1)})
+	ctx := &RouteContext{PromptTokens: 100, QueuedPrefill: []uint64{900, 40, 700, 5000}}
+	var ex Explanation
+	got, ok := PickExplained(lb, ctx, []uint64{9, 0, 9, 9}, nil, &ex)
+	if !ok || got != 1 {
+		t.Fatalf("pick = %d, %v; want 1 (the least queued prefill)", got, ok)
+	}
+	if want := pickOK(t, lb, ctx, []uint64{9, 0, 9, 9}, nil); want != got {
+		t.Fatalf("PickExplained chose %d, PickEligible %d", got, want)
+	}
+	if len(ex.Components) != 3 {
+		t.Fatalf("components %+v, want prefill wait and both fallbacks", ex.Components)
+	}
+	for _, c := range ex.Components {
+		if (c.Name == "prefill_wait") != (c.Score == 1) {
+			t.Fatalf("component %+v: want prefill_wait at 1 and the fallbacks at 0 (%+v)", c, ex.Components)
+		}
+	}
+}

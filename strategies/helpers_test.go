@@ -79,14 +79,14 @@ func mustBuild(t testing.TB, name string, s Spec) LoadBalancer {
 
 // only returns an Eligible admitting exactly the given targets.
 func only(ts ...int) Eligible {
-	return func(i int) bool {
+	return EligibleFunc(func(i int) bool {
 		for _, t := range ts {
 			if t == i {
 				return true
 			}
 		}
 		return false
-	}
+	})
 }
 
 // serve simulates the router around a pick: Begin, a successful End after

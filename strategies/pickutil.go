@@ -25,13 +25,13 @@ func pickUniform(r Rand, n int, eligible Eligible, skip int) (int, bool) {
 	}
 	for range rejectionTries {
 		i := r.IntN(n)
-		if i != skip && eligible.ok(i) {
+		if i != skip && isEligible(eligible, i) {
 			return i, true
 		}
 	}
 	m := 0
 	for i := range n {
-		if i != skip && eligible.ok(i) {
+		if i != skip && isEligible(eligible, i) {
 			m++
 		}
 	}
@@ -40,7 +40,7 @@ func pickUniform(r Rand, n int, eligible Eligible, skip int) (int, bool) {
 	}
 	k := r.IntN(m)
 	for i := range n {
-		if i != skip && eligible.ok(i) {
+		if i != skip && isEligible(eligible, i) {
 			if k == 0 {
 				return i, true
 			}
@@ -84,7 +84,7 @@ func (b bitset) fill(n int, eligible Eligible) {
 		b[i] = 0
 	}
 	for i := range n {
-		if eligible.ok(i) {
+		if isEligible(eligible, i) {
 			b.set(i)
 		}
 	}

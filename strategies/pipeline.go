@@ -26,7 +26,7 @@ type Cycle struct {
 	cands  []int
 	totals []float64
 	tmp    []float64
-	ints   []int  // per-target scratch, valid within one Score call
+	ints   []int  // per-target scratch, valid within one Score call or the Pick
 	mask   bitset // per-target scratch, valid within one Score call
 }
 
@@ -68,6 +68,13 @@ type Scorer interface {
 // Picker chooses the winning position k in cands from the weighted totals.
 type Picker interface {
 	Pick(c *Cycle, cands []int, totals []float64) int
+}
+
+// abstainer is a Scorer that can tell, before scoring, that it scores
+// every candidate 0 in cycle c: the pipeline then skips it, as its term
+// would add nothing to any total.
+type abstainer interface {
+	abstains(c *Cycle) bool
 }
 
 // observer is a plugin that learns from what a target served.
@@ -141,12 +148,14 @@ func (p *Pipeline) PickExplained(ctx *RouteContext, loads []uint64, eligible Eli
 // run filters, scores and picks within c; a non-nil ex is filled with
 // why (the only allocations a pick makes, and only then).
 func (p *Pipeline) run(c *Cycle, ex *Explanation) (int, bool) {
-	cands := c.cands[:0]
-	for i := range p.n {
-		if c.Eligible.ok(i) {
-			cands = append(cands, i)
+	cands, m := c.cands[:p.n], 0
+	for i := range cands {
+		if isEligible(c.Eligible, i) {
+			cands[m] = i
+			m++
 		}
 	}
+	cands = cands[:m]
 	if ex != nil {
 		ex.Eligible = len(cands)
 	}
@@ -171,6 +180,12 @@ func (p *Pipeline) run(c *Cycle, ex *Explanation) (int, bool) {
 	}
 	for si, ws := range p.scorers {
 		if ws.Weight == 0 {
+			continue
+		}
+		if a, ok := ws.Scorer.(abstainer); ok && a.abstains(c) {
+			if terms != nil {
+				terms[si] = make([]float64, len(tmp))
+			}
 			continue
 		}
 		clear(tmp)
@@ -248,16 +263,31 @@ func clamp01(v float64) float64 {
 // a single Rand.IntN call.
 type MaxScorePicker struct{ Rand Rand }
 
-// Pick implements Picker.
-func (m MaxScorePicker) Pick(_ *Cycle, _ []int, totals []float64) int {
+// Pick implements Picker. The tied positions are gathered in the cycle's
+// per-target scratch (scoring is over), so a draw among them costs no
+// third pass over the totals.
+func (m MaxScorePicker) Pick(c *Cycle, _ []int, totals []float64) int {
 	const eps = 1e-9
-	best := 0
+	best, hi := 0, totals[0]
 	for k, v := range totals {
-		if v > totals[best] {
-			best = k
+		if v > hi {
+			best, hi = k, v
 		}
 	}
-	top, ties := totals[best]-eps, 0
+	top, ties := hi-eps, 0
+	if c != nil && len(c.ints) >= len(totals) {
+		tied := c.ints[:len(totals)]
+		for k, v := range totals {
+			if v >= top {
+				tied[ties] = k
+				ties++
+			}
+		}
+		if ties == 1 {
+			return best
+		}
+		return tied[m.Rand.IntN(ties)]
+	}
 	for _, v := range totals {
 		if v >= top {
 			ties++

@@ -45,9 +45,12 @@ func (s PrefillWait) Score(c *Cycle, cands []int, out []float64) {
 	q := c.Ctx.QueuedPrefill
 	keys := c.Ctx.BlockKeys
 	prompt := max(c.Ctx.PromptTokens, len(keys)*kvblock.DefaultBlockSize)
+	// Without a residency source or block keys nothing is resident: the
+	// per-target scratch is neither cleared nor read.
+	lookup := s.res != nil && len(keys) > 0
 	resident := c.ints[:c.n]
-	clear(resident)
-	if s.res != nil && len(keys) > 0 {
+	if lookup {
+		clear(resident)
 		if b, ok := s.res.(ResidencyBatch); ok {
 			b.ResidentPrefixes(keys, resident)
 		} else {
@@ -60,9 +63,12 @@ func (s PrefillWait) Score(c *Cycle, cands []int, out []float64) {
 	}
 	// out holds each candidate's wait until it is turned into a score.
 	lo := -1.0
+	own := float64(max(prompt, 0)) // every target's own tokens, nothing resident
 	for k, t := range cands {
-		own := prompt - min(max(resident[t], 0), len(keys))*kvblock.DefaultBlockSize
-		out[k] = float64(q[t]) + float64(max(own, 0))
+		if lookup {
+			own = float64(max(prompt-min(max(resident[t], 0), len(keys))*kvblock.DefaultBlockSize, 0))
+		}
+		out[k] = float64(q[t]) + own
 		if lo < 0 || out[k] < lo {
 			lo = out[k]
 		}
@@ -85,6 +91,9 @@ func prefillDecides(c *Cycle) bool { return len(c.Ctx.QueuedPrefill) >= c.n && c
 // withoutPrefill is its scorer when PrefillWait does not decide (no
 // QueuedPrefill, or an adapter request), and neutral (all 0) when it does.
 type withoutPrefill struct{ Scorer }
+
+// abstains reports that w scores nothing in c: PrefillWait decides.
+func (w withoutPrefill) abstains(c *Cycle) bool { return prefillDecides(c) }
 
 // Score implements Scorer.
 func (w withoutPrefill) Score(c *Cycle, cands []int, out []float64) {

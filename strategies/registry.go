@@ -114,6 +114,17 @@ var digestReaders = map[string]bool{"consistent_hash": true}
 // does not hash a long prompt's whole text for it.
 func ReadsPromptDigest(name string) bool { return digestReaders[name] }
 
+// loadBlind are the strategies whose picks read neither loads nor
+// RouteContext.QueuedPrefill. A strategy missing here is taken to read
+// them.
+var loadBlind = map[string]bool{"round_robin": true, "random": true, "weighted": true, "consistent_hash": true}
+
+// ReadsLoads reports whether strategy name's picks read the loads slice or
+// RouteContext.QueuedPrefill: for the others the router need not gather
+// every target's load before each pick (it passes the slice, stale but for
+// the targets it read, and leaves QueuedPrefill as it was).
+func ReadsLoads(name string) bool { return !loadBlind[name] }
+
 // Names lists the registered strategy names, sorted.
 func Names() []string {
 	out := make([]string, 0, len(registry))

@@ -37,7 +37,7 @@ func (r *RoundRobin) PickEligible(ctx *RouteContext, _ []uint64, eligible Eligib
 	}
 	for k := 0; k < r.n; k++ {
 		i := (start + k) % r.n
-		if eligible.ok(i) {
+		if isEligible(eligible, i) {
 			return i, true
 		}
 	}

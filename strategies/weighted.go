@@ -70,7 +70,7 @@ func (w *Weighted) PickEligible(ctx *RouteContext, _ []uint64, eligible Eligible
 		} else {
 			k = (w.next.Add(1) - 1) % uint64(len(w.schedule))
 		}
-		if i := int(w.schedule[k]); eligible.ok(i) {
+		if i := int(w.schedule[k]); isEligible(eligible, i) {
 			return i, true
 		}
 	}
@@ -85,7 +85,7 @@ func (w *Weighted) live(eligible Eligible) (int, bool) {
 	best := -1
 	var total int64
 	for i, wt := range w.weights {
-		if !eligible.ok(i) {
+		if !isEligible(eligible, i) {
 			continue
 		}
 		w.current[i] += wt

@@ -122,7 +122,7 @@ func (r *run) roomy(i, k int) strategies.Eligible {
 	if !some {
 		return nil
 	}
-	return func(e int) bool { return rep.room[e] }
+	return strategies.EligibleFunc(func(e int) bool { return rep.room[e] })
 }
 
 // arrive is request i reaching replica k now.
