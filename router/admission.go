@@ -171,24 +171,22 @@ func (s *Server) admissionProbe(pg *poolGate) admission.Probe {
 // released request goes to an engine that freed rather than to one the
 // strategy favours that is still full. When no eligible target has room
 // (the room went between release and pick) it leaves eligibility as it
-// is. The narrowed mask is a.room, which attempt.OK reads.
+// is. The narrowed mask is attempt.room, which attempt.OK reads.
 func (a *attempt) roomy() {
-	a.room = nil
+	a.roomed = false
 	if a.gate == nil {
 		return
 	}
 	p, ac := a.res.pool, a.gate.ac.Load()
 	_, spread := a.s.peers(a.gate)
-	room := a.roomBuf[:0:len(a.roomBuf)]
+	room := a.room()
 	some := false
 	for i := range p.targets {
 		ok := a.eligibleNow(i) && ac.Room(a.admitAs, a.s.engineState(&p.targets[i], spread))
-		room = append(room, ok)
+		room[i] = ok
 		some = some || ok
 	}
-	if some {
-		a.room = room
-	}
+	a.roomed = some
 }
 
 // poolSaturation is the pool's mean engine utilization over its live

@@ -283,6 +283,10 @@ type attempt struct {
 	// settleLate: the front settles the request once its answer is out
 	// (settler).
 	settleLate bool
+	// trial: the last pick claimed a half-open breaker's probe slot;
+	// roomed: admission narrowed the current pick (roomy), room holds it.
+	// (With the flags above, one word.)
+	trial, roomed bool
 	// later is the answered leg whose body the front copies after the
 	// handler returned (statusLater), and the request's deadline; also
 	// the leg whose end waits for the request's settle (kept).
@@ -297,8 +301,6 @@ type attempt struct {
 	queued   []uint64       // RouteContext.QueuedPrefill of the current pick
 	pickNano int64          // the current pick's instant (OK), Unix ns
 	scratch  *targetScratch // behind tried, loads and queued over a wide pool (sizeTargets)
-	room     []bool         // admission's narrowing of the current pick (roomy); nil: none
-	trial    bool           // the last pick claimed a half-open breaker's probe slot
 	lastErr  error
 	// prefill is the attempt's queued prefill, held on prefillAt from its
 	// pick until its first byte or its end, whichever comes first.
@@ -431,20 +433,20 @@ func (a *attempt) sizeTargets() {
 		return
 	}
 	sc, _ := p.scratch.Get().(*targetScratch)
-	if sc == nil || len(sc.tried) != size {
-		sc = &targetScratch{tried: make([]bool, size), u: make([]uint64, 2*size)}
+	if sc == nil || len(sc.tried) != 2*size {
+		sc = &targetScratch{tried: make([]bool, 2*size), u: make([]uint64, 2*size)}
 	} else {
 		clear(sc.tried)
 		clear(sc.u)
 	}
 	a.scratch = sc
-	a.tried, a.loads, a.queued = sc.tried, sc.u[:size:size], sc.u[size:]
+	a.tried, a.loads, a.queued = sc.tried[:size:size], sc.u[:size:size], sc.u[size:]
 }
 
 // targetScratch is the per-target state of one request over a pool wider
 // than the attempt's inline buffers.
 type targetScratch struct {
-	tried []bool
+	tried []bool   // tried, then admission's room (attempt.room)
 	u     []uint64 // loads, then queued
 }
 
@@ -563,10 +565,20 @@ func (a *attempt) readLoads(from, to int, pv PrefillView) {
 // untried, allowed to the key and available at the pick's instant, and,
 // when admission narrowed the pick (roomy), has room.
 func (a *attempt) OK(i int) bool {
-	if a.room != nil {
-		return a.room[i]
+	if a.roomed {
+		return a.room()[i]
 	}
 	return a.eligibleNow(i)
+}
+
+// room is where roomy keeps admission's narrowing of the pick, one flag
+// per target: behind the inline buffers, or the second half of a wide
+// pool's scratch.
+func (a *attempt) room() []bool {
+	if a.scratch != nil {
+		return a.scratch.tried[len(a.tried):]
+	}
+	return a.roomBuf[:len(a.tried)]
 }
 
 // eligibleNow is OK before admission's narrowing.
