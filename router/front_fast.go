@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -371,7 +372,7 @@ func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &ne) && ne.Timeout():
 		err = fmt.Errorf("%w: the request was not read in time", ErrReadTimeout)
 	default:
-		err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+		err = fmt.Errorf("%w: %s", ErrBadRequest, withoutRequestBytes(err.Error()))
 	}
 	f := &fastFront{ctx: ctx}
 	writeError(f, err, 0)
@@ -417,7 +418,19 @@ func (s *Server) newFastServer(t config.Timeouts, l config.Limits, conns *connSe
 type fastLogger struct{ log *slog.Logger }
 
 func (l fastLogger) Printf(format string, args ...any) {
-	l.log.Warn("api server", "msg", fmt.Sprintf(format, args...))
+	l.log.Warn("api server", "msg", withoutRequestBytes(fmt.Sprintf(format, args...)))
+}
+
+// withoutRequestBytes is fasthttp's error text msg without the request's
+// bytes it quotes after a header it could not parse ("…: buffer size=N,
+// contents: …", the buffer's first and last 200 bytes): they hold the
+// client's Authorization header, which is neither echoed to the client
+// nor written to the log.
+func withoutRequestBytes(msg string) string {
+	if i := strings.Index(msg, ": buffer size="); i >= 0 {
+		return msg[:i] + " (the request's bytes are not shown)"
+	}
+	return msg
 }
 
 // connSet is the API's open connections, closed when the drain deadline

@@ -5,12 +5,15 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rolter/rolter/certs/certstest"
+	"github.com/rolter/rolter/internal/testwait"
 )
 
 // A header over max_header_bytes gets the OpenAI error on either front,
@@ -99,16 +102,21 @@ func TestHeaderOverTheLimitGetsTheOpenAIError(t *testing.T) {
 }
 
 // A malformed request gets the OpenAI error on either front.
+// secretKey is an API key a malformed request carries.
+const secretKey = "sk-never-echo-this-key"
+
 func TestAMalformedRequestGetsTheOpenAIError(t *testing.T) {
 	for _, fr := range fronts {
 		for _, tc := range []struct{ name, request string }{
-			{"a header line without a colon", "POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nno colon here\r\n\r\n"},
+			{"a header line without a colon", "POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + secretKey + "\r\nno colon here\r\n\r\n"},
 			{"no Host", "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"},
 			{"a bad request line", "POST\r\n\r\n"},
 		} {
 			t.Run(fr.name+"/"+tc.name, func(t *testing.T) {
 				eng := newEngine(t, okChat)
-				f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
+				var logs syncBuffer
+				f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"),
+					func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) }, nil, nil)
 				c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
 				if err != nil {
 					t.Fatal(err)
@@ -126,6 +134,20 @@ func TestAMalformedRequestGetsTheOpenAIError(t *testing.T) {
 				if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json" ||
 					errorCode(t, string(b)) != "invalid_request" {
 					t.Fatalf("%d %q %s: want 400 invalid_request", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+				}
+				// The request's own bytes, its API key with them, are
+				// neither echoed nor logged; fasthttp's server logs the
+				// refused connection once it closed it.
+				if strings.Contains(string(b), secretKey) {
+					t.Errorf("the answer echoes the request's Authorization header: %s", b)
+				}
+				if fr.kind == frontFast && strings.Contains(tc.request, secretKey) {
+					testwait.For(t, 5*time.Second, "the refused connection logged", func() bool {
+						return strings.Contains(logs.String(), "error when serving connection")
+					})
+				}
+				if strings.Contains(logs.String(), secretKey) {
+					t.Errorf("the log holds the request's Authorization header: %s", logs.String())
 				}
 			})
 		}

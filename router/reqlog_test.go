@@ -25,6 +25,13 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+// String is what was logged so far.
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // requestLines returns the decoded "request" lines logged so far.
 func (s *syncBuffer) requestLines(t *testing.T) []map[string]any {
 	t.Helper()
