@@ -565,8 +565,8 @@ func (a *attempt) readLoads(from, to int, pv PrefillView) {
 // untried, allowed to the key and available at the pick's instant, and,
 // when admission narrowed the pick (roomy), has room.
 func (a *attempt) OK(i int) bool {
-	if a.roomed {
-		return a.room()[i]
+	if a.roomed { // tried since roomy: a target the pick found not admitting
+		return a.room()[i] && !a.tried[i]
 	}
 	return a.eligibleNow(i)
 }
