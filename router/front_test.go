@@ -110,6 +110,33 @@ func (f *served) post(ctx context.Context, body string, hdr ...string) (int, htt
 	return resp.StatusCode, resp.Header, string(b)
 }
 
+// dial opens a raw connection to the API, closed with the test.
+func (f *served) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// exchange writes raw to c and reads one answer: the response, its body
+// read and closed.
+func exchange(t *testing.T, c net.Conn, raw string) (*http.Response, []byte) {
+	t.Helper()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, b
+}
+
 const chatHi = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 
 func route(strategy string) string {

@@ -1,12 +1,8 @@
 package router
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"strings"
 	"testing"
 )
 
@@ -30,22 +26,8 @@ func TestBothFrontsCleanTheRequestPath(t *testing.T) {
 			t.Run(fr.name+"/"+tc.path, func(t *testing.T) {
 				eng := newEngine(t, okChat)
 				f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"), nil, nil, nil)
-				c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				_, err = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-					tc.path, len(chatHi), chatHi)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				resp, b := exchange(t, f.dial(t), fmt.Sprintf("POST %s HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+					tc.path, len(chatHi), chatHi))
 				if resp.StatusCode != tc.code {
 					t.Fatalf("%d %s, want %d", resp.StatusCode, b, tc.code)
 				}

@@ -117,20 +117,7 @@ func TestAMalformedRequestGetsTheOpenAIError(t *testing.T) {
 				var logs syncBuffer
 				f := fr.serveFront(t, providers("a", eng.URL)+route("round_robin"),
 					func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) }, nil, nil)
-				c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				if _, err := io.WriteString(c, tc.request); err != nil {
-					t.Fatal(err)
-				}
-				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				resp, b := exchange(t, f.dial(t), tc.request)
 				if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json" ||
 					errorCode(t, string(b)) != "invalid_request" {
 					t.Fatalf("%d %q %s: want 400 invalid_request", resp.StatusCode, resp.Header.Get("Content-Type"), b)
