@@ -587,7 +587,7 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 	run := func(i, slot int) {
 		w, st := window(ctx, cfg, gens[i], cols[i], rq, host, cfg.Rate, cfg.Duration)
 		w.Slot = slot
-		w.Disturbed = cols[i].pid != nil && cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
+		w.Disturbed = w.Disturbed && cols[i].pid != nil // direct's windows are not measured again
 		cells[i].runs, cells[i].stats = append(cells[i].runs, w), append(cells[i].stats, st)
 	}
 	for slot := range cfg.Windows {
@@ -631,7 +631,6 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 	}
 	interleave(ctx, searches, func(i int, rate float64) SearchTry {
 		w, st := window(ctx, cfg, gens[i], cols[i], rq, host, rate, cfg.SearchDuration)
-		w.Disturbed = cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
 		return SearchTry{WindowRun: w, Held: st.sustained(cfg.P99Limit)}
 	})
 	return cells
@@ -640,7 +639,8 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 // window runs one window of rate requests/s for dur against col (a
 // fixed-rate window or a try of the max-rate search) and reads what the
 // proxy, this process (the generator and the engine) and the host did
-// in it. The proxy's runtime figures (GC cycles) are read outside the
+// in it, and whether the neighbours disturbed it (over cfg.Disturbed).
+// The proxy's runtime figures (GC cycles) are read outside the
 // CPU readings, so the scrape's own cost is not counted.
 func window(ctx context.Context, cfg Config, g *generator, col column, rq request, host func() (hostSample, error), rate float64, dur time.Duration) (WindowRun, loadStats) {
 	var gc0 goRuntime
@@ -679,6 +679,7 @@ func window(ctx context.Context, cfg Config, g *generator, col column, rq reques
 	if hostErr == nil && hostErr1 == nil {
 		w.setDisturbance(h1.sub(h0), used.Exact, self, el, cfg.Pin)
 	}
+	w.Disturbed = cfg.Disturbed > 0 && w.disturbance() > cfg.Disturbed
 	if gcOK {
 		if gc1, err := scrapeGoRuntime(ctx, col.metrics); err == nil {
 			w.GCCycles = ptr(gc1.GCCycles - gc0.GCCycles)
