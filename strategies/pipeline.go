@@ -274,36 +274,21 @@ func (m MaxScorePicker) Pick(c *Cycle, _ []int, totals []float64) int {
 			best, hi = k, v
 		}
 	}
-	top, ties := hi-eps, 0
+	var tied []int
 	if c != nil && len(c.ints) >= len(totals) {
-		tied := c.ints[:len(totals)]
-		for k, v := range totals {
-			if v >= top {
-				tied[ties] = k
-				ties++
-			}
-		}
-		if ties == 1 {
-			return best
-		}
-		return tied[m.Rand.IntN(ties)]
+		tied = c.ints[:len(totals)]
+	} else { // a caller without the pipeline's cycle
+		tied = make([]int, len(totals))
 	}
-	for _, v := range totals {
+	top, ties := hi-eps, 0
+	for k, v := range totals {
 		if v >= top {
+			tied[ties] = k
 			ties++
 		}
 	}
 	if ties == 1 {
 		return best
 	}
-	n := m.Rand.IntN(ties)
-	for k, v := range totals {
-		if v >= top {
-			if n == 0 {
-				return k
-			}
-			n--
-		}
-	}
-	return best
+	return tied[m.Rand.IntN(ties)]
 }
