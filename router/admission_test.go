@@ -55,7 +55,7 @@ func (g *gatedEngine) order() []string {
 	return append([]string(nil), g.arrived...)
 }
 
-type reply struct {
+type labelledReply struct {
 	label  string
 	status int
 	header http.Header
@@ -64,7 +64,7 @@ type reply struct {
 
 // send posts a chat request labelled label with the given priority in the
 // background; its reply goes to out.
-func (h *harness) send(ctx context.Context, label, priority string, out chan<- reply, hdr ...string) {
+func (h *harness) send(ctx context.Context, label, priority string, out chan<- labelledReply, hdr ...string) {
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.api.URL+"/v1/chat/completions",
 			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":`+quote(label)+`}]}`))
@@ -77,12 +77,12 @@ func (h *harness) send(ctx context.Context, label, priority string, out chan<- r
 		}
 		resp, err := h.api.Client().Do(req)
 		if err != nil {
-			out <- reply{label: label, status: -1}
+			out <- labelledReply{label: label, status: -1}
 			return
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		out <- reply{label, resp.StatusCode, resp.Header, string(b)}
+		out <- labelledReply{label, resp.StatusCode, resp.Header, string(b)}
 	}()
 }
 
@@ -116,7 +116,7 @@ ttl = "10s"
 func TestAdmissionQueuesByBandWhenSaturated(t *testing.T) {
 	eng := newGatedEngine(t)
 	h := newHarness(t, providers("e1", eng.URL)+admissionTOML, nil)
-	out := make(chan reply, 16)
+	out := make(chan labelledReply, 16)
 	ctx := t.Context()
 
 	h.send(ctx, "first", "", out)
@@ -167,7 +167,7 @@ func TestAdmissionQueuesByBandWhenSaturated(t *testing.T) {
 func TestAdmissionClientLeavesQueue(t *testing.T) {
 	eng := newGatedEngine(t)
 	h := newHarness(t, providers("e1", eng.URL)+admissionTOML, nil)
-	out := make(chan reply, 4)
+	out := make(chan labelledReply, 4)
 	h.send(t.Context(), "first", "", out)
 	testwait.For(t, 5*time.Second, "first request on the engine", func() bool { return len(eng.order()) == 1 })
 	ctx, cancel := context.WithCancel(t.Context())
@@ -190,7 +190,7 @@ func TestAdmissionClientLeavesQueue(t *testing.T) {
 func TestAdmissionExpiresWith503(t *testing.T) {
 	eng := newGatedEngine(t)
 	h := newHarness(t, providers("e1", eng.URL)+admissionTOML, nil)
-	out := make(chan reply, 4)
+	out := make(chan labelledReply, 4)
 	h.send(t.Context(), "first", "", out)
 	testwait.For(t, 5*time.Second, "first request on the engine", func() bool { return len(eng.order()) == 1 })
 	h.send(t.Context(), "late", "sheddable", out)
@@ -221,7 +221,7 @@ name = "interactive"
 secret_env = "K2"
 max_priority = "critical"
 `, env)
-	out := make(chan reply, 8)
+	out := make(chan labelledReply, 8)
 	ctx := t.Context()
 	batch := []string{"Authorization", "Bearer secret-one"}
 	inter := []string{"Authorization", "Bearer secret-two"}
@@ -243,7 +243,7 @@ max_priority = "critical"
 func TestAdmissionOffForwardsEverything(t *testing.T) {
 	eng := newGatedEngine(t)
 	h := newHarness(t, providers("e1", eng.URL)+strings.Replace(admissionTOML, "enabled = true", "enabled = false", 1), nil)
-	out := make(chan reply, 8)
+	out := make(chan labelledReply, 8)
 	for _, l := range []string{"a", "b", "c"} {
 		h.send(t.Context(), l, "sheddable", out)
 	}
@@ -275,7 +275,7 @@ func TestAdmissionWaitsWhileNoTargetAnswers(t *testing.T) {
 	tr := &refusingTransport{next: eng.Client().Transport}
 	h := newHarnessWith(t, providers("e1", eng.URL)+admissionTOML+"\n[breaker]\nfailures = 2\nopen = \"5s\"\n", nil,
 		func(o *Options) { o.Transport = tr })
-	out := make(chan reply, 1)
+	out := make(chan labelledReply, 1)
 	h.send(t.Context(), "patient", "", out)
 	testwait.For(t, 5*time.Second, "the request queued after its attempts were refused", func() bool { return h.queueDepth("standard") == 1 })
 	select {
@@ -296,7 +296,7 @@ func TestAdmissionWaitsWhileNoTargetAnswers(t *testing.T) {
 func TestAdmissionStateReportsQueueAndSaturation(t *testing.T) {
 	eng := newGatedEngine(t)
 	h := newHarness(t, providers("e1", eng.URL)+admissionTOML, nil)
-	out := make(chan reply, 4)
+	out := make(chan labelledReply, 4)
 	h.send(t.Context(), "first", "", out)
 	testwait.For(t, 5*time.Second, "first request on the engine", func() bool { return len(eng.order()) == 1 })
 	h.send(t.Context(), "waits", "critical", out)
@@ -331,7 +331,7 @@ max_engine_load = 4
 [admission.sheddable]
 fill = 0.5
 `, nil)
-	out := make(chan reply, 8)
+	out := make(chan labelledReply, 8)
 	ctx := t.Context()
 	h.send(ctx, "shed-1", "sheddable", out)
 	testwait.For(t, 5*time.Second, "shed-1 on the engine", func() bool { return len(eng.order()) == 1 })
@@ -377,7 +377,7 @@ enabled = true
 max_engine_load = 1
 max_queued_prefill_tokens = 0
 `, nil)
-	out := make(chan reply, 8)
+	out := make(chan labelledReply, 8)
 	ctx := t.Context()
 	h.send(ctx, "r1", "critical", out)
 	testwait.For(t, 5*time.Second, "r1 on an engine", func() bool { return len(a.order())+len(b.order()) == 1 })

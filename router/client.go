@@ -8,7 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
+	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,31 +18,94 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// fastTransport is the default upstream transport, an http.RoundTripper
-// over fasthttp's HostClient (one per scheme and host). The request is
-// written and its response read in the calling goroutine: no read and
-// write loop goroutines per connection and no channel hand-off per
-// request, as net/http.Transport has (why: router/DESIGN.md). Connections
-// are pooled keep-alive, dialled with the running config's connect
-// timeout; bodies pass through as the engine sent them (no transparent
-// compression).
+// fastTransport is the router's upstream client, over fasthttp's
+// HostClient (one per scheme and host). The proxy hands it a request in
+// fasthttp's own types (outbound: the header built straight from the
+// client's, router/DESIGN.md "The way to the engine") and gets the
+// engine's response as a reply, whose header is fasthttp's as read from
+// the connection: no net/http types in between. The request is written
+// and its response read in the calling goroutine: no read and write loop
+// goroutines per connection and no channel hand-off per request, as
+// net/http.Transport has. Connections are pooled keep-alive, dialled with
+// the running config's connect timeout; bodies pass through as the
+// engine sent them (no transparent compression).
 //
-// Cancellation: the request's context closes its connection, whether the
-// request is still being written, waits for its first byte, or its body is
-// being read, so the engine sees the client's departure (and a first-byte
-// or idle timeout, which end the same context) at once. A connection
-// kept idle in the pool that the engine closed is found when it is used:
-// a request that got no byte back on such a connection is sent once more
-// on a fresh one (the engine never read it), as net/http does for a
+// Time bounds are the connection's own deadlines, set once per try and
+// once at the response's header: the first-byte bound covers the write
+// and the wait for the header, the request's deadline the body. Neither
+// takes a timer or a context of its own per request (Go's poller keeps
+// one timer per connection and resets it). Cancellation: the client's
+// context (its departure) closes the connection, whether the request is
+// still being written, waits for its first byte, or its body is being
+// read, so the engine sees the client leave at once. A connection kept
+// idle in the pool that the engine closed is found when it is used: a
+// request that got no byte back on such a connection is sent once more on
+// a fresh one (the engine never read it), as net/http does for a
 // replayable request.
+//
+// rt, when set (Options.Transport), carries the requests instead: the
+// request and the response are converted to and from net/http's types at
+// that edge (roundtrip.go).
 type fastTransport struct {
 	// connectTimeout bounds a dial; connected observes a new connection.
 	connectTimeout func() time.Duration
 	connected      func(start time.Time)
 	// tls configures https engines (nil: the system's roots).
 	tls *tls.Config
+	rt  http.RoundTripper
 
 	plain, secure sync.Map // host → *fasthttp.HostClient, for http and https
+}
+
+// outbound is one request to an engine as the proxy (and the health
+// checks) hand it to the upstream client.
+type outbound struct {
+	// ctx ends when the client leaves: the connection is closed then.
+	ctx context.Context
+	url *url.URL
+	// req has its method and header set (the client's fields the engine
+	// gets, the provider's Authorization, the request id); send sets the
+	// URI and the body and gives req back to its pool.
+	req  *fasthttp.Request
+	body *splicedBody // nil: none
+	// firstByte bounds the write and the wait for the response's header;
+	// deadline the rest (zero: no bound).
+	firstByte, deadline time.Time
+}
+
+// reply is an engine's response as the proxy relays it: the status, the
+// header as fasthttp read it (keys canonical), the body's declared length
+// (-1: none) and the body.
+type reply struct {
+	StatusCode    int
+	ContentLength int64
+	// Header is nil once dropped (drop): an open stream need not hold it.
+	Header *fasthttp.ResponseHeader
+	Body   io.ReadCloser
+	resp   *fasthttp.Response // Header's, back to its pool on drop
+}
+
+// get is the header's first value of key ("" when absent or dropped).
+func (r *reply) get(key string) string {
+	if r.Header == nil {
+		return ""
+	}
+	return string(r.Header.Peek(key))
+}
+
+// drop lets the header go (to its pool); the body stays readable.
+func (r *reply) drop() {
+	if r.resp != nil {
+		fasthttp.ReleaseResponse(r.resp)
+	}
+	r.resp, r.Header = nil, nil
+}
+
+// close closes the body and lets the header go. It is for the goroutine
+// serving the request; a timer cutting a body closes Body alone.
+func (r *reply) close() {
+	r.Body.Close()
+	r.drop()
 }
 
 // Upstream connection pool and buffer sizes.
@@ -63,8 +127,9 @@ const (
 	upstreamMaxConns = 1 << 16
 )
 
-func newFastTransport(s *Server) *fastTransport {
+func newFastTransport(s *Server, rt http.RoundTripper) *fastTransport {
 	return &fastTransport{
+		rt: rt,
 		connectTimeout: func() time.Duration {
 			if sn := s.snap.Load(); sn != nil {
 				return sn.cfg.Timeouts.Connect.Duration
@@ -120,9 +185,9 @@ func (t *fastTransport) host(scheme, host string) *fasthttp.HostClient {
 	return hc
 }
 
-// call is one upstream round trip, from RoundTrip to the close of the
-// response body it returns, which it is: one allocation holds the
-// request's state on both sides of fasthttp's Do.
+// call is one upstream round trip, from send to the close of the body of
+// the reply it returns, which is part of it: one allocation holds the
+// request's state on both sides of the connection.
 type call struct {
 	ctx context.Context
 	// resend is a fresh copy of the request body, for a second try on a
@@ -130,11 +195,13 @@ type call struct {
 	resend  func() (io.Reader, bool)
 	spliced splicedBody // the router's own body, kept whole for resend
 	n       int
+	// firstByte and deadline are outbound's.
+	firstByte, deadline time.Time
 
 	head bool // a HEAD request: the response has no body
 
 	// Set once the response header is read.
-	resp    *fasthttp.Response   // until response converts its header
+	resp    *fasthttp.Response   // until response hands it to out
 	body    upstreamBody         // the body's framing and what came with the header
 	keep    bool                 // the engine did not ask to close the connection
 	hc      *fasthttp.HostClient // the pool conn goes back to (release)
@@ -146,10 +213,8 @@ type call struct {
 	aborted atomic.Bool          // the context closed conn
 	eof     bool                 // the body was read to its end
 
-	// out is what RoundTrip returns, its Body the call; values holds its
-	// header's values when there are few enough (response).
-	out    http.Response
-	values [inlineHeaders]string
+	// out is what send returns, its Body the call.
+	out reply
 
 	// raw waits for conn to be readable without a buffer (nil: a TLS
 	// connection, whose reads go through its own record buffer);
@@ -161,18 +226,23 @@ type call struct {
 	once     sync.Once
 }
 
-// RoundTrip implements http.RoundTripper.
-func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	ctx := r.Context()
-	if err := ctx.Err(); err != nil {
-		closeBody(r)
+// send writes x's request and reads the engine's response header; the
+// body is read through the reply's Body, which the caller closes.
+func (t *fastTransport) send(x *outbound) (*reply, error) {
+	if t.rt != nil {
+		return t.roundTrip(x)
+	}
+	req := x.req
+	if err := x.ctx.Err(); err != nil {
+		fasthttp.ReleaseRequest(req)
 		return nil, err
 	}
-	hc := t.host(r.URL.Scheme, r.URL.Host)
-	req, c := newCall(r)
+	hc := t.host(x.url.Scheme, x.url.Host)
+	c := newCall(x)
 	// HostClient.Do would add a retry loop (off: MaxIdemponentCallAttempts
-	// 1) and three frames to the stack a request waits on for its first
-	// byte; what else it does before calling the transport newCall does.
+	// 1), deadlines of its own (ReadTimeout, WriteTimeout: unset) and three
+	// frames to the stack a request waits on for its first byte; what else
+	// it does before calling the transport newCall does.
 	err := c.roundTrip(hc, req, c.resp)
 	if err == io.EOF {
 		err = fasthttp.ErrConnectionClosed // as Do reports it
@@ -180,7 +250,7 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	fasthttp.ReleaseRequest(req)
 	if err != nil {
 		fasthttp.ReleaseResponse(c.resp)
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := x.ctx.Err(); cerr != nil {
 			return nil, cerr
 		}
 		return nil, err
@@ -188,47 +258,30 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.response(), nil
 }
 
-// newCall makes the fasthttp request for r and the call that will carry
-// it and its response.
-func newCall(r *http.Request) (*fasthttp.Request, *call) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
+// newCall sets x's request URI and body and makes the call that will
+// carry it and its response.
+func newCall(x *outbound) *call {
+	req, resp := x.req, fasthttp.AcquireResponse()
 	// Neither side gets a Content-Type the engine or client did not send.
 	req.Header.SetNoDefaultContentType(true)
 	resp.Header.SetNoDefaultContentType(true)
-	req.Header.SetMethod(r.Method)
 	u := req.URI()
 	u.DisablePathNormalizing = true
-	u.SetScheme(r.URL.Scheme)
-	u.SetHost(r.URL.Host)
-	u.SetPath(r.URL.Path)
-	if r.URL.RawQuery != "" {
-		u.SetQueryString(r.URL.RawQuery)
+	u.SetScheme(x.url.Scheme)
+	u.SetHost(x.url.Host)
+	u.SetPath(x.url.Path)
+	if x.url.RawQuery != "" {
+		u.SetQueryString(x.url.RawQuery)
 	}
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
+	c := &call{ctx: x.ctx, resp: resp, resend: noBody, head: req.Header.IsHead(),
+		firstByte: x.firstByte, deadline: x.deadline}
+	if x.body != nil {
+		c.n = int(x.body.n)
+		c.spliced = *x.body
+		c.resend = c.respliced
+		req.SetBodyStream(x.body, c.n)
 	}
-	c := &call{ctx: r.Context(), resp: resp, resend: noBody, head: r.Method == http.MethodHead}
-	if r.Body != nil && r.Body != http.NoBody {
-		c.resend = nil
-		c.n = int(r.ContentLength)
-		switch b := r.Body.(type) {
-		case *splicedBody:
-			c.spliced = *b
-			c.resend = c.respliced
-		default:
-			if r.GetBody != nil {
-				c.resend = func() (io.Reader, bool) {
-					b, err := r.GetBody()
-					return b, err == nil
-				}
-			}
-		}
-		req.SetBodyStream(r.Body, c.n)
-	}
-	return req, c
+	return c
 }
 
 // noBody is the resend of a request without a body (a health probe).
@@ -239,14 +292,8 @@ func (c *call) respliced() (io.Reader, bool) {
 	return &b, true
 }
 
-func closeBody(r *http.Request) {
-	if r.Body != nil {
-		r.Body.Close()
-	}
-}
-
 // Close lets the router's body be an http.Request's Body as it is (not
-// wrapped), so RoundTrip recognises it and can resend it.
+// wrapped), for a transport given in Options.
 func (b *splicedBody) Close() error { return nil }
 
 // roundTrip writes req on a pooled connection of hc and reads the
@@ -284,6 +331,12 @@ func (c *call) try(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthtt
 	reused := !cc.LastUseTime().IsZero()
 	c.hc, c.cc, c.conn = hc, cc, cc.Conn()
 	c.aborted.Store(false)
+	// A pooled connection keeps the deadlines its last request left: each
+	// try sets both. fasthttp sets none itself on a connection taken with
+	// AcquireConn (only Do does, for ReadTimeout and WriteTimeout, which
+	// are unset: client.go in fasthttp v1.78.0), and its pool's cleaner
+	// closes idle connections by their last use, not by a deadline.
+	_ = c.conn.SetDeadline(c.firstByte)
 	// The context closes the connection from the write on for a large
 	// body, which the engine may take its time to read; a small one is
 	// written without blocking, and the watch (several allocations) is set
@@ -352,10 +405,19 @@ func (c *call) readHeader(hc *fasthttp.HostClient, resp *fasthttp.Response) erro
 		// stream need not keep it.
 		c.resend, c.spliced = nil, splicedBody{}
 		c.keep = !resp.ConnectionClose()
+		// From here the request's deadline bounds the body (the first
+		// byte's bound did the write and the header).
+		_ = c.conn.SetReadDeadline(c.deadline)
+	} else if errors.Is(err, fasthttp.ErrTimeout) {
+		err = errFirstByte
 	}
 	hc.ReleaseReader(br)
 	return err
 }
+
+// errFirstByte is a try whose engine did not begin its answer within the
+// first-byte timeout (or the request's deadline, when sooner).
+var errFirstByte = errors.New("no response header within the first-byte timeout")
 
 // release hands the connection back to its pool (reuse), or closes it.
 func (c *call) release(reuse bool) {
@@ -386,58 +448,15 @@ func staleConn(err error) bool {
 		errors.Is(err, fasthttp.ErrConnectionClosed)
 }
 
-// statusLines are "200 OK" and the like, made once.
-var statusLines = func() (l [600]string) {
-	for code := range l {
-		if t := http.StatusText(code); t != "" {
-			l[code] = strconv.Itoa(code) + " " + t
-		}
-	}
-	return l
-}()
-
-// response converts fasthttp's response header into an http.Response
-// whose Body is c (header keys canonical, as net/http's would be). The
-// response is part of the call, and the header's keys and values share
-// one string: converting a header of up to inlineHeaders fields costs
-// that string and the map.
-func (c *call) response() *http.Response {
+// response is the call's reply: the header as read, the body c.
+func (c *call) response() *reply {
 	h := &c.resp.Header
-	code := h.StatusCode()
-	c.out = http.Response{
-		StatusCode: code,
-		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		ContentLength: int64(h.ContentLength()),
-		// No Request: it would keep the upstream request (its header,
-		// its body) for as long as the stream is open; nothing reads it.
-		Body: c,
+	c.out = reply{StatusCode: h.StatusCode(), ContentLength: int64(h.ContentLength()), Header: h, Body: c, resp: c.resp}
+	if c.out.ContentLength < 0 {
+		c.out.ContentLength = -1
 	}
-	out := &c.out
-	if code >= 0 && code < len(statusLines) && statusLines[code] != "" {
-		out.Status = statusLines[code]
-	} else {
-		out.Status = strconv.Itoa(code)
-	}
-	if out.ContentLength < 0 {
-		out.ContentLength = -1
-	}
-	var inline [2 * inlineHeaders][2][]byte
-	fields := inline[:0]
-	for k, v := range h.All() {
-		fields = append(fields, [2][]byte{k, v})
-	}
-	out.Header = headerOf(fields, c.values[:], 0)
-	// Only the header was needed: the body is read from the connection.
-	fasthttp.ReleaseResponse(c.resp)
 	c.resp = nil
-	return out
-}
-
-// dropHeader lets the response's header go once it was copied (the
-// relay's head): an open stream would hold it while it waits.
-func (c *call) dropHeader() {
-	c.out.Header = nil
-	c.values = [inlineHeaders]string{}
+	return &c.out
 }
 
 // maxInterim bounds the 1xx responses skipped before the real one.
@@ -501,7 +520,11 @@ func (c *call) watch() {
 	}
 }
 
-var errBodyClosed = errors.New("router: read on a closed upstream body")
+var (
+	errBodyClosed = errors.New("router: read on a closed upstream body")
+	// errDeadline is a body cut by the request's deadline.
+	errDeadline = errors.New("the request's deadline passed")
+)
 
 // waitReadable blocks until a Read of the body will find something to
 // return (bytes, the body's end, or an error it will report), holding no
@@ -534,12 +557,16 @@ func (c *call) Read(p []byte) (int, error) {
 		return 0, errBodyClosed
 	}
 	n, err := c.body.read(c.conn, p)
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		c.eof = true
-	} else if err != nil && c.aborted.Load() {
+	case err == nil:
+	case c.aborted.Load():
 		if cerr := c.ctx.Err(); cerr != nil {
 			err = cerr
 		}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = errDeadline
 	}
 	return n, err
 }
@@ -568,6 +595,9 @@ func (c *call) Close() error {
 // holds (as http.Transport's method of the name). fasthttp's per-host
 // cleaner goroutine exits on its next wake, at most upstreamIdle later.
 func (t *fastTransport) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 	for _, m := range []*sync.Map{&t.plain, &t.secure} {
 		m.Range(func(_, hc any) bool {
 			hc.(*fasthttp.HostClient).CloseIdleConnections()

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // cannedConnEngine is a loopback engine that answers every request on a
@@ -67,7 +68,8 @@ func serveRaw(c net.Conn, answer []byte) {
 }
 
 // BenchmarkUpstreamRoundTrip is one attempt through the upstream client
-// as proxy.go sends it (its own cancellable context, a 200-byte body),
+// as proxy.go sends it (a fasthttp request, a 200-byte body, the
+// first-byte and request deadlines),
 // the answer's body read to its end through waitReadable and Read, over
 // one pooled loopback connection: what client.go costs per request, in
 // allocations and time.
@@ -92,21 +94,23 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 			u, _ := url.Parse("http://" + addr + "/v1/chat/completions")
 			tr := &fastTransport{connectTimeout: func() time.Duration { return time.Second }, connected: func(time.Time) {}}
 			defer tr.CloseIdleConnections()
-			body := strings.Repeat("x", 200)
-			h := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"r1"}}
+			body := newBodyBuf(256, 1<<20)
+			body.b = append(body.b, strings.Repeat("x", 200)...)
 			buf := make([]byte, 4<<10)
-			var rd strings.Reader
 			b.ReportAllocs()
 			for b.Loop() {
-				ctx, cancel := context.WithCancel(context.Background())
-				rd.Reset(body)
-				r := (&http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-					Header: h, Body: io.NopCloser(&rd), ContentLength: int64(len(body)), Host: u.Host}).WithContext(ctx)
-				resp, err := tr.RoundTrip(r)
+				req := fasthttp.AcquireRequest()
+				req.Header.SetMethod(fasthttp.MethodPost)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Request-Id", "r1")
+				sb := splicedBody{parts: [3][]byte{body.b}, n: int64(len(body.b))}
+				now := time.Now()
+				resp, err := tr.send(&outbound{ctx: context.Background(), url: u, req: req, body: &sb,
+					firstByte: now.Add(time.Minute), deadline: now.Add(time.Hour)})
 				if err != nil {
 					b.Fatal(err)
 				}
-				if resp.StatusCode != 200 || resp.Header.Get("Content-Type") == "" {
+				if resp.StatusCode != 200 || resp.get("Content-Type") == "" {
 					b.Fatalf("status %d, header %v", resp.StatusCode, resp.Header)
 				}
 				wait := resp.Body.(readableWaiter)
@@ -122,8 +126,7 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				resp.Body.Close()
-				cancel()
+				resp.close()
 				if got != v.size {
 					b.Fatalf("read %d body bytes, want %d", got, v.size)
 				}

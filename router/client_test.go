@@ -172,11 +172,9 @@ func TestHTTPSEngine(t *testing.T) {
 [[routes]]
 model = "m"
 targets = [{provider = "a"}]
-`, nil, func(o *Options) {
-		tr := &fastTransport{connectTimeout: func() time.Duration { return time.Second }, connected: func(time.Time) {},
-			tls: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
-		o.Transport = tr
-	})
+`, nil, nil)
+	// No request ran yet: the client's first https host takes this.
+	h.srv.transport.tls = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	code, _, body := h.post("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	if code != 200 || !strings.Contains(body, `"content":"b"`) || !strings.Contains(body, "[DONE]") {
 		t.Fatalf("status %d: %s", code, body)

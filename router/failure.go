@@ -32,8 +32,8 @@ var failureBufs = sync.Pool{New: func() any { b := make([]byte, maxFailureBody);
 // relayFailure answers the client with the engine's failed response resp
 // (whole, or replaced by the router's error: see above) and returns the
 // client's status.
-func (a *attempt) relayFailure(resp *http.Response) int {
-	defer resp.Body.Close()
+func (a *attempt) relayFailure(resp *reply) int {
+	defer resp.close()
 	bufp := failureBufs.Get().(*[]byte)
 	defer failureBufs.Put(bufp)
 	n, over, err := 0, resp.ContentLength > maxFailureBody, error(nil)
@@ -57,7 +57,7 @@ func (a *attempt) relayFailure(resp *http.Response) int {
 // replaceFailure answers a failed response whose body is not relayed
 // (over: longer than maxFailureBody; else it broke with err) with its
 // status and the router's error.
-func (a *attempt) replaceFailure(resp *http.Response, over bool, err error) int {
+func (a *attempt) replaceFailure(resp *reply, over bool, err error) int {
 	name := "the engine"
 	if t := a.obs.failed; t != nil {
 		name = "provider " + t.provider.name
@@ -75,7 +75,7 @@ func (a *attempt) replaceFailure(resp *http.Response, over bool, err error) int 
 		typ = "rate_limit_error"
 	}
 	a.w.setHeader("Content-Type", valueJSON)
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
+	if ra := resp.get("Retry-After"); ra != "" {
 		a.w.setHeader("Retry-After", []string{ra})
 	}
 	a.stampHeaders(a.obs.failed)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -41,10 +42,11 @@ type inbound interface {
 	// at most limit bytes (more is an error wrapping ErrTooLarge), within
 	// timeout. The caller releases the buffer, on error too.
 	readBody(limit int64, timeout time.Duration) (*bodyBuf, error)
-	// upstreamHeader is the request's header for an engine: every header
-	// but the hop-by-hop ones, the client's credentials, the body framing
-	// and Host, with the provider's Authorization (outboundHeader).
-	upstreamHeader(p *provider) http.Header
+	// upstreamHeader adds the request's header for an engine to dst:
+	// every field but the hop-by-hop ones, the client's credentials, the
+	// body framing, the client's encodings and Host (forwarded), in the
+	// client's order, and the provider's Authorization (upstreamAuth).
+	upstreamHeader(p *provider, dst *fasthttp.RequestHeader)
 	// carrier reads the client's trace context (traceparent).
 	carrier() propagation.TextMapCarrier
 }
@@ -59,9 +61,10 @@ type answer interface {
 	// setHeader sets a canonical key's values (which it does not modify).
 	setHeader(key string, values []string)
 	delHeader(key string)
-	// copyHeader copies an engine's response headers (canonical keys),
-	// minus hop-by-hop ones.
-	copyHeader(src http.Header)
+	// copyHeader copies an engine's response header, minus hop-by-hop
+	// fields (engineFields): a key's values in the engine's order,
+	// replacing what the answer had under it.
+	copyHeader(src *fasthttp.ResponseHeader)
 	commit(status int)
 	Write(p []byte) (int, error)
 	// flush sends what was written so far to the client.
@@ -136,17 +139,44 @@ func (f *stdFront) readBody(limit int64, timeout time.Duration) (*bodyBuf, error
 	return body, err
 }
 
-func (f *stdFront) upstreamHeader(p *provider) http.Header { return outboundHeader(f.r.Header, p) }
+// upstreamHeader converts at net/http's edge: its header's keys are
+// canonical (net/http's server wrote them), as forwarded wants them.
+func (f *stdFront) upstreamHeader(p *provider, dst *fasthttp.RequestHeader) {
+	for k, vs := range f.r.Header {
+		if forwarded(k) {
+			for _, v := range vs {
+				dst.Add(k, v)
+			}
+		}
+	}
+	upstreamAuth(dst, p)
+}
 
 func (f *stdFront) carrier() propagation.TextMapCarrier { return propagation.HeaderCarrier(f.r.Header) }
 
 func (f *stdFront) setHeader(key string, values []string) { f.w.Header()[key] = values }
 func (f *stdFront) delHeader(key string)                  { delete(f.w.Header(), key) }
-func (f *stdFront) copyHeader(src http.Header)            { copyHeader(f.w.Header(), src) }
 func (f *stdFront) commit(status int)                     { f.w.WriteHeader(status) }
 func (f *stdFront) Write(p []byte) (int, error)           { return f.w.Write(p) }
 func (f *stdFront) flush() error                          { return f.ctl.Flush() }
 func (f *stdFront) abort()                                { panic(http.ErrAbortHandler) }
+
+// copyHeader converts the engine's header at net/http's edge. A
+// hop-by-hop field the answer had is dropped too.
+func (f *stdFront) copyHeader(src *fasthttp.ResponseHeader) {
+	dst := f.w.Header()
+	engineFields(src, func(k, v []byte, again bool) {
+		key := string(k)
+		if again {
+			dst[key] = append(dst[key], string(v))
+		} else {
+			dst[key] = []string{string(v)}
+		}
+	})
+	for _, k := range hopHeaders {
+		delete(dst, k)
+	}
+}
 
 // Header values the router sets, shared by every response (setHeader
 // does not modify them).

@@ -219,21 +219,15 @@ func (f *fastFront) readBody(limit int64, _ time.Duration) (*bodyBuf, error) {
 	return bb, nil
 }
 
-// upstreamHeader builds the engine's header from fasthttp's (headerOf:
-// one string for the keys and values, one array for the values, the map).
-func (f *fastFront) upstreamHeader(p *provider) http.Header {
-	var inline [2 * inlineHeaders][2][]byte
-	fields := inline[:0]
+// upstreamHeader copies the forwarded fields of fasthttp's header (its
+// server normalised their keys) into dst without a conversion.
+func (f *fastFront) upstreamHeader(p *provider, dst *fasthttp.RequestHeader) {
 	for k, v := range f.ctx.Request.Header.All() {
 		if forwarded(view(k)) {
-			fields = append(fields, [2][]byte{k, v})
+			dst.AddBytesKV(k, v)
 		}
 	}
-	h := headerOf(fields, nil, 3) // + Authorization, X-Request-Id, Traceparent
-	if p.authHeader != "" {
-		h["Authorization"] = []string{p.authHeader}
-	}
-	return h
+	upstreamAuth(dst, p)
 }
 
 func (f *fastFront) carrier() propagation.TextMapCarrier { return fastCarrier{&f.ctx.Request.Header} }
@@ -261,12 +255,15 @@ func (f *fastFront) setHeader(key string, values []string) {
 
 func (f *fastFront) delHeader(key string) { f.ctx.Response.Header.Del(key) }
 
-func (f *fastFront) copyHeader(src http.Header) {
-	for k, v := range src {
-		if !isHopHeader(k) && len(v) > 0 {
-			f.setHeader(k, v)
+func (f *fastFront) copyHeader(src *fasthttp.ResponseHeader) {
+	dst := &f.ctx.Response.Header
+	engineFields(src, func(k, v []byte, again bool) {
+		if again {
+			dst.AddBytesKV(k, v)
+		} else {
+			dst.SetCanonical(k, v)
 		}
-	}
+	})
 }
 
 func (f *fastFront) commit(status int) { f.ctx.SetStatusCode(status) }

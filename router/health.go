@@ -4,9 +4,10 @@ import (
 	"context"
 	"hash/fnv"
 	"io"
-	"net/http"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // healthManager runs one active-probe goroutine per provider while Run is
@@ -187,18 +188,19 @@ func (s *Server) probe(ctx context.Context, p *provider) {
 func (s *Server) get(ctx context.Context, p *provider, path string, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstreamURL(p, path), nil)
+	u, err := endpointURL(p, path)
 	if err != nil {
 		return false
 	}
-	if p.authHeader != "" {
-		req.Header.Set("Authorization", p.authHeader)
-	}
-	resp, err := s.transport.RoundTrip(req)
+	req := fasthttp.AcquireRequest()
+	req.Header.SetMethod(fasthttp.MethodGet)
+	upstreamAuth(&req.Header, p)
+	end := time.Now().Add(timeout)
+	resp, err := s.transport.send(&outbound{ctx: ctx, url: u, req: req, firstByte: end, deadline: end})
 	if err != nil {
 		return false
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
+	resp.close()
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
 }

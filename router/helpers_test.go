@@ -143,9 +143,7 @@ func newHarnessWith(t *testing.T, tomlText string, env map[string]string, adjust
 	h.api = httptest.NewServer(h.srv.Handler())
 	t.Cleanup(func() {
 		h.api.Close()
-		if tr, ok := h.srv.transport.(interface{ CloseIdleConnections() }); ok {
-			tr.CloseIdleConnections()
-		}
+		h.srv.transport.CloseIdleConnections()
 	})
 	return h
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 
 	"github.com/rolter/rolter/router/admission"
 	"github.com/rolter/rolter/strategies"
@@ -92,9 +92,7 @@ func (a *attempt) copyBody() {
 // client's departure.
 func (a *attempt) abandon() {
 	p := &a.later
-	p.resp.Body.Close()
-	p.l.timer.Stop()
-	p.l.cancel()
+	p.resp.close()
 	a.end(&p.l, false, "canceled")
 	a.code = statusClientClosed
 	a.done()
@@ -344,10 +342,10 @@ func (a *attempt) run() int {
 	deadline := time.Now().Add(cfg.Timeouts.Request.Duration)
 	ctx := a.r.Context()
 	expired := func() bool { return ctx.Err() != nil || !time.Now().Before(deadline) }
-	var pending *http.Response // a failed response kept to relay if no retry happens
+	var pending *reply // a failed response kept to relay if no retry happens
 	defer func() {
 		if pending != nil {
-			pending.Body.Close()
+			pending.close()
 		}
 	}()
 	if a.s.learn != nil {
@@ -375,7 +373,7 @@ func (a *attempt) run() int {
 			return a.noTarget()
 		}
 		if pending != nil {
-			pending.Body.Close()
+			pending.close()
 			pending = nil
 		}
 		resp, status, done := a.try(deadline, idx)
@@ -385,7 +383,7 @@ func (a *attempt) run() int {
 		// The attempt failed before any byte reached the client.
 		if expired() {
 			if resp != nil {
-				resp.Body.Close()
+				resp.close()
 			}
 			if ctx.Err() != nil {
 				return statusClientClosed
@@ -641,7 +639,7 @@ func (a *attempt) noTargetReason() (string, time.Duration) {
 // waits under deliver's small frame, not send's: the handler's goroutine
 // keeps its stack at 8 KiB only while the waiting stack is under a
 // quarter of a 16 KiB one (the runtime's shrink rule).
-func (a *attempt) try(deadline time.Time, idx int) (resp *http.Response, status int, done bool) {
+func (a *attempt) try(deadline time.Time, idx int) (resp *reply, status int, done bool) {
 	var l leg
 	resp, status, done = a.send(deadline, idx, &l)
 	if done || !l.answered {
@@ -657,10 +655,6 @@ type leg struct {
 	queue    uint64 // the load the balancer saw for idx at this pick
 	begin    time.Time
 	inflight prometheus.Gauge
-	// timer cancels the leg at the first-byte timeout, then at the
-	// request's deadline; cancel ends its context.
-	timer    *time.Timer
-	cancel   context.CancelFunc
 	answered bool // the engine answered with a status to relay
 }
 
@@ -679,7 +673,7 @@ func (a *attempt) end(l *leg, success bool, outcome string) {
 
 // send sends the attempt and reads the engine's response header. Unless
 // l.answered, the attempt is over: see try for what it returns.
-func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response, status int, done bool) {
+func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *reply, status int, done bool) {
 	s := a.s
 	t := &a.res.pool.targets[idx]
 	up := t.provider.up
@@ -702,24 +696,23 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 		a.lastErr = err
 		return nil, 0, false
 	}
-	// One timer bounds the attempt: the first-byte timeout (or the
-	// request's deadline, if sooner) until the engine answers, then the
-	// deadline. A context.WithDeadline would start a second timer per
-	// attempt.
-	actx, cancelAttempt := context.WithCancel(a.r.Context())
-	l.cancel = cancelAttempt
-	out := upstreamRequest(actx, u, a.r.upstreamHeader(t.provider), body)
-	a.startAttempt(out, t, model, l.begin)
-	timer := time.AfterFunc(min(a.sn.cfg.Timeouts.FirstByte.Duration, time.Until(deadline)), cancelAttempt)
-	l.timer = timer
-	resp, err = s.transport.RoundTrip(out)
-	if timer.Stop() {
-		timer.Reset(time.Until(deadline))
+	// The engine's header is built straight from the client's (no
+	// http.Header between them). The first-byte timeout (or the request's
+	// deadline, if sooner) bounds the attempt until the engine answers,
+	// the deadline its body: both are deadlines of the upstream
+	// connection, no timer or context per attempt (client.go).
+	req := fasthttp.AcquireRequest()
+	req.Header.SetMethod(fasthttp.MethodPost)
+	a.r.upstreamHeader(t.provider, &req.Header)
+	a.startAttempt(&req.Header, t, model, l.begin)
+	firstByte := time.Now().Add(a.sn.cfg.Timeouts.FirstByte.Duration)
+	if deadline.Before(firstByte) {
+		firstByte = deadline
 	}
+	resp, err = s.transport.send(&outbound{ctx: a.r.Context(), url: u, req: req, body: body,
+		firstByte: firstByte, deadline: deadline})
 	a.upstreamAnswered(resp)
 	if err != nil {
-		timer.Stop()
-		cancelAttempt()
 		if a.r.Context().Err() != nil {
 			up.release()
 			a.end(l, false, "canceled")
@@ -736,18 +729,6 @@ func (a *attempt) send(deadline time.Time, idx int, l *leg) (resp *http.Response
 	return resp, 0, false
 }
 
-// upstreamRequest builds an attempt's request as a literal over the
-// snapshot's parsed URL: http.NewRequestWithContext would parse the URL
-// again on each attempt. It is not inlined: the literal would take a
-// quarter of a kilobyte of send's frame, which a request waits under
-// for its first byte (see try).
-//
-//go:noinline
-func upstreamRequest(ctx context.Context, u *url.URL, h http.Header, body *splicedBody) *http.Request {
-	return (&http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, Body: body, ContentLength: body.n, Host: u.Host}).WithContext(ctx)
-}
-
 // unreachable ends a leg whose engine gave no response.
 func (a *attempt) unreachable(l *leg, err error) {
 	t := l.t
@@ -761,15 +742,15 @@ func (a *attempt) unreachable(l *leg, err error) {
 // refused ends a leg the engine answered with a retryable status (429
 // parks the target for its Retry-After); resp is kept to relay if no
 // retry follows.
-func (a *attempt) refused(l *leg, resp *http.Response) {
+func (a *attempt) refused(l *leg, resp *reply) {
 	s, t := a.s, l.t
 	up := t.provider.up
 	if resp.StatusCode == http.StatusTooManyRequests {
 		up.release()
-		if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), s.clock.Now()); ok {
+		if ra, ok := parseRetryAfter(resp.get("Retry-After"), s.clock.Now()); ok {
 			c := a.sn.cfg.Retry
 			d := min(max(ra, c.ParkMin.Duration), c.ParkMax.Duration)
-			reason := "HTTP 429 with Retry-After " + resp.Header.Get("Retry-After")
+			reason := "HTTP 429 with Retry-After " + resp.get("Retry-After")
 			until := t.parking(a.res.requested, true).park(s.clock.Now(), d, reason)
 			// A passthrough member's series stays its label: requested
 			// models are caller-chosen and must not become labels.
@@ -781,7 +762,6 @@ func (a *attempt) refused(l *leg, resp *http.Response) {
 		a.breakerFailure(up)
 	}
 	a.end(l, false, "http_"+strconv.Itoa(resp.StatusCode))
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, timer: l.timer, cancel: l.cancel}
 	a.obs.failed = t
 	a.lastErr = fmt.Errorf("%s: HTTP %d", t.provider.name, resp.StatusCode)
 }
@@ -790,7 +770,7 @@ func (a *attempt) refused(l *leg, resp *http.Response) {
 // the leg; a broken stream goes on to resume. It returns the client's
 // status, or statusLater when the front copies the body after the
 // handler returned (the leg is kept in a.later for copyBody).
-func (a *attempt) deliver(deadline time.Time, l *leg, resp *http.Response) int {
+func (a *attempt) deliver(deadline time.Time, l *leg, resp *reply) int {
 	t := l.t
 	if from, changed := t.provider.up.success(); changed {
 		a.breakerClosed(t, from)
@@ -810,7 +790,7 @@ func (a *attempt) deliver(deadline time.Time, l *leg, resp *http.Response) int {
 type laterLeg struct {
 	deadline time.Time
 	l        leg
-	resp     *http.Response
+	resp     *reply
 }
 
 // laterBody is an answer whose server writes the body after the handler
@@ -826,7 +806,7 @@ type laterBody interface {
 
 // bodySize is the length of the body the client will get for resp (-1:
 // not known before its end; an event stream is always sent chunked).
-func bodySize(resp *http.Response, sse bool) int64 {
+func bodySize(resp *reply, sse bool) int64 {
 	if sse || resp.ContentLength < 0 {
 		return -1
 	}
@@ -838,8 +818,8 @@ func bodySize(resp *http.Response, sse bool) int64 {
 // headers, and for an event stream no Content-Length and no caching.
 // sse reports an event stream. A request with a splice whose answer is
 // not an event stream is relayed as it is (a.sp is dropped).
-func (a *attempt) head(resp *http.Response, t *target) (sse bool) {
-	sse = isEventStream(resp.Header.Get("Content-Type"))
+func (a *attempt) head(resp *reply, t *target) (sse bool) {
+	sse = isEventStream(resp.get("Content-Type"))
 	if a.sp != nil && !sse {
 		a.sp = nil
 	}
@@ -859,21 +839,9 @@ func (a *attempt) head(resp *http.Response, t *target) (sse bool) {
 		// Nothing reads the engine's header again: an open stream need
 		// not hold it (a resumable one keeps it with its first segment).
 		a.sse = sse
-		dropHeader(resp)
+		resp.drop()
 	}
 	return sse
-}
-
-// headerDropper is a response body that holds the response's header
-// (client.go's call keeps its values inline).
-type headerDropper interface{ dropHeader() }
-
-// dropHeader lets resp's header go.
-func dropHeader(resp *http.Response) {
-	if d, ok := resp.Body.(headerDropper); ok {
-		d.dropHeader()
-	}
-	resp.Header = nil
 }
 
 // relayBody relays the body of an answered leg whose head is out, ends
@@ -881,7 +849,7 @@ func dropHeader(resp *http.Response) {
 // status. When the front settles the request after the answer is out
 // (settleLate) and no resume can follow, the leg's end is left to settle
 // (kept), so that it does not hold back the answer's last bytes.
-func (a *attempt) relayBody(deadline time.Time, l *leg, resp *http.Response) int {
+func (a *attempt) relayBody(deadline time.Time, l *leg, resp *reply) int {
 	var status int
 	var ok bool
 	var outcome string
@@ -922,10 +890,8 @@ type keptLeg struct {
 // response closed, the leg's timer and context ended, its outcome
 // recorded (stats, metrics, route stats, trace; a broken stream counts
 // against the breaker) and, when it served the request, the balancer told.
-func (a *attempt) closeLeg(l *leg, resp *http.Response, ok bool, outcome string) {
-	resp.Body.Close()
-	l.timer.Stop()
-	l.cancel()
+func (a *attempt) closeLeg(l *leg, resp *reply, ok bool, outcome string) {
+	resp.close()
 	if ok && resp.StatusCode >= 300 {
 		outcome = "http_" + strconv.Itoa(resp.StatusCode)
 	}
@@ -994,34 +960,6 @@ func (a *attempt) breakerFailure(up *upstream) {
 	}
 }
 
-// cancelOnClose ends an attempt's timer and context when its kept
-// response closes.
-type cancelOnClose struct {
-	io.ReadCloser
-	timer  *time.Timer
-	cancel context.CancelFunc
-}
-
-func (c *cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.timer.Stop()
-	c.cancel()
-	return err
-}
-
-// copyHeader copies an upstream response's headers (canonical keys: the
-// transport wrote them) to the client's, minus hop-by-hop headers.
-func copyHeader(dst, src http.Header) {
-	for k, v := range src {
-		if !isHopHeader(k) {
-			dst[k] = v
-		}
-	}
-	for _, k := range hopHeaders {
-		delete(dst, k)
-	}
-}
-
 // relay streams resp to the client, flushing after every read when the
 // response is an event stream so each SSE event leaves as it arrives.
 // outcome is "success", "canceled", "stream_error" (the upstream broke
@@ -1031,7 +969,7 @@ func copyHeader(dst, src http.Header) {
 //
 // Its head is out (head); a request with a splice goes to relaySpliced
 // instead (relayBody).
-func (a *attempt) relay(resp *http.Response) (status int, ok bool, outcome string) {
+func (a *attempt) relay(resp *reply) (status int, ok bool, outcome string) {
 	s := a.s
 	sse := a.sse // head let the header go
 	// A buffer is held only from a read to its flush: an open stream
@@ -1090,7 +1028,7 @@ func (a *attempt) relay(resp *http.Response) (status int, ok bool, outcome strin
 
 // relayBroke ends a relay whose upstream body failed after bytes went
 // to the client.
-func (a *attempt) relayBroke(resp *http.Response, err error, sse bool) (status int, ok bool, outcome string) {
+func (a *attempt) relayBroke(resp *reply, err error, sse bool) (status int, ok bool, outcome string) {
 	if a.r.Context().Err() != nil {
 		return statusClientClosed, false, "canceled"
 	}

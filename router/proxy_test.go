@@ -359,7 +359,7 @@ targets = [{provider = "a"}]
 	testwait.For(t, 5*time.Second, "canceled outcome", func() bool { return h.counter("targets", "a", "a/m", "canceled") == 1 })
 	h.api.Client().CloseIdleConnections()
 	h.api.Close()
-	h.srv.transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+	h.srv.transport.CloseIdleConnections()
 	eng.Close()
 }
 

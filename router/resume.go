@@ -87,7 +87,7 @@ func (a *attempt) resume(deadline time.Time, failed *target, status int) int {
 			return st
 		}
 		if resp != nil {
-			resp.Body.Close()
+			resp.close()
 		}
 		sp.broke = "continuation failed: " + errString(a.lastErr)
 	}

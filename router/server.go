@@ -33,7 +33,9 @@ type Options struct {
 	Rand strategies.Rand
 	// Sleep waits out a retry backoff; tests record instead of sleeping.
 	Sleep func(ctx context.Context, d time.Duration) error
-	// Transport carries upstream requests and health probes.
+	// Transport carries upstream requests and health probes instead of the
+	// router's own client (tests; nil: the router's). Requests and
+	// responses are converted to and from net/http's types for it.
 	Transport http.RoundTripper
 	// Getenv resolves providers' api_key_env (default os.Getenv).
 	Getenv func(string) string
@@ -83,7 +85,7 @@ type Server struct {
 	clock     strategies.Clock
 	rand      strategies.Rand
 	sleep     func(context.Context, time.Duration) error
-	transport http.RoundTripper
+	transport *fastTransport
 	getenv    func(string) string
 	reg       *prometheus.Registry
 	engine    EngineView
@@ -137,7 +139,7 @@ type Server struct {
 // (up to Options.ConfigWait), then get 503.
 func New(o Options) *Server {
 	s := &Server{
-		log: o.Logger, clock: o.Clock, rand: o.Rand, sleep: o.Sleep, transport: o.Transport,
+		log: o.Logger, clock: o.Clock, rand: o.Rand, sleep: o.Sleep,
 		getenv: o.Getenv, reg: o.Registry, engine: o.Engine, sources: o.Sources,
 		learn: o.Learn,
 		base:  o.Base, ready: o.Ready, extra: o.AdminExtra, wrapAPI: o.WrapAPI,
@@ -161,9 +163,7 @@ func New(o Options) *Server {
 	if s.sleep == nil {
 		s.sleep = sleepCtx
 	}
-	if s.transport == nil {
-		s.transport = newFastTransport(s)
-	}
+	s.transport = newFastTransport(s, o.Transport)
 	if s.getenv == nil {
 		s.getenv = envLookup
 	}

@@ -210,10 +210,10 @@ type usageCounts struct {
 //
 // The first segment's head went out before (deliver's head, which also
 // drops the splice of an answer that is not an event stream).
-func (a *attempt) relaySpliced(resp *http.Response) (status int, ok bool, outcome string) {
+func (a *attempt) relaySpliced(resp *reply) (status int, ok bool, outcome string) {
 	sp := a.sp
 	sp.broke = ""
-	if !a.spliceStart(resp, isEventStream(resp.Header.Get("Content-Type"))) {
+	if !a.spliceStart(resp, isEventStream(resp.get("Content-Type"))) {
 		// The engine refused the continuation (say, a 400 for
 		// continue_final_message): no fault of its health.
 		sp.broke = "continuation refused (HTTP " + strconv.Itoa(resp.StatusCode) + ")"
@@ -225,7 +225,7 @@ func (a *attempt) relaySpliced(resp *http.Response) (status int, ok bool, outcom
 // spliceStart notes a segment's start: for a continuation (sp.resumes >
 // 0) that the engine answered with a stream; false: the engine refused
 // the continuation.
-func (a *attempt) spliceStart(resp *http.Response, sse bool) bool {
+func (a *attempt) spliceStart(resp *reply, sse bool) bool {
 	sp, s := a.sp, a.s
 	if sp.resumes > 0 {
 		if !sse || resp.StatusCode != http.StatusOK {
@@ -243,7 +243,7 @@ func (a *attempt) spliceStart(resp *http.Response, sse bool) bool {
 
 // relayEvents relays a segment's events, the loop relaySpliced waits in
 // for as long as the stream is open (kept apart so its frame is small).
-func (a *attempt) relayEvents(resp *http.Response) (status int, ok bool, outcome string) {
+func (a *attempt) relayEvents(resp *reply) (status int, ok bool, outcome string) {
 	sp, s := a.sp, a.s
 	// The event reader and the event's buffer are held from the start of
 	// an event to its flush: between events, with nothing buffered, the

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -177,10 +178,10 @@ func (a *attempt) pickTarget(eligible strategies.Eligible) (int, bool) {
 // when tracing, starts the attempt span and injects its traceparent. sent
 // is when the attempt began (the Server's clock): its request goes out
 // now.
-func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel string, sent time.Time) {
+func (a *attempt) startAttempt(out *fasthttp.RequestHeader, t *target, upstreamModel string, sent time.Time) {
 	s, o := a.s, &a.obs
 	o.attempts++
-	out.Header["X-Request-Id"] = o.idv[:]
+	out.SetCanonical(bytesOf("X-Request-Id"), bytesOf(o.idv[0]))
 	if a.sn.cfg.Observability.RoutingHeaders {
 		a.w.setHeader("X-Rolter-Attempts", attemptsValue(o.attempts))
 	}
@@ -201,15 +202,29 @@ func (a *attempt) startAttempt(out *http.Request, t *target, upstreamModel strin
 			opts = append(opts, trace.WithAttributes(attrs...))
 		}
 		ctx, span := s.tracer.Start(o.ctx, "attempt", opts...)
-		s.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
+		s.prop.Inject(ctx, upstreamCarrier{out})
 		o.att = span
 	}
 	o.status = 0
 	o.sent = sent
 }
 
+// upstreamCarrier writes a trace context into the engine's request
+// header.
+type upstreamCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c upstreamCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c upstreamCarrier) Set(key, value string) { c.h.Set(key, value) }
+func (c upstreamCarrier) Keys() []string {
+	var keys []string
+	for k := range c.h.All() {
+		keys = append(keys, string(k))
+	}
+	return keys
+}
+
 // upstreamAnswered records the time to the upstream's response headers.
-func (a *attempt) upstreamAnswered(resp *http.Response) {
+func (a *attempt) upstreamAnswered(resp *reply) {
 	o := &a.obs
 	if resp == nil {
 		return

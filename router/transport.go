@@ -1,10 +1,11 @@
 package router
 
 import (
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/valyala/fasthttp"
 )
 
 var envLookup = os.Getenv
@@ -70,66 +71,36 @@ func forwarded(k string) bool {
 	return true
 }
 
-// outboundHeader copies the client's headers for the upstream, minus
-// hop-by-hop headers, the client's credentials and the body framing. The
-// keys of in are canonical (net/http's server wrote them), so skipping
-// them while copying removes what Header.Del would.
-func outboundHeader(in http.Header, p *provider) http.Header {
-	h := make(http.Header, len(in)+3) // + Authorization, X-Request-Id, Traceparent
-	for k, v := range in {
-		if forwarded(k) {
-			h[k] = v
-		}
-	}
+// upstreamAuth sets the provider's Authorization on the engine's header
+// (the client's is never forwarded).
+func upstreamAuth(h *fasthttp.RequestHeader, p *provider) {
 	if p.authHeader != "" {
-		h.Set("Authorization", p.authHeader)
+		h.SetCanonical(bytesOf("Authorization"), bytesOf(p.authHeader))
 	}
-	return h
 }
 
-// headerOf builds an http.Header of fields (key and value pairs from
-// fasthttp's header, keys canonical), in order, a repeated key's values
-// together. The keys and values share one string, and the values one
-// backing array: values when it is long enough, else a new one. spare is
-// room in the map for fields the caller adds. fields is only read.
-func headerOf(fields [][2][]byte, values []string, spare int) http.Header {
-	h := make(http.Header, len(fields)+spare)
-	if len(fields) == 0 {
-		return h
-	}
-	size := 0
-	for _, f := range fields {
-		size += len(f[0]) + len(f[1])
-	}
-	// The builder's bytes become the string without a copy.
-	var all strings.Builder
-	all.Grow(size)
-	for _, f := range fields {
-		all.Write(f[0])
-		all.Write(f[1])
-	}
-	text := all.String()
-	if len(fields) > len(values) {
-		values = make([]string, len(fields))
-	}
-	at := 0
-	for i, f := range fields {
-		key := text[at : at+len(f[0])]
-		at += len(key)
-		values[i] = text[at : at+len(f[1])]
-		at += len(values[i])
-		if prev, ok := h[key]; ok {
-			h[key] = append(prev, values[i])
-		} else {
-			h[key] = values[i : i+1 : i+1]
+// engineFields calls f with each field of the engine's response header
+// the client gets (hop-by-hop ones left out), in the engine's order;
+// again reports a key an earlier field had, so that a repeated field
+// (Set-Cookie) adds its values in order while a first one replaces what
+// the answer had under its key.
+func engineFields(src *fasthttp.ResponseHeader, f func(k, v []byte, again bool)) {
+	var inline [16][]byte
+	seen := inline[:0]
+	for k, v := range src.All() {
+		if isHopHeader(view(k)) {
+			continue
 		}
+		again := false
+		for _, s := range seen {
+			if string(s) == string(k) {
+				again = true
+				break
+			}
+		}
+		if !again {
+			seen = append(seen, k)
+		}
+		f(k, v, again)
 	}
-	return h
 }
-
-// inlineHeaders is how many header values an upstream call keeps in
-// itself (call.values): an engine's response has four to six fields
-// (date, server, content-type, content-length or transfer-encoding, a
-// request id). The field list a conversion passes to headerOf holds twice
-// as many on the stack.
-const inlineHeaders = 8
