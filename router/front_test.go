@@ -51,13 +51,17 @@ func (fr front) serveFront(t *testing.T, tomlText string, adjust func(*Options),
 	if !strings.Contains(tomlText, "[health]") {
 		tomlText += "\n[health]\nenabled = false\n"
 	}
-	cfg, err := config.Parse("rolter.toml", []byte(tomlText), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
 	var o Options
 	if adjust != nil {
 		adjust(&o)
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	cfg, err := config.Parse("rolter.toml", []byte(tomlText), getenv)
+	if err != nil {
+		t.Fatal(err)
 	}
 	scheme := "http"
 	if wrap != nil {
