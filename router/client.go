@@ -190,10 +190,11 @@ func (t *fastTransport) host(scheme, host string) *fasthttp.HostClient {
 // request's state on both sides of the connection.
 type call struct {
 	ctx context.Context
-	// resend is a fresh copy of the request body, for a second try on a
-	// new connection (nil: none); n is its length.
-	resend  func() (io.Reader, bool)
-	spliced splicedBody // the router's own body, kept whole for resend
+	// resend: the request may be sent again on a new connection (until
+	// the engine answered); spliced is its body kept whole for that, n its
+	// length (0: none).
+	resend  bool
+	spliced splicedBody
 	n       int
 	// firstByte and deadline are outbound's.
 	firstByte, deadline time.Time
@@ -273,23 +274,14 @@ func newCall(x *outbound) *call {
 	if x.url.RawQuery != "" {
 		u.SetQueryString(x.url.RawQuery)
 	}
-	c := &call{ctx: x.ctx, resp: resp, resend: noBody, head: req.Header.IsHead(),
+	c := &call{ctx: x.ctx, resp: resp, resend: true, head: req.Header.IsHead(),
 		firstByte: x.firstByte, deadline: x.deadline}
 	if x.body != nil {
 		c.n = int(x.body.n)
 		c.spliced = *x.body
-		c.resend = c.respliced
 		req.SetBodyStream(x.body, c.n)
 	}
 	return c
-}
-
-// noBody is the resend of a request without a body (a health probe).
-func noBody() (io.Reader, bool) { return nil, true }
-
-func (c *call) respliced() (io.Reader, bool) {
-	b := c.spliced
-	return &b, true
 }
 
 // Close lets the router's body be an http.Request's Body as it is (not
@@ -298,21 +290,18 @@ func (b *splicedBody) Close() error { return nil }
 
 // roundTrip writes req on a pooled connection of hc and reads the
 // response header, in the caller's goroutine; the body is left on the
-// connection for the http.Response's Body. The request's context closes
-// the connection until that Body is closed.
+// connection for the reply's Body. The request's context closes the
+// connection until that Body is closed.
 func (c *call) roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) error {
 	retry, err := c.try(hc, req, resp)
-	if !retry || c.resend == nil {
+	if !retry || !c.resend {
 		return err
 	}
 	// A pooled connection the engine had closed: send once more on a new
-	// one, with a fresh copy of the body.
-	b, ok := c.resend()
-	if !ok {
-		return err
-	}
-	if b != nil {
-		req.SetBodyStream(b, c.n)
+	// one, with the call's whole copy of the body (the first try read the
+	// caller's), which this last try reads.
+	if c.n > 0 {
+		req.SetBodyStream(&c.spliced, c.n)
 	}
 	_, err = c.try(hc, req, resp)
 	return err
@@ -403,7 +392,7 @@ func (c *call) readHeader(hc *fasthttp.HostClient, resp *fasthttp.Response) erro
 		}
 		// The engine answered: the body will not be sent again, and the
 		// stream need not keep it.
-		c.resend, c.spliced = nil, splicedBody{}
+		c.resend, c.spliced = false, splicedBody{}
 		c.keep = !resp.ConnectionClose()
 		// From here the request's deadline bounds the body (the first
 		// byte's bound did the write and the header).

@@ -65,6 +65,70 @@ func BenchmarkServe(b *testing.B) {
 	}
 }
 
+// BenchmarkServeLoopback is BenchmarkServe with the engine on loopback
+// too (cannedConnEngine: the same answer bytes every time, nothing
+// allocated on its side), so that the upstream client is the router's
+// own: the allocations per op are the router's whole data path, API
+// server and upstream client, as production runs it. Two targets,
+// round_robin.
+func BenchmarkServeLoopback(b *testing.B) {
+	var sse strings.Builder
+	sse.WriteString("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n" +
+		"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
+	for _, ev := range strings.SplitAfter(string(cannedSSE), "\n\n") {
+		if ev != "" {
+			fmt.Fprintf(&sse, "%x\r\n%s\r\n", len(ev), ev)
+		}
+	}
+	sse.WriteString("0\r\n\r\n")
+	plain := fmt.Sprintf("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n"+
+		"content-length: %d\r\ncontent-type: application/json\r\nx-request-id: chatcmpl-1\r\n\r\n%s", len(cannedJSON), cannedJSON)
+	for _, v := range []struct {
+		name, answer string
+		sse          bool
+	}{{"json", plain, false}, {"sse", sse.String(), true}} {
+		b.Run(v.name, func(b *testing.B) {
+			eng := "http://" + cannedConnEngine(b, []byte(v.answer))
+			toml := strings.NewReplacer("http://127.0.0.1:1", eng, "http://127.0.0.1:2", eng).Replace(benchConfig)
+			cfg, err := config.Parse("rolter.toml", []byte(toml), func(string) string { return "" })
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := New(Options{Rand: strategies.NewRand(1)})
+			if err := s.Apply(cfg); err != nil {
+				b.Fatal(err)
+			}
+			api, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(ctx, api, nil) }()
+			defer func() { stop(); <-served }()
+
+			c, err := net.Dial("tcp", api.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			body := strings.Replace(benchBody, "%s", fmt.Sprint(v.sse), 1)
+			raw := []byte(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: rolter\r\nContent-Type: application/json\r\n"+
+				"Authorization: Bearer none\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+			br := bufio.NewReader(c)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Write(raw); err != nil {
+					b.Fatal(err)
+				}
+				if code, err := readAnswer(br); err != nil || code != 200 {
+					b.Fatalf("status %d, err %v", code, err)
+				}
+			}
+		})
+	}
+}
+
 // readAnswer reads one HTTP/1.1 response off br and returns its status,
 // allocating nothing: a Content-Length body is skipped, a chunked one
 // read to its last chunk.
