@@ -10,18 +10,9 @@ import (
 
 var envLookup = os.Getenv
 
-// upstreamURL joins a provider's api_base with an API path. An api_base
-// that already ends in /v1 (the OpenAI convention) is not given a second.
-func upstreamURL(p *provider, path string) string {
-	if u, ok := p.endpoints[path]; ok {
-		return u.String()
-	}
-	return joinURL(p, path)
-}
-
-// endpointURL is upstreamURL parsed. The URLs of inferencePaths are
-// parsed once per config and shared by every request: callers must not
-// modify the result.
+// endpointURL joins a provider's api_base with an API path (joinURL). The
+// URLs of inferencePaths are parsed once per config and shared by every
+// request: callers must not modify the result.
 func endpointURL(p *provider, path string) (*url.URL, error) {
 	if u, ok := p.endpoints[path]; ok {
 		return u, nil
@@ -33,6 +24,8 @@ func endpointURL(p *provider, path string) (*url.URL, error) {
 // with each provider's api_base once.
 var inferencePaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
 
+// joinURL is api_base and path joined: an api_base that already ends in
+// /v1 (the OpenAI convention) is not given a second.
 func joinURL(p *provider, path string) string {
 	base := strings.TrimSuffix(p.base.Path, "/")
 	if strings.HasSuffix(base, "/v1") {
