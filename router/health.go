@@ -176,6 +176,9 @@ func (s *Server) probe(ctx context.Context, p *provider) {
 		s.log.Info("circuit breaker half-open: the health check succeeded", "provider", p.name)
 	}
 	healthy, changed := p.up.probed(ok, cfg.DownAfter, cfg.UpAfter)
+	if changed && !healthy {
+		s.calm.disturb()
+	}
 	if changed {
 		if healthy {
 			s.log.Info("provider healthy again", "provider", p.name)

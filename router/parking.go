@@ -166,3 +166,87 @@ func (s *Server) ParkedTargets() []ParkedTarget {
 	})
 	return out
 }
+
+// calm is the pool-wide summary a pick reads instead of every target's
+// parking, health and breaker: nothing was parked, unhealthy or with its
+// breaker off closed when it was last looked at, and nothing was disturbed
+// since. At 64 targets those fields are a cache miss or two per target
+// per pick; the summary is one load. Writes that can take a target out
+// (a 429 parking, a breaker opening, a failed health check) disturb it,
+// each a generation; a pick that finds it disturbed reads every target as
+// before and, at most once per calmRecheck, looks at all of them
+// (Server.calmAt) to mark it calm again unless a write came meanwhile. A
+// parking that ends, a breaker that closes and a provider back to health
+// are found that way: they only make targets available.
+type calm struct {
+	// word is the generation << 1, | 1 while calm.
+	word atomic.Uint64
+	// check is the instant (Unix ns) before which a pick does not look
+	// again.
+	check atomic.Int64
+}
+
+// calmRecheck bounds how often picks look at every target to find the
+// pool calm again while something is parked, unhealthy or open.
+const calmRecheck = 100 * time.Millisecond
+
+// disturb marks a write that may take a target out: the summary is no
+// longer calm, and a look that began before it cannot mark it so. The
+// caller has made its write first.
+func (c *calm) disturb() {
+	for {
+		w := c.word.Load()
+		if c.word.CompareAndSwap(w, (w+2)&^1) {
+			return
+		}
+	}
+}
+
+// calmAt reports whether no target of sn can be unavailable at n (Unix
+// ns) for being parked, unhealthy or having a breaker off closed. False
+// says nothing: the caller reads each target.
+func (s *Server) calmAt(sn *snapshot, n int64) bool {
+	c := &s.calm
+	w := c.word.Load()
+	if w&1 == 1 {
+		return true
+	}
+	if n < c.check.Load() {
+		return false
+	}
+	c.check.Store(n + int64(calmRecheck))
+	if s.anyTrouble(sn, n) {
+		return false
+	}
+	return c.word.CompareAndSwap(w, w|1)
+}
+
+// anyTrouble reports whether some provider of sn is unhealthy or has its
+// breaker off closed, or some parking (of any snapshot) lasts past n. A
+// provider new to a snapshot starts healthy and closed (newUpstream), so
+// a config change needs no disturb of its own.
+func (s *Server) anyTrouble(sn *snapshot, n int64) bool {
+	for _, p := range sn.providers {
+		if p.up.troubled() {
+			return true
+		}
+	}
+	s.parks.mu.Lock()
+	defer s.parks.mu.Unlock()
+	for _, pk := range s.parks.m {
+		if pk.parkedAt(n) {
+			return true
+		}
+		if pk.any.Load() {
+			parked := false
+			pk.byModel.Range(func(_, v any) bool {
+				parked = v.(*parking).parkedAt(n)
+				return !parked
+			})
+			if parked {
+				return true
+			}
+		}
+	}
+	return false
+}

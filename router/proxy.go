@@ -283,8 +283,9 @@ type attempt struct {
 	settleLate bool
 	// trial: the last pick claimed a half-open breaker's probe slot;
 	// roomed: admission narrowed the current pick (roomy), room holds it.
-	// (With the flags above, one word.)
-	trial, roomed bool
+	// calm: nothing was parked, unhealthy or open at the current pick's
+	// instant (Server.calmAt). (With the flags above, one word.)
+	trial, roomed, calm bool
 	// later is the answered leg whose body the front copies after the
 	// handler returned (statusLater), and the request's deadline; also
 	// the leg whose end waits for the request's settle (kept).
@@ -504,6 +505,7 @@ func (a *attempt) pick(retry bool) (int, bool) {
 	p := a.res.pool
 	now := a.s.clock.Now()
 	a.pickNano = now.UnixNano()
+	a.calm = a.s.calmAt(a.sn, a.pickNano)
 	pv, _ := a.s.engine.(PrefillView)
 	if p.readsLoads {
 		a.readLoads(0, len(p.targets), pv)
@@ -579,10 +581,17 @@ func (a *attempt) room() []bool {
 	return a.roomBuf[:len(a.tried)]
 }
 
-// eligibleNow is OK before admission's narrowing.
+// eligibleNow is OK before admission's narrowing. When the pool is calm
+// and the router open (no key), the target's own fields are not read.
 func (a *attempt) eligibleNow(i int) bool {
+	if a.tried[i] {
+		return false
+	}
+	if a.key == nil && a.calm {
+		return true
+	}
 	t := &a.res.pool.targets[i]
-	return !a.tried[i] && a.key.allowsProvider(t.provider.name) && t.unavailableAt(a.pickNano, a.res.requested) == ""
+	return a.key.allowsProvider(t.provider.name) && (a.calm || t.unavailableAt(a.pickNano, a.res.requested) == "")
 }
 
 // noTargetReason summarises why nothing was eligible and when to retry.
@@ -752,6 +761,7 @@ func (a *attempt) refused(l *leg, resp *reply) {
 			d := min(max(ra, c.ParkMin.Duration), c.ParkMax.Duration)
 			reason := "HTTP 429 with Retry-After " + resp.get("Retry-After")
 			until := t.parking(a.res.requested, true).park(s.clock.Now(), d, reason)
+			s.calm.disturb()
 			// A passthrough member's series stays its label: requested
 			// models are caller-chosen and must not become labels.
 			s.metrics.parkedUntil.WithLabelValues(t.provider.name, t.label).Set(float64(until.UnixNano()) / 1e9)
@@ -913,6 +923,7 @@ func (a *attempt) breakerClosed(t *target, from breakerState) {
 // the provider's breaker.
 func (a *attempt) streamFailure(up *upstream) {
 	if up.failure(a.s.clock.Now(), a.sn.cfg.Breaker.Failures, a.sn.cfg.Breaker.Open.Duration) {
+		a.s.calm.disturb()
 		a.s.log.Warn("circuit breaker opened", "provider", up.name)
 	}
 }
@@ -956,6 +967,7 @@ func uncachedTokens(rc *strategies.RouteContext, res strategies.Residency, idx i
 func (a *attempt) breakerFailure(up *upstream) {
 	c := a.sn.cfg.Breaker
 	if up.failure(a.s.clock.Now(), c.Failures, c.Open.Duration) {
+		a.s.calm.disturb()
 		a.s.log.Warn("circuit breaker opened", "provider", up.name, "for", c.Open.Duration)
 	}
 }

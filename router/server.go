@@ -122,6 +122,9 @@ type Server struct {
 
 	upMu      sync.Mutex
 	upstreams map[string]*upstream // by provider name + "\x00" + api_base
+	// calm summarises every target's parking, health and breaker for the
+	// pick (parking.go).
+	calm calm
 
 	streams sync.Map // API key name → *atomic.Int64 open streams
 
