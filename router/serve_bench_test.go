@@ -19,7 +19,9 @@ import (
 // time, the engine in memory. What it reports per op is the router's
 // own cost of one client request (the client's parse of the answer is
 // small and fixed); BenchmarkRequestPath skips the HTTP server this
-// measures.
+// measures. The in-memory engine is an Options.Transport, reached through
+// the conversion to net/http's types (roundtrip.go) that production does
+// not make: BenchmarkServeLoopback is the production path.
 func BenchmarkServe(b *testing.B) {
 	for _, v := range []struct {
 		name string
