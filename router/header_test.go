@@ -46,7 +46,7 @@ func TestFieldsAcrossTheProxy(t *testing.T) {
 				}, nil, nil)
 			code, hdr, body := f.post(t.Context(), chatHi, "Authorization", "Bearer sk-client", "X-Custom", "kept",
 				"Te", "trailers", "Keep-Alive", "timeout=1", "Proxy-Authorization", "Basic eDp5", "Accept-Encoding", "gzip",
-				"X-Request-Id", "client-chosen-id-1")
+				"X-Request-Id", "client-chosen-id-1", "User-Agent", "client/1.0", "Cookie", "session=abc")
 			if code != http.StatusOK {
 				t.Fatalf("status %d: %s", code, body)
 			}
@@ -56,6 +56,8 @@ func TestFieldsAcrossTheProxy(t *testing.T) {
 			for k, want := range map[string]string{
 				"Authorization":       "Bearer sk-engine",
 				"X-Custom":            "kept",
+				"User-Agent":          "client/1.0",
+				"Cookie":              "session=abc",
 				"Content-Type":        "application/json",
 				"X-Request-Id":        hdr.Get("X-Request-Id"),
 				"Te":                  "",
