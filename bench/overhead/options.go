@@ -36,11 +36,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Config.StreamGap, "stream-gap", 50*time.Millisecond, "open-streams mode: the engine's pause between a stream's token events")
 	fs.DurationVar(&o.Config.StreamDuration, "stream-duration", 10*time.Second, "open-streams mode: measured length of each run")
 	fs.IntVar(&o.Config.StreamRounds, "stream-rounds", 3, "open-streams mode: runs per path, direct and the proxies alternating")
-	fs.Float64Var(&o.Config.SearchStart, "search-start", 250, "first rate of the max-rate step search")
+	fs.Float64Var(&o.Config.SearchStart, "search-start", 2848, "first rate of the max-rate step search (it steps up while the rate holds, down while it fails); every path's rates are on one grid from it")
 	fs.Float64Var(&o.Config.SearchFactor, "search-factor", 1.5, "each search step multiplies the rate by this")
 	fs.Float64Var(&o.Config.SearchMax, "search-max", 20000, "highest rate the search tries")
 	fs.DurationVar(&o.Config.SearchDuration, "search-duration", 2*time.Second, "length of each try of the max-rate search (a rate holds when most of up to 3 counted tries hold)")
-	fs.IntVar(&o.Config.SearchBisect, "search-bisect", 2, "after the first step that fails, bisect this many more steps between it and the last rate that held")
+	fs.IntVar(&o.Config.SearchBisect, "search-bisect", 4, "once a step held below one that failed, bisect between them this many times: the answer is within factor^(1/2^bisect) of where the path stops holding")
 	fs.Float64Var(&o.Config.Disturbed, "disturbed", DefaultDisturbed, "a window with more host steal + other tasks' time on the proxy's CPU, or per CPU on the generator's, than this (ms per s) is measured again, and a failed max-rate try so disturbed is not counted (0: never)")
 	fs.IntVar(&o.Config.Reruns, "reruns", 4, "at most this many windows measured again per cell")
 	fs.DurationVar(&o.Config.P99Limit, "p99-limit", 10*time.Millisecond, "a rate is sustained while p99 stays under this (and < 0.1% errors)")
@@ -123,9 +123,10 @@ func (o Options) Run(ctx context.Context, stdout io.Writer) error {
 	} else {
 		fmt.Fprintf(stdout, "open-loop constant rate, latency from each request's scheduled send time; fixed rate %.0f/s, %d windows of %v "+
 			"(CPU: mean of the windows without the highest and the lowest; a window with steal + other tasks' time on the proxy's CPU over %.0f ms/s measured again, at most %d per cell); "+
-			"idle CPU over %v; max rate: steps ×%.2f from %.0f/s then %d bisections, %v per try, p99 < %v, the paths tried in turn at each step, "+
+			"idle CPU over %v; max rate: steps ×%.2f from %.0f/s (down while it fails) then %d bisections (resolution %.1f %%), %v per try, p99 < %v, the paths tried in turn at each step, "+
 			"a rate held when most of up to 3 counted tries hold (a disturbed failure not counted); engine %s\n",
 			cfg.Rate, cfg.Windows, cfg.Duration, cfg.Disturbed, cfg.Reruns, cfg.Idle, cfg.SearchFactor, cfg.SearchStart, cfg.SearchBisect,
+			100*(resolution(cfg.SearchFactor, cfg.SearchBisect)-1),
 			cfg.SearchDuration, cfg.P99Limit, cfg.Engine)
 	}
 	if cfg.Pin {

@@ -259,8 +259,8 @@ func (c *Config) check() error {
 	if c.Rate <= 0 || c.SearchStart <= 0 || c.SearchFactor <= 1 || c.Duration <= 0 || c.SearchDuration <= 0 || c.Windows < 1 || c.Idle < 0 {
 		return fmt.Errorf("%w: rates, durations and windows must be positive, the search factor > 1", ErrConfig)
 	}
-	if c.SearchBisect < 0 || c.Reruns < 0 || c.Disturbed < 0 {
-		return fmt.Errorf("%w: bisection steps, reruns and the disturbance threshold must be ≥ 0", ErrConfig)
+	if c.SearchBisect < 0 || c.SearchBisect > 10 || c.Reruns < 0 || c.Disturbed < 0 {
+		return fmt.Errorf("%w: bisection steps (at most 10), reruns and the disturbance threshold must be ≥ 0", ErrConfig)
 	}
 	if c.Engine != EngineCanned && c.Engine != EngineSim {
 		return fmt.Errorf("%w: engines are %s and %s, not %q", ErrConfig, EngineCanned, EngineSim, c.Engine)
@@ -289,7 +289,7 @@ func (c *Config) check() error {
 // column's proxy is started first and stays up (idle) while the others
 // are measured; each mode's fixed-rate windows go round the columns in
 // turn, so a change in what the machine's neighbours do lands on every
-// path's median alike, not on one path's whole cell.
+// path's windows alike, not on one path's whole cell.
 func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -390,9 +390,9 @@ func setSearch(r *Row, s *search) {
 	if s == nil {
 		return
 	}
-	r.MaxRate, r.SearchTries = s.held, s.tries
-	if s.failed > 0 {
-		r.MaxRateFail = ptr(s.failed)
+	r.MaxRate, r.SearchTries = s.maxRate(), s.tries
+	if f := s.failRate(); f > 0 {
+		r.MaxRateFail = ptr(f)
 	}
 	if t := s.heldTry(); t != nil {
 		r.MaxRateProxyBusy, r.MaxRateProxyShare, r.MaxRateGenBusy = t.ProxyCPUBusy, t.ProxyCPUShare, t.GenCPUBusy
@@ -559,8 +559,9 @@ func (c cell) worst() int {
 }
 
 // measure runs one mode's fixed-rate windows, round the columns
-// Windows times, then the columns' max-rate searches, interleaved
-// (search.go). A proxy's window the host disturbed
+// Windows times, each round in its own order (rotation), then the
+// columns' max-rate searches, interleaved (search.go). A proxy's window
+// the host disturbed
 // (WindowRun.disturbance above cfg.Disturbed) is measured again after
 // the rounds, not at once, so a disturbance that lasts a few seconds has
 // passed: rounds of reruns go over the columns again, each rerunning its
@@ -591,7 +592,7 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 		cells[i].runs, cells[i].stats = append(cells[i].runs, w), append(cells[i].stats, st)
 	}
 	for slot := range cfg.Windows {
-		for i := range cols {
+		for _, i := range rotation(slot, len(cols)) {
 			if ctx.Err() != nil {
 				return cells
 			}
@@ -599,9 +600,9 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 			cells[i].runs[len(cells[i].runs)-1].Used = true
 		}
 	}
-	for again := true; again && ctx.Err() == nil; {
+	for round, again := cfg.Windows, true; again && ctx.Err() == nil; round++ {
 		again = false
-		for i := range cols {
+		for _, i := range rotation(round, len(cols)) {
 			c := &cells[i]
 			old := c.worst()
 			if old < 0 || c.reruns >= cfg.Reruns || ctx.Err() != nil {
@@ -634,6 +635,19 @@ func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell
 		return SearchTry{WindowRun: w, Held: st.sustained(cfg.P99Limit)}
 	})
 	return cells
+}
+
+// rotation is the order in which round r goes over n columns: column
+// r mod n first, then on round the list. Each column takes each place in
+// a round in turn, so none always runs right after direct, or first in
+// a round, where a neighbour's rhythm or the generator's state at the
+// round's start would fall on it alone.
+func rotation(r, n int) []int {
+	out := make([]int, n)
+	for k := range out {
+		out[k] = (r + k) % n
+	}
+	return out
 }
 
 // window runs one window of rate requests/s for dur against col (a

@@ -191,3 +191,33 @@ func TestPacerWaitsAtLeastItsTime(t *testing.T) {
 		}
 	}
 }
+
+// The fixed-rate windows' rounds go over the columns in a rotating
+// order: over n rounds each column runs once per round and takes each
+// place in a round once, so none is always right after direct or always
+// first in a round.
+func TestRoundsRotateTheColumns(t *testing.T) {
+	const n = 4
+	place := make([][n]int, n) // place[col][k]: rounds in which col ran k-th
+	for r := range n {
+		order := rotation(r, n)
+		seen := map[int]bool{}
+		for k, col := range order {
+			seen[col] = true
+			place[col][k]++
+		}
+		if len(seen) != n {
+			t.Fatalf("round %d: order %v does not run every column once", r, order)
+		}
+	}
+	for col, ks := range place {
+		for k, times := range ks {
+			if times != 1 {
+				t.Errorf("column %d ran %d-th in %d of %d rounds, want 1", col, k, times, n)
+			}
+		}
+	}
+	if got := rotation(5, 4); !slices.Equal(got, []int{1, 2, 3, 0}) {
+		t.Errorf("round 5 of 4 columns: %v, want column 1 first", got)
+	}
+}

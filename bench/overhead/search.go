@@ -5,12 +5,16 @@ import (
 	"math"
 )
 
-// The max-rate search. Each path's search is a sequence of rates: start
-// × factor^k up to limit while the rate holds; after the first that
-// fails, bisect more rates between the last that held and that one, each
-// at their geometric middle (rounded to a whole rate), so with the
-// default ×1.5 and two bisections the answer is within 1.5^(1/4), 11 %, of
-// the rate where the path stops holding, not within one 50 % step.
+// The max-rate search. Every path's rates lie on one grid: start ×
+// factor^(p/2^bisect) for whole p, rounded to a whole rate, so two paths
+// whose searches end at the same p report the same rate and equal
+// capacity reads equal. A search steps ×factor (p moves by 2^bisect) up
+// from start while the rate holds, or down from it while it fails, until
+// it has a rate that held below one that failed; then it bisects that
+// bracket bisect times, each time at the grid point in its middle (the
+// geometric middle), so with the default ×1.5 and four bisections the
+// answer is within 1.5^(1/16), 2.6 %, of the rate where the path stops
+// holding: the search's resolution.
 //
 // A rate's verdict is from up to three counted tries (one window each,
 // SearchDuration long): it holds as soon as more of its counted tries
@@ -25,13 +29,18 @@ import (
 // stays disturbed still ends the search.
 //
 // The paths' searches are interleaved (interleave): in each round every
-// path whose search is not over has one try of its current rate, in
-// column order, so a change in what the machine's neighbours do, lasting
+// path whose search is not over has one try of its current rate, the
+// order rotating between rounds as the fixed-rate windows' does
+// (rotation), so a change in what the machine's neighbours do, lasting
 // longer than a round, falls on every path alike instead of on the one
 // path searched while it lasted.
 
 // maxExcused is how many disturbed failed tries per rate are not counted.
 const maxExcused = 2
+
+// minRate is the lowest rate a search steps down to: below it the path
+// held nothing, and its max rate is 0.
+const minRate = 1
 
 // SearchTry is one try of the max-rate search: a window at Rate, what it
 // measured (WindowRun: Slot is the round of the interleaved search, Used
@@ -43,13 +52,37 @@ type SearchTry struct {
 	Held bool    `json:"held"`
 }
 
+// grid is the search's rates: start × factor^(p/fine) for whole p, fine
+// = 2^bisect.
+type grid struct {
+	start, factor float64
+	fine          int
+}
+
+// resolution is how far apart, as a ratio, a search with this factor
+// and bisect bisections leaves the highest rate that held and the lowest
+// that failed: one step of its grid.
+func resolution(factor float64, bisect int) float64 {
+	return math.Pow(factor, 1/float64(int(1)<<bisect))
+}
+
+// rate is the grid's rate at p, rounded to whole requests per second.
+func (g grid) rate(p int) float64 { return math.Round(g.exact(p)) }
+
+func (g grid) exact(p int) float64 {
+	return g.start * math.Pow(g.factor, float64(p)/float64(g.fine))
+}
+
 // search is one path's max-rate search.
 type search struct {
-	factor, limit float64
-	bisect        int
-	held, failed  float64 // highest rate that held, lowest that failed above it (0: none yet)
-	rate          float64 // the rate being tried; 0 when the search is over
-	bisected      int
+	grid
+	limit float64
+	// the grid positions of the highest rate that held and the lowest
+	// that failed above it, and whether there is one yet
+	held, failed       int
+	hasHeld, hasFailed bool
+	pos                int  // the position being tried
+	over               bool // the search is done
 	// the current rate's counted held and failed tries, and its excused
 	// failures
 	holds, fails, excused int
@@ -57,15 +90,32 @@ type search struct {
 }
 
 func newSearch(start, factor, limit float64, bisect int) *search {
-	s := &search{factor: factor, limit: limit, bisect: bisect, rate: start}
-	if start > limit {
-		s.rate = 0
-	}
+	s := &search{grid: grid{start: start, factor: factor, fine: 1 << bisect}, limit: limit}
+	s.over = s.rate(0) > limit || s.exact(0) < minRate
 	return s
 }
 
 // done reports whether the search is over.
-func (s *search) done() bool { return s.rate == 0 }
+func (s *search) done() bool { return s.over }
+
+// current is the rate being tried.
+func (s *search) current() float64 { return s.rate(s.pos) }
+
+// maxRate is the highest rate that held, 0 when none did.
+func (s *search) maxRate() float64 {
+	if !s.hasHeld {
+		return 0
+	}
+	return s.rate(s.held)
+}
+
+// failRate is the lowest rate that failed above maxRate, 0 when none did.
+func (s *search) failRate() float64 {
+	if !s.hasFailed {
+		return 0
+	}
+	return s.rate(s.failed)
+}
 
 // add records a try of the current rate (t.Rate) and moves the search on
 // when the rate's verdict is in; it sets t.Used to whether the try
@@ -93,37 +143,30 @@ func (s *search) add(t SearchTry) {
 func (s *search) verdict(held bool) {
 	s.holds, s.fails, s.excused = 0, 0, 0
 	if held {
-		s.held = s.rate
+		s.held, s.hasHeld = s.pos, true
 	} else {
-		s.failed = s.rate
+		s.failed, s.hasFailed = s.pos, true
 	}
-	if held && s.failed == 0 { // still stepping up
-		if s.rate *= s.factor; s.rate > s.limit {
-			s.rate = 0
-		}
-		return
+	switch {
+	case held && !s.hasFailed: // still stepping up
+		s.pos += s.fine
+		s.over = s.current() > s.limit
+	case !held && !s.hasHeld: // still stepping down
+		s.pos -= s.fine
+		s.over = s.exact(s.pos) < minRate
+	default: // bisecting, until the bracket is one grid step (or rounds to none)
+		s.pos = s.held + (s.failed-s.held)/2
+		s.over = s.pos == s.held || s.current() <= s.maxRate() || s.current() >= s.failRate()
 	}
-	// the first failure, or a bisection's verdict: bisect again unless
-	// nothing held or the bisections are used up
-	if s.held == 0 || s.bisected >= s.bisect {
-		s.rate = 0
-		return
-	}
-	mid := math.Round(math.Sqrt(s.held * s.failed))
-	if mid <= s.held || mid >= s.failed {
-		s.rate = 0
-		return
-	}
-	s.bisected++
-	s.rate = mid
 }
 
 // heldTry is the last counted held try at the highest rate that held:
 // what the machine's CPUs did at the path's max rate; nil when no rate
 // held.
 func (s *search) heldTry() *SearchTry {
+	top := s.maxRate()
 	for i := len(s.tries) - 1; i >= 0; i-- {
-		if t := &s.tries[i]; t.Used && t.Held && t.Rate == s.held {
+		if t := &s.tries[i]; t.Used && t.Held && t.Rate == top && top > 0 {
 			return t
 		}
 	}
@@ -131,18 +174,20 @@ func (s *search) heldTry() *SearchTry {
 }
 
 // interleave runs the searches in rounds until every one is over: in
-// each round every search not over tries its current rate once, in
-// order. try measures path i at rate; its Slot is set to the round.
+// each round every search not over tries its current rate once, in the
+// round's rotation. try measures path i at rate; its Slot is set to the round.
 func interleave(ctx context.Context, searches []*search, try func(i int, rate float64) SearchTry) {
 	for round := 0; ctx.Err() == nil; round++ {
 		tried := false
-		for i, s := range searches {
+		for _, i := range rotation(round, len(searches)) {
+			s := searches[i]
 			if s.done() || ctx.Err() != nil {
 				continue
 			}
 			tried = true
-			t := try(i, s.rate)
-			t.Rate, t.Slot = s.rate, round
+			rate := s.current()
+			t := try(i, rate)
+			t.Rate, t.Slot = rate, round
 			s.add(t)
 		}
 		if !tried {

@@ -16,39 +16,97 @@ func searchWith(start, factor, limit float64, bisect int, sustained func(rate fl
 	interleave(context.Background(), []*search{s}, func(_ int, rate float64) SearchTry {
 		return SearchTry{Held: sustained(rate)}
 	})
-	return s.held, s.failed, len(s.tries)
+	return s.maxRate(), s.failRate(), len(s.tries)
 }
 
 // The search steps ×factor until a rate fails, then bisects: for any
 // rate where the path stops holding, the answer is below it and the
-// failed rate above it, within 1.5^(1/4) after two bisections. A rate
-// that fails is tried twice (it fails at its second counted failure).
+// failed rate above it, within one step of the grid, 1.5^(1/4) after two
+// bisections and 1.5^(1/16) after four. A rate that fails is tried twice
+// (it fails at its second counted failure).
 func TestSearchBisectsToItsBound(t *testing.T) {
-	// The bound allows for the rounding to whole rates; 14416 is the last
-	// ×1.5 step under the 20000 limit.
-	bound := math.Pow(1.5, 0.25) + 0.002
-	for limit := 260.0; limit < 14000; limit *= 1.037 {
-		held, failed, tries := searchWith(250, 1.5, 20000, 2, func(rate float64) bool { return rate < limit })
-		if held >= limit || failed < limit || failed/held > bound {
-			t.Fatalf("limit %.0f: held %.0f, failed %.0f (ratio %.3f > %.3f)", limit, held, failed, failed/held, bound)
+	for _, bisect := range []int{2, 4} {
+		// The bound allows for the rounding to whole rates; 14416 is the
+		// last ×1.5 step under the 20000 limit.
+		for limit := 260.0; limit < 14000; limit *= 1.037 {
+			held, failed, tries := searchWith(250, 1.5, 20000, bisect, func(rate float64) bool { return rate < limit })
+			if bound := resolution(1.5, bisect) * (1 + 1/held); held >= limit || failed < limit || failed/held > bound {
+				t.Fatalf("bisect %d, limit %.0f: held %.0f, failed %.0f (ratio %.3f > %.3f)", bisect, limit, held, failed, failed/held, bound)
+			}
+			// the steps that held, the first that failed (twice), the
+			// bisections (twice when they fail)
+			if want := int(math.Floor(math.Log(limit/250)/math.Log(1.5))) + 1 + 2 + 2*bisect; tries > want {
+				t.Errorf("bisect %d, limit %.0f: %d tries, want at most %d", bisect, limit, tries, want)
+			}
 		}
-		// the steps that held, the first that failed (twice), two
-		// bisections (twice when they fail)
-		if want := int(math.Floor(math.Log(limit/250)/math.Log(1.5))) + 1 + 2 + 2*2; tries > want {
-			t.Errorf("limit %.0f: %d tries, want at most %d", limit, tries, want)
-		}
 	}
-	if held, failed, tries := searchWith(250, 1.5, 20000, 2, func(float64) bool { return false }); held != 0 || failed != 250 || tries != 2 {
-		t.Errorf("first step failing: held %v, failed %v in %d tries; want 0, 250 in 2 and no bisection below the start", held, failed, tries)
+	if held, failed, _ := searchWith(250, 1.5, 1000, 2, func(float64) bool { return true }); held != 844 || failed != 0 {
+		t.Errorf("every step holding: held %v, failed %v; want 844 and none failed", held, failed)
 	}
-	if held, failed, _ := searchWith(250, 1.5, 1000, 2, func(float64) bool { return true }); held != 843.75 || failed != 0 {
-		t.Errorf("every step holding: held %v, failed %v; want 843.75 and none failed", held, failed)
-	}
-	if held, failed, _ := searchWith(250, 1.5, 20000, 0, func(r float64) bool { return r < 1000 }); held != 843.75 || failed != 1265.625 {
+	if held, failed, _ := searchWith(250, 1.5, 20000, 0, func(r float64) bool { return r < 1000 }); held != 844 || failed != 1266 {
 		t.Errorf("no bisection: held %v, failed %v; want the ×1.5 steps around 1000", held, failed)
 	}
 	if held, failed, tries := searchWith(2, 2, 1, 2, func(float64) bool { return true }); held != 0 || failed != 0 || tries != 0 {
 		t.Errorf("start above the limit: held %v, failed %v, %d tries; want nothing tried", held, failed, tries)
+	}
+}
+
+// A start above where the path stops holding steps down ×1/factor until
+// a rate holds, then bisects as from below: the default start (2848)
+// finds a 700/s path as the old start (250) did, and a path that holds
+// nothing ends with no rate rather than trying forever.
+func TestSearchStepsDownFromAStartThatFails(t *testing.T) {
+	up, upFailed, _ := searchWith(250, 1.5, 20000, 4, func(r float64) bool { return r < 700 })
+	down, downFailed, tries := searchWith(2848, 1.5, 20000, 4, func(r float64) bool { return r < 700 })
+	if down >= 700 || downFailed < 700 || downFailed/down > resolution(1.5, 4)+0.002 {
+		t.Fatalf("from 2848: held %v, failed %v", down, downFailed)
+	}
+	// 2848/1.5^6 is 250: the same grid whichever end the search came from
+	if math.Abs(down-up) > 1 || math.Abs(downFailed-upFailed) > 1 {
+		t.Errorf("from 2848: %v-%v; from 250: %v-%v", down, downFailed, up, upFailed)
+	}
+	// 2848, 1899, 1266, 844 fail (twice each), 563 holds, four bisections
+	if want := 4*2 + 1 + 4*2; tries > want {
+		t.Errorf("%d tries from 2848, want at most %d", tries, want)
+	}
+	if held, failed, tries := searchWith(2848, 1.5, 20000, 4, func(float64) bool { return false }); held != 0 || failed != 1 || tries != 2*20 {
+		t.Errorf("nothing holding: held %v, failed %v in %d tries; want 0, the lowest step (1/s), in %d", held, failed, tries, 2*20)
+	}
+}
+
+// Every path's rates are on one grid, so two paths with the same
+// capacity report the same max rate whatever they met on the way, and
+// of two paths whose capacities differ by more than one step of it the
+// stronger reports the higher rate: with verdicts that repeat, the
+// comparison of two paths repeats too. With two bisections instead of
+// four, capacities 6 % apart tie.
+func TestSearchGridComparesPaths(t *testing.T) {
+	for _, cap1 := range []float64{3000, 5200, 7800, 9100, 12000} {
+		same1, _, _ := searchWith(2848, 1.5, 20000, 4, func(r float64) bool { return r < cap1 })
+		// the other path fails one step early on the way (a stall) and is
+		// otherwise the same: it lands on the same grid point
+		stalled := false
+		same2, _, _ := searchWith(2848, 1.5, 20000, 4, func(r float64) bool {
+			if r > 4000 && !stalled {
+				stalled = true
+				return false
+			}
+			return r < cap1
+		})
+		if same1 != same2 {
+			t.Errorf("capacity %v: %v and %v for the same capacity", cap1, same1, same2)
+		}
+		for _, apart := range []float64{1.03, 1.06, 1.12} {
+			lower, _, _ := searchWith(2848, 1.5, 20000, 4, func(r float64) bool { return r < cap1/apart })
+			if lower >= same1 {
+				t.Errorf("capacity %v against %v: max rates %v and %v, the weaker not below", cap1/apart, cap1, lower, same1)
+			}
+		}
+	}
+	coarse1, _, _ := searchWith(2848, 1.5, 20000, 2, func(r float64) bool { return r < 8600 })
+	coarse2, _, _ := searchWith(2848, 1.5, 20000, 2, func(r float64) bool { return r < 8600/1.06 })
+	if coarse1 != coarse2 {
+		t.Errorf("two bisections: 8600 and 8113 read %v and %v, want the same grid point", coarse1, coarse2)
 	}
 }
 
@@ -77,18 +135,20 @@ func TestRateVerdictFromItsTries(t *testing.T) {
 	} {
 		name := fmt.Sprint(tc.tries)
 		// one rate, 100, with no step above it (limit) and no bisection:
-		// the search is over when its verdict is in
+		// its verdict is in when the search holds it or has failed it (and
+		// steps down)
 		s := newSearch(100, 2, 100, 0)
+		verdict := func() bool { return s.maxRate() == 100 || s.failRate() == 100 }
 		for i, tr := range tc.tries {
-			if s.done() {
-				t.Fatalf("%s: over after %d tries", name, i)
+			if verdict() {
+				t.Fatalf("%s: a verdict after %d tries", name, i)
 			}
 			s.add(SearchTry{Rate: 100, Held: tr.held, WindowRun: WindowRun{Disturbed: tr.disturbed}})
 		}
-		if !s.done() {
+		if !verdict() {
 			t.Fatalf("%s: no verdict after every try", name)
 		}
-		if got := s.held == 100; got != tc.holds {
+		if got := s.maxRate() == 100; got != tc.holds {
 			t.Errorf("%s: holds %v, want %v", name, got, tc.holds)
 		}
 		var used []bool
@@ -102,9 +162,10 @@ func TestRateVerdictFromItsTries(t *testing.T) {
 }
 
 // The paths' searches go in rounds: each round tries every path whose
-// search is not over once, in column order, so while they step up
-// together every path is tried at the same rate in the same round; a
-// path whose search is over drops out and the others go on.
+// search is not over once, the order rotating (round r starts with path
+// r mod 3), so while they step up together every path is tried at the
+// same rate in the same round and none is always first; a path whose
+// search is over drops out and the others go on.
 func TestSearchesInterleaveAcrossPaths(t *testing.T) {
 	limits := []float64{1000, 400, 1000} // where each path stops holding
 	searches := []*search{newSearch(100, 2, 20000, 1), newSearch(100, 2, 20000, 1), newSearch(100, 2, 20000, 1)}
@@ -119,13 +180,13 @@ func TestSearchesInterleaveAcrossPaths(t *testing.T) {
 	})
 	want := []call{
 		{0, 100}, {1, 100}, {2, 100},
-		{0, 200}, {1, 200}, {2, 200},
-		{0, 400}, {1, 400}, {2, 400}, // path 1 fails 400 once
+		{1, 200}, {2, 200}, {0, 200},
+		{2, 400}, {0, 400}, {1, 400}, // path 1 fails 400 once
 		{0, 800}, {1, 400}, {2, 800}, // and again: it bisects to 283
-		{0, 1600}, {1, 283}, {2, 1600}, // 283 holds: path 1 is over
-		{0, 1600}, {2, 1600}, // 1600 fails twice on 0 and 2
+		{1, 283}, {2, 1600}, {0, 1600}, // 283 holds: path 1 is over
+		{2, 1600}, {0, 1600}, // 1600 fails twice on 0 and 2
 		{0, 1131}, {2, 1131}, // their bisection fails twice
-		{0, 1131}, {2, 1131},
+		{2, 1131}, {0, 1131},
 	}
 	if !slices.Equal(calls, want) {
 		t.Errorf("tries %v\nwant     %v", calls, want)
@@ -140,8 +201,8 @@ func TestSearchesInterleaveAcrossPaths(t *testing.T) {
 			}
 		}
 	}
-	if searches[0].held != 800 || searches[1].held != 283 || searches[2].failed != 1131 {
-		t.Errorf("held %v, %v; path 2 failed at %v", searches[0].held, searches[1].held, searches[2].failed)
+	if searches[0].maxRate() != 800 || searches[1].maxRate() != 283 || searches[2].failRate() != 1131 {
+		t.Errorf("held %v, %v; path 2 failed at %v", searches[0].maxRate(), searches[1].maxRate(), searches[2].failRate())
 	}
 	// The rounds are numbered: path 1's 283 was its fifth try, in round 4.
 	if tr := searches[1].tries[4]; tr.Rate != 283 || tr.Slot != 4 {
