@@ -137,8 +137,10 @@ func TestWindowsGoRoundThePaths(t *testing.T) {
 	cfg := Config{Rate: 200, Duration: 50 * time.Millisecond, Windows: 3, SearchStart: 100, SearchMax: 150, SearchFactor: 2,
 		SearchDuration: 50 * time.Millisecond, P99Limit: time.Second, PromptWords: 4, MaxTokens: 1}
 	cells := measure(t.Context(), cfg, cols, "plain")
-	// warm a, warm b, then a b a b a b, then the search's a b.
-	if want := []string{"a", "b", "a", "b", "a", "b", "a", "b", "a", "b"}; !slices.Equal(order, want) {
+	// warm a, warm b, then the rounds a b, b a, a b (each starts one
+	// column on), then the search's a b; runs of one path merge: a b a b
+	// (b a) (a b) a b.
+	if want := []string{"a", "b", "a", "b", "a", "b", "a", "b"}; !slices.Equal(order, want) {
 		t.Errorf("requests reached the paths in the runs %v, want %v", order, want)
 	}
 	if len(cells[0].used()) != 3 || cells[0].used()[0].CPUPer1k != 0 || len(cells[1].used()) != 3 || cells[1].fixed.sent != 30 {
