@@ -135,7 +135,12 @@ type Row struct {
 	// the window's requests, the trimmed mean of the windows used (the
 	// highest and the lowest left out); nil for direct.
 	CPUPer1k *float64 `json:"cpu_s_per_1k,omitempty"`
-	Windows  int      `json:"windows,omitempty"`
+	// CPUPer1k over nginx's in the same run, targets and mode (nil for
+	// direct, nginx, or without nginx): what the criterion "≤ 2× nginx"
+	// reads, and a figure the host's speed moves far less between runs
+	// than either proxy's own, since it moves both.
+	CPUVsNginx *float64 `json:"cpu_vs_nginx,omitempty"`
+	Windows    int      `json:"windows,omitempty"`
 	// Each used window's figure, and the trimmed mean of the same from
 	// /proc/<pid>/stat clock ticks (the cross-check).
 	CPUPer1kWindows []float64 `json:"cpu_s_per_1k_windows,omitempty"`
@@ -344,8 +349,28 @@ func runTargets(ctx context.Context, cfg Config, n int) ([]Row, error) {
 				st.p50.Round(time.Microsecond), st.p99.Round(time.Microsecond), r.MaxRate, windowsNote(c.runs), triesNote(r.SearchTries))
 			rows = append(rows, r)
 		}
+		relateToNginx(rows[len(rows)-len(cols):])
 	}
 	return rows, nil
+}
+
+// relateToNginx sets each rolter row's CPUVsNginx from the nginx row
+// among rows (one mode's cells), if there is one with a CPU figure.
+func relateToNginx(rows []Row) {
+	var ng *float64
+	for _, r := range rows {
+		if r.Path == "nginx" && r.CPUPer1k != nil && *r.CPUPer1k > 0 {
+			ng = r.CPUPer1k
+		}
+	}
+	if ng == nil {
+		return
+	}
+	for i := range rows {
+		if r := &rows[i]; r.Path != "nginx" && r.CPUPer1k != nil {
+			r.CPUVsNginx = ptr(*r.CPUPer1k / *ng)
+		}
+	}
 }
 
 // startColumns starts every column's proxy; on an error the ones
@@ -761,7 +786,7 @@ func printStreams(w io.Writer, rows []Row) {
 func printCells(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "targets\tmode\tpath\tp50 µs\tp99 µs\tp99.9 µs\t+p50 µs\t+p99 µs\t+p99.9 µs\terrors\tmax rate/s (p99<limit)\tfailed at\tat max: proxy CPU busy (proxy's own)\tgenerator CPUs busy\t"+
-		"CPU s/1k req\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\tgenerator steal/other\tgenerator CPU s/1k req\treruns\t")
+		"CPU s/1k req\t÷ nginx\tidle CPU ms/s\tidle share\twait ms/s\tsteal ms/s\tother ms/s\tgenerator steal/other\tgenerator CPU s/1k req\treruns\t")
 	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 	opt := func(v *float64, prec int) string {
 		if v == nil {
@@ -784,9 +809,9 @@ func printCells(w io.Writer, rows []Row) {
 		if r.MaxRateProxyShare != nil {
 			proxyBusy += " (" + pct(r.MaxRateProxyShare) + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%d\t\n", r.Targets, r.Mode, r.name(),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%d\t\n", r.Targets, r.Mode, r.name(),
 			f0(r.P50us), f0(r.P99us), f0(r.P999us), opt(r.AddedP50us, 0), opt(r.AddedP99us, 0), opt(r.AddedP999us, 0),
-			r.Errors, r.MaxRate, opt(r.MaxRateFail, 0), proxyBusy, pct(r.MaxRateGenBusy), cpu, opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0),
+			r.Errors, r.MaxRate, opt(r.MaxRateFail, 0), proxyBusy, pct(r.MaxRateGenBusy), cpu, opt(r.CPUVsNginx, 2), opt(r.IdleCPUmsPerS, 2), share, opt(r.RunqWaitMsPerS, 0),
 			opt(r.StealMsPerS, 0), opt(r.OtherMsPerS, 0), opt(r.GenStealMsPerS, 0), opt(r.GenOtherMsPerS, 0), opt(r.GenCPUPer1k, 4), r.Rerun)
 	}
 	tw.Flush()

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,5 +222,28 @@ func TestRoundsRotateTheColumns(t *testing.T) {
 	}
 	if got := rotation(5, 4); !slices.Equal(got, []int{1, 2, 3, 0}) {
 		t.Errorf("round 5 of 4 columns: %v, want column 1 first", got)
+	}
+}
+
+// Each rolter row reads its CPU per request over nginx's in the same
+// mode and run: the 1-target plain cells of the last quiet run
+// (docs/bench/overhead-s7-run1.json) read 1.77 and 1.78, as its table
+// says. Without an nginx figure no row has the ratio.
+func TestCPUOverNginxOfTheSameRun(t *testing.T) {
+	rr, pca, ng := 0.13644976266666667, 0.13764570855555558, 0.07725049433333334
+	rows := []Row{{Path: "direct"}, {Path: "rolter router", Strategy: "round_robin", CPUPer1k: &rr},
+		{Path: "rolter router", Strategy: "precise_cache_aware", CPUPer1k: &pca}, {Path: "nginx", Strategy: "round_robin", CPUPer1k: &ng}}
+	relateToNginx(rows)
+	if rows[0].CPUVsNginx != nil || rows[3].CPUVsNginx != nil {
+		t.Errorf("direct or nginx with a ratio: %v, %v", rows[0].CPUVsNginx, rows[3].CPUVsNginx)
+	}
+	for i, want := range map[int]string{1: "1.77", 2: "1.78"} {
+		if got := rows[i].CPUVsNginx; got == nil || strconv.FormatFloat(*got, 'f', 2, 64) != want {
+			t.Errorf("row %d: %v, want %s", i, got, want)
+		}
+	}
+	alone := []Row{{Path: "rolter router", CPUPer1k: &rr}}
+	if relateToNginx(alone); alone[0].CPUVsNginx != nil {
+		t.Errorf("no nginx row, ratio %v", *alone[0].CPUVsNginx)
 	}
 }
