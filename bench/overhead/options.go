@@ -28,7 +28,7 @@ type Options struct {
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Config.Rate, "rate", 1000, "fixed rate (requests/s) of the latency measurement")
 	fs.DurationVar(&o.Config.Duration, "duration", 1500*time.Millisecond, "length of one fixed-rate window")
-	fs.IntVar(&o.Config.Windows, "windows", 8, "fixed-rate windows per cell: CPU per request is their mean without the highest and the lowest, latency is over all of them")
+	fs.IntVar(&o.Config.Windows, "windows", 12, "fixed-rate windows per cell: CPU per request is their mean without the highest and the lowest, latency is over all of them")
 	fs.DurationVar(&o.Config.Idle, "idle", 10*time.Second, "read each proxy's CPU for this long with no request in flight, one [health] interval by default (0: skip)")
 	fs.StringVar(&o.Config.Engine, "engine", EngineCanned, "canned (the sim's answers replayed, the body read but not decoded) or sim (the instant-mode sim decodes every request)")
 	fs.IntVar(&o.Config.Streams, "streams", 0, "open-streams mode: this many clients each keep one streamed request open (replaces the fixed-rate cells)")
