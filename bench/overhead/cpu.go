@@ -148,7 +148,7 @@ func median(vs []float64) float64 {
 
 // trimmedMean is the mean of vs without its highest and its lowest value
 // (with fewer than three, the mean of all; 0 for none): the CPU figure of
-// a cell. Against the median it uses six of eight windows, not two, and a
+// a cell. Against the median it uses ten of twelve windows, not two, and a
 // window a neighbour disturbed still cannot move it alone; on the eight
 // pairs of default runs in docs/bench it agreed with the other run of its
 // pair within 15 % in 74 of 96 cells, the plain mean too, the median in
