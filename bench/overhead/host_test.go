@@ -93,13 +93,15 @@ func TestDisturbedWindowIsRerun(t *testing.T) {
 	defer srv.Close()
 	base := func(int) string { return srv.URL }
 	cols := []column{{path: "direct", base: base}, {path: "proxy", base: base, pid: func() []int { return []int{os.Getpid()} }}}
-	// Steal each window gets, in the order the windows run: 0 is quiet,
-	// every other value is disturbed whatever the window's length, and
-	// the values are 100 times apart so that which is the more disturbed
-	// does not hang on how long a loaded machine stretched a window.
+	// Steal each window gets, in the order the windows run (each round
+	// starts one column on: direct first in slots 0 and 2, the proxy in
+	// slot 1): 0 is quiet, every other value is disturbed whatever the
+	// window's length, and the values are 100 times apart so that which
+	// is the more disturbed does not hang on how long a loaded machine
+	// stretched a window.
 	script := []float64{
 		0, 1e8, // slot 0: direct, proxy disturbed (the most)
-		1e8, 1e6, // slot 1: direct disturbed (not rerun), proxy disturbed
+		1e6, 1e8, // slot 1: proxy disturbed, direct disturbed (not rerun)
 		0, 1e4, // slot 2: proxy disturbed (the least)
 		0,   // rerun of slot 0: quiet, takes the slot
 		1e2, // rerun of slot 1, now the most disturbed: less so, takes it; the bound of 2 is spent
