@@ -586,11 +586,11 @@ func (c cell) worst() int {
 // measure runs one mode's fixed-rate windows, round the columns
 // Windows times, each round in its own order (rotation), then the
 // columns' max-rate searches, interleaved (search.go). A proxy's window
-// the host disturbed
-// (WindowRun.disturbance above cfg.Disturbed) is measured again after
-// the rounds, not at once, so a disturbance that lasts a few seconds has
-// passed: rounds of reruns go over the columns again, each rerunning its
-// most disturbed window, up to cfg.Reruns per cell. A rerun takes the slot when it is less disturbed; the window it
+// the host disturbed (WindowRun.disturbance above cfg.Disturbed) is
+// measured again after the rounds, not at once, so a disturbance that
+// lasts a few seconds has passed: rounds of reruns go over the columns
+// again, each rerunning its most disturbed window, up to cfg.Reruns per
+// cell. A rerun takes the slot when it is less disturbed; the window it
 // replaces stays in the record.
 func measure(ctx context.Context, cfg Config, cols []column, mode string) []cell {
 	rq := benchRequest(cfg, mode == "stream")
