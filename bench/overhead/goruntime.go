@@ -77,6 +77,9 @@ func scrapeGoRuntime(ctx context.Context, url string) (goRuntime, error) {
 	if err != nil {
 		return goRuntime{}, err
 	}
+	// Uncompressed: a compressed answer would keep a compressor in the
+	// proxy's heap, which the figures are about.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
 		return goRuntime{}, err
