@@ -43,6 +43,7 @@ type streamsRun struct {
 	stats   loadStats // the streams completed in the measured part
 	perSec  float64
 	rssKB   float64 // median of the steady samples; 0 for direct
+	fileKB  float64 // the RssFile part, median of the same samples
 	openAvg float64 // mean open streams at the samples
 	cpu     float64 // the proxy's CPU seconds per 1000 streams completed in the measured part
 	// A Go proxy's runtime figures, the median of the steady samples'
@@ -63,9 +64,9 @@ const openShare = 0.98
 // memSample is one reading of a proxy: its RSS, a Go proxy's runtime
 // figures read just before, and the streams open on the client's side.
 type memSample struct {
-	rssKB float64
-	rt    *goRuntime
-	open  float64
+	rssKB, fileKB float64
+	rt            *goRuntime
+	open          float64
 }
 
 // steadySamples are the samples of a Go proxy taken after the first
@@ -104,7 +105,7 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	idle := make([]float64, len(cols))
+	idle := make([]residentKB, len(cols))
 	if !sleepCtx(ctx, idleSettle) {
 		return nil, ctx.Err()
 	}
@@ -134,12 +135,12 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 	var rows []Row
 	var directRate float64
 	for i, c := range cols {
-		var rates, rss, cpu []float64
+		var rates, rss, file, cpu []float64
 		var all []loadStats
 		var rts []goRuntime
 		for _, r := range runs[i] {
 			rates = append(rates, r.perSec)
-			rss = append(rss, r.rssKB)
+			rss, file = append(rss, r.rssKB), append(file, r.fileKB)
 			cpu = append(cpu, r.cpu)
 			all = append(all, r.stats)
 			if r.runtime != nil {
@@ -156,12 +157,13 @@ func runStreams(ctx context.Context, cfg Config, n int) ([]Row, error) {
 		} else {
 			open := median(rss)
 			row.CPUPer1k, row.CPUPer1kWindows, row.Windows = ptr(median(cpu)), cpu, len(cpu)
-			row.RSSIdleKB, row.RSSOpenKB = ptr(idle[i]), ptr(open)
-			row.RSSPerStreamKB = ptr((open - idle[i]) / float64(cfg.Streams))
+			row.RSSIdleKB, row.RSSOpenKB = ptr(idle[i].rss), ptr(open)
+			row.RSSPerStreamKB = ptr((open - idle[i].rss) / float64(cfg.Streams))
+			filePerStream := (median(file) - idle[i].file) / float64(cfg.Streams)
 			if idleRT[i] != nil && len(rts) > 0 {
 				rt := medianRuntime(rts)
 				row.RuntimeIdle, row.RuntimeOpen = idleRT[i], &rt
-				row.PerStream = ptr(breakdown(*idleRT[i], rt, *row.RSSPerStreamKB, cfg.Streams))
+				row.PerStream = ptr(breakdown(*idleRT[i], rt, *row.RSSPerStreamKB, filePerStream, cfg.Streams))
 			}
 			if directRate > 0 {
 				row.ReqPerSVsDirect = ptr(median(rates) / directRate)
@@ -251,7 +253,8 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 			}
 		}
 		if col.pid != nil {
-			m.rssKB = rssKB(col.pid)
+			r := rssKB(col.pid)
+			m.rssKB, m.fileKB = r.rss, r.file
 		}
 		samples = append(samples, m)
 	}
@@ -287,15 +290,15 @@ func streamsOnce(ctx context.Context, cfg Config, col column) streamsRun {
 		steady = samples
 	}
 	r.settled, r.steady = ok, len(steady)
-	var rss []float64
+	var rss, file []float64
 	var rts []goRuntime
 	for _, m := range steady {
-		rss = append(rss, m.rssKB)
+		rss, file = append(rss, m.rssKB), append(file, m.fileKB)
 		if m.rt != nil {
 			rts = append(rts, *m.rt)
 		}
 	}
-	r.rssKB = median(rss)
+	r.rssKB, r.fileKB = median(rss), median(file)
 	if len(rts) > 0 {
 		r.runtime = ptr(medianRuntime(rts))
 	}
@@ -327,18 +330,24 @@ func medianRuntime(rts []goRuntime) goRuntime {
 	}
 }
 
-// rssKB sums VmRSS of the processes pids returns, in KiB.
-func rssKB(pids func() []int) float64 {
+// residentKB is a proxy's resident memory in KiB: VmRSS, and the part of
+// it that is file pages (RssFile: the binary's pages it touched, which
+// the page cache's state moves by several MB between runs).
+type residentKB struct{ rss, file float64 }
+
+// rssKB sums VmRSS and RssFile of the processes pids returns.
+func rssKB(pids func() []int) residentKB {
+	var total residentKB
 	if pids == nil {
-		return 0
+		return total
 	}
-	var total float64
 	for _, pid := range pids() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			continue
 		}
-		total += vmRSS(string(b))
+		total.rss += vmRSS(string(b))
+		total.file += statusField(b, "RssFile")
 	}
 	return total
 }
