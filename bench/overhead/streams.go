@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,14 +74,18 @@ type memSample struct {
 // collection that began with every stream open: the first sample with
 // all streams open fixes the collection count, and a later sample with
 // a higher count follows such a collection. ok is false when none came
-// after one; samples of a proxy without runtime figures are all steady.
-// "Every stream" allows for the moment between a client's streams
-// (openShare of them is enough).
+// after one; samples of a proxy without runtime figures are all steady
+// (a Go proxy's sample whose scrape failed is passed over). "Every
+// stream" allows for the moment between a client's streams (openShare of
+// them is enough).
 func steadySamples(ss []memSample, streams int) (steady []memSample, ok bool) {
+	if !slices.ContainsFunc(ss, func(m memSample) bool { return m.rt != nil }) {
+		return ss, true
+	}
 	gc := -1.0
 	for i, m := range ss {
 		if m.rt == nil {
-			return ss, true
+			continue
 		}
 		if gc < 0 && m.open >= openShare*float64(streams) {
 			gc = m.rt.GCCycles

@@ -21,6 +21,9 @@ func TestSteadySamplesFollowACollectionWithEveryStreamOpen(t *testing.T) {
 		{"no collection with every stream open", []memSample{
 			{open: 1000, rt: rt(4)}, {open: 1000, rt: rt(4)}, {open: 1000, rt: rt(4)},
 		}, -1},
+		{"a failed scrape is passed over", []memSample{
+			{open: 1000, rt: rt(4)}, {open: 1000}, {open: 1000, rt: rt(5)},
+		}, 2},
 		{"a proxy without runtime figures: every sample", []memSample{
 			{open: 1000}, {open: 1000},
 		}, 0},
