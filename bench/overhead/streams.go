@@ -29,9 +29,9 @@ import (
 // less than one that ended after (66-75 MB in three rounds of one run).
 // So a run samples the proxy's resident memory and its runtime figures at
 // the same instant, and its figure is the median of the samples taken
-// after the first collection that began with every stream open (the
-// heap has then been to its goal once with them): those are the
-// process's steady state. A run whose measured part saw no such
+// after the first collection whose cycle began with every stream open
+// (the heap has then been to the goal set with all of them):
+// those are the process's steady state. A run whose measured part saw no such
 // collection keeps its streams open and samples on, up to another
 // StreamDuration; throughput counts the measured part only.
 
@@ -71,10 +71,12 @@ type memSample struct {
 }
 
 // steadySamples are the samples of a Go proxy taken after the first
-// collection that began with every stream open: the first sample with
-// all streams open fixes the collection count, and a later sample with
-// a higher count follows such a collection. ok is false when none came
-// after one; samples of a proxy without runtime figures are all steady
+// collection whose cycle began with every stream open: the first sample
+// with all streams open fixes the collection count; the next collection
+// sets the heap's goal from the live heap of every stream (the one before
+// it may have been set during the ramp), and the one after it shows the
+// heap reached that goal, so a sample with a count two higher is steady.
+// ok is false when none came after one; samples of a proxy without runtime figures are all steady
 // (a Go proxy's sample whose scrape failed is passed over). "Every
 // stream" allows for the moment between a client's streams (openShare of
 // them is enough).
@@ -91,7 +93,7 @@ func steadySamples(ss []memSample, streams int) (steady []memSample, ok bool) {
 			gc = m.rt.GCCycles
 			continue
 		}
-		if gc >= 0 && m.rt.GCCycles > gc {
+		if gc >= 0 && m.rt.GCCycles >= gc+2 {
 			return ss[i:], true
 		}
 	}
@@ -185,9 +187,9 @@ func (r streamsRun) memNote() string {
 		return ""
 	}
 	if !r.settled {
-		return fmt.Sprintf(" (all %d samples: no collection with every stream open)", r.samples)
+		return fmt.Sprintf(" (all %d samples: no collection cycle with every stream open)", r.samples)
 	}
-	return fmt.Sprintf(" (%d of %d samples, after a collection with every stream open; heap in use %.1f MB, next GC %.1f MB, %.0f collections)",
+	return fmt.Sprintf(" (%d of %d samples, after a collection cycle with every stream open; heap in use %.1f MB, next GC %.1f MB, %.0f collections)",
 		r.steady, r.samples, r.runtime.HeapInuse/(1<<20), r.runtime.NextGC/(1<<20), r.runtime.GCCycles)
 }
 
