@@ -42,7 +42,7 @@ func TestPercentKeepsTheFloorAndNeverGoesBelowTheBase(t *testing.T) {
 // Many open streams: a live heap past the floor that allocates slowly.
 // Go's pacing would let it grow to twice the live heap plus the stacks,
 // and the router keeps that peak resident; it grows by spacing's
-// allocation or the floor instead, whichever is more. A heap that
+// allocation instead, or Go's minimum heap when that is more. A heap that
 // allocates fast keeps Go's pacing.
 func TestABigSlowHeapGrowsByTheFloorOrItsAllocationNotByGOGC(t *testing.T) {
 	const mb = 1 << 20
@@ -51,8 +51,10 @@ func TestABigSlowHeapGrowsByTheFloorOrItsAllocationNotByGOGC(t *testing.T) {
 		h        Heap
 		wantGrow uint64 // the goal's growth over the live heap; 0: Go's pacing
 	}{
-		{"1000 open streams allocating 1 MB/s: the floor",
-			Heap{Live: 13 * mb, Stacks: 2500 << 10, Globals: 500 << 10, AllocRate: mb}, 8 * mb},
+		{"1000 open streams allocating 1.3 MB/s: four seconds of it",
+			Heap{Live: 13 * mb, Stacks: 2500 << 10, Globals: 500 << 10, AllocRate: 1.3 * mb}, 52 * mb / 10},
+		{"1000 open streams allocating 0.5 MB/s: Go's minimum heap",
+			Heap{Live: 13 * mb, Stacks: 2500 << 10, Globals: 500 << 10, AllocRate: 0.5 * mb}, goMinimum},
 		{"3000 open streams allocating 4 MB/s: four seconds of it",
 			Heap{Live: 40 * mb, Stacks: 7500 << 10, Globals: 500 << 10, AllocRate: 4 * mb}, 16 * mb},
 		{"a big heap allocating fast: Go's pacing",
@@ -94,10 +96,9 @@ func TestABurstOfAllocationDoesNotGiveASlowHeapGosPacing(t *testing.T) {
 		p, _ := k.next(h, allocs, at)
 		return p
 	}
-	// Ten seconds at 1 MB/s: the floor's percent.
-	floorP := cycle(10*time.Second, mb)
-	if floorP >= 100 {
-		t.Fatalf("a slow big heap got percent %d, want the floor's, under 100", floorP)
+	// Ten seconds at 1 MB/s: four seconds of it, a percent under 100.
+	if p := cycle(10*time.Second, mb); p >= 100 {
+		t.Fatalf("a slow big heap got percent %d, want one under 100", p)
 	}
 	// One 1.5 s cycle at 5 MB/s: four seconds of it (20 MB) is past GOGC's
 	// 13 MB, but the smoothed rate is not.
