@@ -77,6 +77,9 @@ func scrapeGoRuntime(ctx context.Context, url string) (goRuntime, error) {
 	if err != nil {
 		return goRuntime{}, err
 	}
+	// Uncompressed: a compressed answer would keep a compressor in the
+	// proxy's heap, which the figures are about.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
 		return goRuntime{}, err
@@ -94,27 +97,31 @@ func scrapeGoRuntime(ctx context.Context, url string) (goRuntime, error) {
 
 // memBreakdown is a Go proxy's open-streams memory split up: each part is
 // its growth from idle to open over the open streams (KiB, and goroutines,
-// per stream). RestKB is the RSS growth the others do not explain: the
-// runtime's own structures (span and GC metadata), pages of the binary
-// touched for the first time, memory outside the Go heap.
+// per stream). FileKB is the growth of its file pages (RssFile: pages of
+// the binary touched for the first time, or mapped around a fault; not
+// memory a stream holds). RestKB is the RSS growth the others do not
+// explain: the runtime's own structures (span and GC metadata), memory
+// outside the Go heap.
 type memBreakdown struct {
 	HeapKB     float64 `json:"heap_inuse_kb_per_stream"`
 	HeapKeptKB float64 `json:"heap_idle_kept_kb_per_stream"`
 	StackKB    float64 `json:"stack_inuse_kb_per_stream"`
 	Goroutines float64 `json:"goroutines_per_stream"`
+	FileKB     float64 `json:"file_pages_kb_per_stream"`
 	RestKB     float64 `json:"rest_of_rss_kb_per_stream"`
 }
 
-// breakdown splits the RSS growth per stream (rssPerStreamKB) by the
-// runtime's figures idle and open.
-func breakdown(idle, open goRuntime, rssPerStreamKB float64, streams int) memBreakdown {
+// breakdown splits the RSS growth per stream (rssPerStreamKB, of which
+// filePerStreamKB file pages) by the runtime's figures idle and open.
+func breakdown(idle, open goRuntime, rssPerStreamKB, filePerStreamKB float64, streams int) memBreakdown {
 	per := func(a, b float64) float64 { return (b - a) / 1024 / float64(streams) }
 	m := memBreakdown{
 		HeapKB:     per(idle.HeapInuse, open.HeapInuse),
 		HeapKeptKB: per(idle.HeapKept, open.HeapKept),
 		StackKB:    per(idle.StackInuse, open.StackInuse),
 		Goroutines: (open.Goroutines - idle.Goroutines) / float64(streams),
+		FileKB:     filePerStreamKB,
 	}
-	m.RestKB = rssPerStreamKB - m.HeapKB - m.HeapKeptKB - m.StackKB
+	m.RestKB = rssPerStreamKB - m.HeapKB - m.HeapKeptKB - m.StackKB - m.FileKB
 	return m
 }

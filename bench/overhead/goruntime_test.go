@@ -41,13 +41,15 @@ func TestParseGoRuntime(t *testing.T) {
 	}
 }
 
-// The RSS growth per stream splits into the runtime's parts and the rest.
+// The RSS growth per stream splits into the runtime's parts, the file
+// pages and the rest.
 func TestBreakdownPerStream(t *testing.T) {
 	idle := goRuntime{HeapInuse: 4 << 20, HeapKept: 1 << 20, StackInuse: 512 << 10, Goroutines: 17}
 	open := goRuntime{HeapInuse: 44 << 20, HeapKept: 11 << 20, StackInuse: 16 << 20, Goroutines: 2017}
-	m := breakdown(idle, open, 80, 1000)
+	m := breakdown(idle, open, 80, 1.5, 1000)
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
-	if !near(m.HeapKB, 40.96) || !near(m.HeapKeptKB, 10.24) || !near(m.StackKB, 15.872) || m.Goroutines != 2 || !near(m.RestKB, 80-40.96-10.24-15.872) {
+	if !near(m.HeapKB, 40.96) || !near(m.HeapKeptKB, 10.24) || !near(m.StackKB, 15.872) || m.Goroutines != 2 || m.FileKB != 1.5 ||
+		!near(m.RestKB, 80-40.96-10.24-15.872-1.5) {
 		t.Errorf("%+v", m)
 	}
 }
@@ -88,7 +90,7 @@ func TestTablesShowDisturbanceAndBreakdown(t *testing.T) {
 	}
 	rss := 60.0
 	idle, open := goRuntime{HeapInuse: 4 << 20, NextGC: 8 << 20}, goRuntime{HeapInuse: 44 << 20, NextGC: 80 << 20}
-	m := breakdown(idle, open, rss, 1000)
+	m := breakdown(idle, open, rss, 0, 1000)
 	b.Reset()
 	PrintTable(&b, []Row{{Path: "rolter router", Strategy: "round_robin", Targets: 1, Mode: "streams", Streams: 1000,
 		RSSPerStreamKB: &rss, RuntimeIdle: &idle, RuntimeOpen: &open, PerStream: &m}})

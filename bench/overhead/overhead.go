@@ -773,12 +773,12 @@ func printStreams(w io.Writer, rows []Row) {
 			continue
 		}
 		if !header {
-			fmt.Fprintln(w, "\nper open stream, from the Go runtime's /metrics idle and open (the rest: RSS growth the runtime's figures do not explain):")
-			fmt.Fprintln(tw, "targets\tpath\tRSS KB\theap in use KB\tfree heap kept KB\tstacks KB\tgoroutines\trest KB\tnext GC MB idle → open\t")
+			fmt.Fprintln(w, "\nper open stream, from the Go runtime's /metrics idle and open (file pages: RssFile's growth; the rest: RSS growth the others do not explain):")
+			fmt.Fprintln(tw, "targets\tpath\tRSS KB\theap in use KB\tfree heap kept KB\tstacks KB\tgoroutines\tfile pages KB\trest KB\tnext GC MB idle → open\t")
 			header = true
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f → %.1f\t\n", r.Targets, r.name(), *r.RSSPerStreamKB,
-			m.HeapKB, m.HeapKeptKB, m.StackKB, m.Goroutines, m.RestKB, r.RuntimeIdle.NextGC/(1<<20), r.RuntimeOpen.NextGC/(1<<20))
+		fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f\t%.1f → %.1f\t\n", r.Targets, r.name(), *r.RSSPerStreamKB,
+			m.HeapKB, m.HeapKeptKB, m.StackKB, m.Goroutines, m.FileKB, m.RestKB, r.RuntimeIdle.NextGC/(1<<20), r.RuntimeOpen.NextGC/(1<<20))
 	}
 	tw.Flush()
 }

@@ -24,7 +24,8 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	rc.RegisterFlags(fs)
 	logFormat := fs.String("log-format", "text", "log format: text or json (the request log is one line per request)")
 	gcFloor := fs.Int("gc-floor-mb", 8, "the heap grows by at least this many MiB between garbage collections "+
-		"(GOGC, when set, is the percent above it; 0: Go's own pacing, as GOGC alone gives)")
+		"(GOGC, when set, is the percent above it; a heap past it that allocates slowly grows by 4 s of its allocation, at least 4 MB, "+
+		"not GOGC's percent; 0: Go's own pacing, as GOGC alone gives)")
 	sysmonBackoff := fs.Bool("sysmon-backoff", true, "run with GODEBUG "+sysmontick.Setting+
 		", so Go's sysmon thread backs off under load instead of waking several times per request "+
 		"(see docs/configuration.md)")

@@ -26,7 +26,7 @@ func TestPercentKeepsTheFloorAndNeverGoesBelowTheBase(t *testing.T) {
 		{"no measurement yet", 0, 16 * mb, 100, 100},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := Percent(c.live, c.floor, c.base)
+			got := Percent(Heap{Live: c.live, AllocRate: 1 << 30}, c.floor, c.base)
 			if got != c.wantPercent {
 				t.Fatalf("Percent(%d, %d, %d) = %d, want %d", c.live, c.floor, c.base, got, c.wantPercent)
 			}
@@ -36,6 +36,82 @@ func TestPercentKeepsTheFloorAndNeverGoesBelowTheBase(t *testing.T) {
 				t.Fatalf("percent %d gives a goal of %d bytes, past live + floor %d", got, goal, c.live+c.floor)
 			}
 		})
+	}
+}
+
+// Many open streams: a live heap past the floor that allocates slowly.
+// Go's pacing would let it grow to twice the live heap plus the stacks,
+// and the router keeps that peak resident; it grows by spacing's
+// allocation instead, or Go's minimum heap when that is more. A heap that
+// allocates fast keeps Go's pacing.
+func TestABigSlowHeapGrowsByTheFloorOrItsAllocationNotByGOGC(t *testing.T) {
+	const mb = 1 << 20
+	for _, c := range []struct {
+		name     string
+		h        Heap
+		wantGrow uint64 // the goal's growth over the live heap; 0: Go's pacing
+	}{
+		{"1000 open streams allocating 1.3 MB/s: four seconds of it",
+			Heap{Live: 13 * mb, Stacks: 2500 << 10, Globals: 500 << 10, AllocRate: 1.3 * mb}, 52 * mb / 10},
+		{"1000 open streams allocating 0.5 MB/s: Go's minimum heap",
+			Heap{Live: 13 * mb, Stacks: 2500 << 10, Globals: 500 << 10, AllocRate: 0.5 * mb}, goMinimum},
+		{"3000 open streams allocating 4 MB/s: four seconds of it",
+			Heap{Live: 40 * mb, Stacks: 7500 << 10, Globals: 500 << 10, AllocRate: 4 * mb}, 16 * mb},
+		{"a big heap allocating fast: Go's pacing",
+			Heap{Live: 13 * mb, Stacks: 2500 << 10, Globals: 500 << 10, AllocRate: 100 * mb}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const floor, base = 8 * mb, 100
+			got := Percent(c.h, floor, base)
+			if c.wantGrow == 0 {
+				if got != base {
+					t.Fatalf("percent %d, want the base %d", got, base)
+				}
+				return
+			}
+			scanned := c.h.Live + c.h.Stacks + c.h.Globals
+			grow := scanned * uint64(got) / 100 // the runtime's goal less the live heap
+			if grow > c.wantGrow || grow < c.wantGrow-scanned/100 {
+				t.Fatalf("percent %d grows the heap by %.2f MiB, want %.2f MiB (Go's pacing: %.2f MiB)",
+					got, float64(grow)/mb, float64(c.wantGrow)/mb, float64(scanned)/mb)
+			}
+		})
+	}
+}
+
+// The allocation rate that decides between the floor and Go's pacing is
+// smoothed over about spacing: one short cycle of fast allocation (a
+// thousand streams opening together) leaves a slow big heap on the
+// floor; allocation that stays fast gets Go's pacing within a few cycles.
+func TestABurstOfAllocationDoesNotGiveASlowHeapGosPacing(t *testing.T) {
+	const mb = 1 << 20
+	start := time.Unix(1000, 0)
+	k := &keeper{floor: 8 * mb, base: 100, current: 100, at: start}
+	h := Heap{Live: 13 * mb, Stacks: 2500 << 10, Globals: 500 << 10}
+	var allocs uint64
+	at := start
+	cycle := func(d time.Duration, rate uint64) int {
+		at = at.Add(d)
+		allocs += rate * uint64(d/time.Millisecond) / 1000
+		p, _ := k.next(h, allocs, at)
+		return p
+	}
+	// Ten seconds at 1 MB/s: four seconds of it, a percent under 100.
+	if p := cycle(10*time.Second, mb); p >= 100 {
+		t.Fatalf("a slow big heap got percent %d, want one under 100", p)
+	}
+	// One 1.5 s cycle at 5 MB/s: four seconds of it (20 MB) is past GOGC's
+	// 13 MB, but the smoothed rate is not.
+	if p := cycle(1500*time.Millisecond, 5*mb); p == 100 {
+		t.Fatalf("one short burst gave the heap Go's pacing (percent %d)", p)
+	}
+	// The same rate for a few more cycles is fast allocation.
+	var p int
+	for range 4 {
+		p = cycle(1500*time.Millisecond, 5*mb)
+	}
+	if p != 100 {
+		t.Fatalf("sustained fast allocation kept percent %d, want Go's 100", p)
 	}
 }
 
