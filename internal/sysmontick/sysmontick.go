@@ -25,7 +25,9 @@
 // that much late, so that it can serve several with one wake-up. sysmon's
 // 10 ms sleep then lasts up to 10 ms + the slack; the program's own timers
 // fire up to the slack late while it is idle (a busy one is woken by its
-// network events before its timers are due, and sees them then).
+// network events before its timers are due, and sees them then). The
+// caller decides when a slack is safe: the scheduler's own short naps
+// (work stealing's 3 µs between Ps) stretch to the slack too.
 package sysmontick
 
 import (
