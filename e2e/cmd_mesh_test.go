@@ -47,22 +47,31 @@ discover = true
 type kvEngine struct {
 	URL     string
 	KV      string // tcp:// endpoint the sim binds
+	Replay  string // tcp:// endpoint of the sim's event replay
 	Sim     *Proc
 	Sidecar *Proc
 }
 
+// startKVSim starts a sim publishing KV events, with the replay endpoint
+// vLLM has: a ZMQ subscriber gets nothing published before it is
+// connected, and the sidecar's subscription may land after the first
+// requests' events (a busy machine slows the connect, not the requests);
+// the sidecar then replays what it missed, as with vLLM, instead of
+// reading the engine DEGRADED until its cache is cleared.
 func startKVSim(t *testing.T, bin Binary, dir, name string, extra ...string) *kvEngine {
 	t.Helper()
-	kv := "tcp://" + FreeAddrs(t, 1)[0]
-	url, p := StartSimArgs(t, bin, name, dir, append([]string{"--instant", "--kv-events", kv, "--kv-events-dial", "bind"}, extra...)...)
-	return &kvEngine{URL: url, KV: kv, Sim: p}
+	a := FreeAddrs(t, 2)
+	kv, replay := "tcp://"+a[0], "tcp://"+a[1]
+	url, p := StartSimArgs(t, bin, name, dir, append([]string{"--instant", "--kv-events", kv, "--kv-events-dial", "bind",
+		"--kv-events-replay", replay}, extra...)...)
+	return &kvEngine{URL: url, KV: kv, Replay: replay, Sim: p}
 }
 
 func startSidecarProc(t *testing.T, bin Binary, dir, name string, e *kvEngine, seeds string) {
 	t.Helper()
 	addrs := FreeAddrs(t, 2)
-	e.Sidecar = Start(t, bin, name, dir, "sidecar", "--engine", e.URL, "--kv-events", e.KV, "--node-id", name,
-		"--gossip", addrs[0], "--join", seeds, "--insecure-dev", "--metrics-addr", addrs[1])
+	e.Sidecar = Start(t, bin, name, dir, "sidecar", "--engine", e.URL, "--kv-events", e.KV, "--kv-events-replay", e.Replay,
+		"--node-id", name, "--gossip", addrs[0], "--join", seeds, "--insecure-dev", "--metrics-addr", addrs[1])
 }
 
 // gossipRouter is one `rolter router --gossip` process (its own Raft
@@ -238,7 +247,8 @@ func TestMeshProcesses(t *testing.T) {
 
 	// The discover route gets its targets once the router re-applied its
 	// config after the sidecars joined; its traffic also warms the ZMQ
-	// subscriptions until both sidecars apply events (EXACT).
+	// subscriptions until both sidecars apply events (EXACT: a sidecar
+	// whose subscription landed after the first events replays them).
 	t.Run("discover route serves through the announced engines", func(t *testing.T) {
 		i := 0
 		err := testwait.Poll(20*time.Second, 100*time.Millisecond, func() error {

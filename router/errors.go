@@ -17,6 +17,7 @@ var (
 	ErrTooLarge      = errors.New("request body too large")
 	ErrHeaderLarge   = errors.New("request header too large")
 	ErrReadTimeout   = errors.New("request read timed out")
+	ErrBodyMemory    = errors.New("the router is receiving as many large request bodies as it holds memory for")
 	ErrUnauthorized  = errors.New("missing or invalid API key")
 	ErrForbidden     = errors.New("model not allowed for this API key")
 	ErrNoProvider    = errors.New("no provider of this model is allowed for this API key")
@@ -68,6 +69,8 @@ func errorClass(err error) (status int, typ, code string) {
 		return http.StatusTooManyRequests, "rate_limit_error", "queue_full"
 	case errors.Is(err, ErrQueueTimeout):
 		return http.StatusServiceUnavailable, "server_error", "queue_timeout"
+	case errors.Is(err, ErrBodyMemory):
+		return http.StatusServiceUnavailable, "server_error", "body_memory_busy"
 	case errors.Is(err, ErrNoConfig):
 		return http.StatusServiceUnavailable, "server_error", "not_ready"
 	case errors.Is(err, ErrUpstream):

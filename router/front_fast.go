@@ -355,13 +355,22 @@ func (c *bodyCopy) Close() error {
 
 // fastError answers what fasthttp refuses before the handler, in the
 // OpenAI shape: a header over max_header_bytes (431), a body over
-// max_body_bytes (413), a request not read in time (408), a malformed
-// one (400). fasthttp closes the connection after it; the close lingers
-// (hangup.Conn.LingerOnClose).
-func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
+// max_body_bytes (413), a large body while the bodies being received use
+// their memory budget (503 body_memory_busy, pending.go), a request not
+// read in time (408), a malformed one (400). fasthttp closes the
+// connection after it; the close lingers (hangup.Conn.LingerOnClose).
+func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error, pending *pendingBodies) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
+	// The request's body reservation ends here, whatever the error.
+	refused := pending.done(&ctx.Request.Header)
+	retry := time.Duration(0)
 	switch {
+	case refused:
+		// Refused unread by the budget (HeaderReceived), which fasthttp
+		// reports as a body over its limit.
+		err = fmt.Errorf("%w (%d bytes declared); retry shortly", ErrBodyMemory, ctx.Request.Header.ContentLength())
+		retry = time.Second
 	case errors.As(err, &small):
 		err = fmt.Errorf("%w: the limit is %d bytes", ErrHeaderLarge, s.serveConfig().Limits.MaxHeaderBytes)
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
@@ -372,7 +381,7 @@ func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 		err = fmt.Errorf("%w: %s", ErrBadRequest, withoutRequestBytes(err.Error()))
 	}
 	f := &fastFront{ctx: ctx}
-	writeError(f, err, 0)
+	writeError(f, err, retry)
 	// fasthttp closes the connection next, maybe with the rest of the
 	// refused request unread: read it off first, or the client's kernel
 	// gets a reset and may drop this answer.
@@ -390,12 +399,23 @@ func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 // writes a response (ReduceMemoryUsage): an open stream holds the write
 // buffer alone.
 func (s *Server) newFastServer(t config.Timeouts, l config.Limits, conns *connSet) *fasthttp.Server {
+	pending := &conns.pending
 	return &fasthttp.Server{
-		Handler:      s.serveFast,
-		ErrorHandler: s.fastError,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			pending.done(&ctx.Request.Header) // the body is in
+			s.serveFast(ctx)
+		},
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) { s.fastError(ctx, err, pending) },
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 			c := s.serveConfig()
-			return fasthttp.RequestConfig{ReadTimeout: c.Timeouts.ReadBody.Duration, MaxRequestBodySize: int(c.Limits.MaxBodyBytes)}
+			limit := c.Limits.MaxBodyBytes
+			rc := fasthttp.RequestConfig{ReadTimeout: c.Timeouts.ReadBody.Duration, MaxRequestBodySize: int(limit)}
+			if n := int64(h.ContentLength()); n <= limit && !pending.admit(h, n, pendingBudget(limit)) {
+				// fasthttp refuses a body over its limit before it
+				// allocates or reads any of it; fastError answers 503.
+				rc.MaxRequestBodySize = 1
+			}
+			return rc
 		},
 		ReadBufferSize:               l.MaxHeaderBytes,
 		WriteBufferSize:              writeBufferSize,
@@ -441,6 +461,8 @@ type connSet struct {
 	// ConnState hook of their close ran.
 	settling sync.WaitGroup
 	log      *slog.Logger
+	// pending bounds the memory of the bodies being received (pending.go).
+	pending pendingBodies
 }
 
 // track is fasthttp's ConnState hook. A connection turns idle once its

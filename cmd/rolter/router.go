@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
+	"time"
 
 	"github.com/rolter/rolter/certs"
 	"github.com/rolter/rolter/config"
@@ -29,6 +31,9 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	sysmonBackoff := fs.Bool("sysmon-backoff", true, "run with GODEBUG "+sysmontick.Setting+
 		", so Go's sysmon thread backs off under load instead of waking several times per request "+
 		"(see docs/configuration.md)")
+	timerSlack := fs.Duration("timer-slack", 20*time.Millisecond, "with --sysmon-backoff and one CPU for Go (GOMAXPROCS 1), "+
+		"the process's timer slack: a timed sleep may end up to this much late, so an idle router's sysmon wakes "+
+		"about 33 times a second instead of 100 (0: the system's; see docs/configuration.md)")
 	var tf certs.ListenerFlags
 	tf.RegisterFlags(fs, true, "admin")
 	if err := parseFlags(fs, args); err != nil {
@@ -37,7 +42,14 @@ func runRouter(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *sysmonBackoff {
 		// On success this does not return: the program starts again, in
 		// this process, with the setting (and finds it in place).
-		if err := sysmontick.Ensure(); err != nil {
+		slack := *timerSlack
+		if runtime.GOMAXPROCS(0) > 1 {
+			// With more than one P, the scheduler's work stealing naps
+			// 3 µs at a time (runqgrab), which a slack would stretch to
+			// up to the slack with a P held idle.
+			slack = 0
+		}
+		if err := sysmontick.Ensure(slack); err != nil {
 			fmt.Fprintf(stderr, "rolter router: running without the sysmon setting: %v\n", err)
 		}
 	}

@@ -2,4 +2,6 @@
 
 package sysmontick
 
-func reexec(string, []string, []string) error { return ErrUnsupported }
+import "time"
+
+func reexec(string, []string, []string, time.Duration) error { return ErrUnsupported }

@@ -15,12 +15,26 @@
 // runs the program again with the longest period (about 24.8 days): the
 // runtime prints its scheduler line to stderr once per period of the
 // machine's monotonic clock, so at most once per 24.8 days of uptime.
+//
+// Backed off, sysmon still wakes every 10 ms, idle or not: 100 wakes a
+// second, each a context switch and a timer interrupt, about 25 µs of an
+// idle router's CPU on a VM (2.7 ms per second). Ensure also gives the
+// program a timer slack (Linux: prctl PR_SET_TIMERSLACK on the thread that
+// execs, which the program's first thread keeps and every thread it makes
+// inherits, sysmon's first): the kernel may then end a timed sleep up to
+// that much late, so that it can serve several with one wake-up. sysmon's
+// 10 ms sleep then lasts up to 10 ms + the slack; the program's own timers
+// fire up to the slack late while it is idle (a busy one is woken by its
+// network events before its timers are due, and sees them then). The
+// caller decides when a slack is safe: the scheduler's own short naps
+// (work stealing's 3 µs between Ps) stretch to the slack too.
 package sysmontick
 
 import (
 	"errors"
 	"os"
 	"strings"
+	"time"
 )
 
 // Setting is the GODEBUG setting Ensure adds: schedtrace's longest period,
@@ -31,11 +45,12 @@ const Setting = "schedtrace=2147483647"
 var ErrUnsupported = errors.New("sysmontick: re-executing the process is not supported on this system")
 
 // Ensure runs the program again, in this process (exec: same pid, same
-// arguments), with Setting added to GODEBUG, unless GODEBUG already sets
-// schedtrace (an operator's own value is kept). It returns nil without
-// running anything when the setting is in place, and an error when it
-// could not exec; on success it does not return.
-func Ensure() error {
+// arguments), with Setting added to GODEBUG and the given timer slack (0:
+// the system's), unless GODEBUG already sets schedtrace (an operator's own
+// value is kept, and the slack is not set). It returns nil without running
+// anything when the setting is in place, and an error when it could not
+// exec; on success it does not return.
+func Ensure(slack time.Duration) error {
 	godebug := os.Getenv("GODEBUG")
 	if Has(godebug) {
 		return nil
@@ -44,7 +59,7 @@ func Ensure() error {
 	if err != nil {
 		return err
 	}
-	return reexec(exe, os.Args, withSetting(os.Environ(), godebug))
+	return reexec(exe, os.Args, withSetting(os.Environ(), godebug), slack)
 }
 
 // Has reports whether a GODEBUG value sets schedtrace.

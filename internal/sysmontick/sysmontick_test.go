@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHas(t *testing.T) {
@@ -37,18 +38,22 @@ func TestWithSettingKeepsTheOperatorsGODEBUG(t *testing.T) {
 
 // TestEnsureRunsTheProgramAgainWithTheSetting runs this test binary as a
 // child that calls Ensure and prints what it then runs with: the same pid
-// (exec, not a new process) and GODEBUG with the setting.
+// (exec, not a new process), GODEBUG with the setting and, on Linux, the
+// timer slack Ensure was given on every one of its threads.
 func TestEnsureRunsTheProgramAgainWithTheSetting(t *testing.T) {
 	if runtime.GOOS == "windows" {
-		if err := Ensure(); err != ErrUnsupported {
+		if err := Ensure(0); err != ErrUnsupported {
 			t.Fatalf("Ensure on windows: %v, want ErrUnsupported", err)
 		}
 		return
 	}
-	for _, tc := range []struct{ godebug, want string }{
-		{"", Setting},
-		{"gctrace=0", "gctrace=0," + Setting},
-		{"schedtrace=600000", "schedtrace=600000"}, // the operator's own value: no exec
+	for _, tc := range []struct {
+		godebug, want string
+		execs         bool
+	}{
+		{"", Setting, true},
+		{"gctrace=0", "gctrace=0," + Setting, true},
+		{"schedtrace=600000", "schedtrace=600000", false}, // the operator's own value: no exec
 	} {
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), "SYSMONTICK_CHILD=1", "GODEBUG="+tc.godebug)
@@ -56,26 +61,56 @@ func TestEnsureRunsTheProgramAgainWithTheSetting(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GODEBUG=%q: %v", tc.godebug, err)
 		}
-		// The child prints its pid and GODEBUG before Ensure, and again in
-		// the program Ensure ran, if it ran one.
-		lines := strings.Fields(string(out))
-		if len(lines) < 2 {
+		// The child prints a line before Ensure, and another in the
+		// program Ensure ran, if it ran one: pid=, slack=, GODEBUG=.
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if want := map[bool]int{true: 2, false: 1}[tc.execs]; len(lines) != want {
+			t.Fatalf("GODEBUG=%q: child printed %q, want %d lines", tc.godebug, out, want)
+		}
+		first, last := strings.Fields(lines[0]), strings.Fields(lines[len(lines)-1])
+		if len(first) != 3 || len(last) != 3 {
 			t.Fatalf("GODEBUG=%q: child printed %q", tc.godebug, out)
 		}
-		last := lines[len(lines)-2:]
-		if last[1] != "GODEBUG="+tc.want {
-			t.Errorf("GODEBUG=%q: the program ran with %s, want GODEBUG=%s", tc.godebug, last[1], tc.want)
+		if last[2] != "GODEBUG="+tc.want {
+			t.Errorf("GODEBUG=%q: the program ran with %s, want GODEBUG=%s", tc.godebug, last[2], tc.want)
 		}
-		pids := map[string]bool{}
-		for _, l := range lines {
-			if strings.HasPrefix(l, "pid=") {
-				pids[l] = true
+		if first[0] != last[0] {
+			t.Errorf("GODEBUG=%q: pids %s and %s, want one (exec keeps the process)", tc.godebug, first[0], last[0])
+		}
+		if runtime.GOOS == "linux" {
+			want := "slack=" + strconv.FormatInt(childSlack.Nanoseconds(), 10)
+			if tc.execs && last[1] != want {
+				t.Errorf("GODEBUG=%q: the program's threads have %s, want %s", tc.godebug, last[1], want)
+			}
+			if !tc.execs && last[1] == want {
+				t.Errorf("GODEBUG=%q: the slack was set without an exec", tc.godebug)
 			}
 		}
-		if len(pids) != 1 {
-			t.Errorf("GODEBUG=%q: pids %v, want one (exec keeps the process)", tc.godebug, pids)
+	}
+}
+
+// childSlack is the timer slack the child asks Ensure for.
+const childSlack = 20 * time.Millisecond
+
+// threadSlacks is the distinct timer slacks of the process's threads in
+// nanoseconds, comma-separated (Linux; "-" elsewhere).
+func threadSlacks() string {
+	tids, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return "-"
+	}
+	var slacks []string
+	for _, tid := range tids {
+		b, err := os.ReadFile("/proc/" + tid.Name() + "/timerslack_ns")
+		if err != nil {
+			return "-"
+		}
+		if v := strings.TrimSpace(string(b)); !slices.Contains(slacks, v) {
+			slacks = append(slacks, v)
 		}
 	}
+	slices.Sort(slacks)
+	return strings.Join(slacks, ",")
 }
 
 // TestMain is the child's program when SYSMONTICK_CHILD is set: it prints
@@ -84,9 +119,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("SYSMONTICK_CHILD") != "1" {
 		os.Exit(m.Run())
 	}
-	os.Stdout.WriteString("pid=" + strconv.Itoa(os.Getpid()) + " GODEBUG=" + os.Getenv("GODEBUG") + "\n")
+	os.Stdout.WriteString("pid=" + strconv.Itoa(os.Getpid()) + " slack=" + threadSlacks() + " GODEBUG=" + os.Getenv("GODEBUG") + "\n")
 	if !Has(os.Getenv("GODEBUG")) {
-		if err := Ensure(); err != nil {
+		if err := Ensure(childSlack); err != nil {
 			os.Stdout.WriteString("error=" + err.Error() + "\n")
 			os.Exit(1)
 		}
