@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"errors"
 	"io"
 )
@@ -200,22 +201,44 @@ func (u *upstreamBody) read(r io.Reader, p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		q := u.window(p)
-		var m int
-		var err error
 		if len(u.pending) > 0 {
-			m = copy(q, u.pending)
-			u.pending = u.pending[m:]
-			if len(u.pending) == 0 {
-				u.pending = nil
+			if n, again, err := u.takePending(p); !again {
+				return n, err
 			}
-		} else {
-			m, err = r.Read(q)
+			continue
 		}
+		q := u.window(p)
+		m, err := r.Read(q)
 		if n, again, err := u.frame(q, m, err); !again {
 			return n, err
 		}
 	}
+}
+
+// takePending moves what came with the header (or what of it fits) into
+// p, framed as frame frames a read.
+func (u *upstreamBody) takePending(p []byte) (n int, again bool, err error) {
+	q := u.window(p)
+	m := copy(q, u.pending)
+	u.pending = u.pending[m:]
+	if len(u.pending) == 0 {
+		u.pending = nil
+	}
+	return u.frame(q, m, nil)
+}
+
+// hasData reports whether data of the body, not only its framing, came
+// with the header (asked before the first read; false when unsure).
+func (u *upstreamBody) hasData() bool {
+	switch {
+	case len(u.pending) == 0:
+		return false
+	case u.kind != bodyChunked:
+		return true
+	}
+	// The first chunk's size line, then at least a byte of its data.
+	i := bytes.Index(u.pending, []byte("\r\n"))
+	return i > 0 && i+2 < len(u.pending) && u.pending[0] != '0'
 }
 
 // window is the part of p one read of the connection may fill: all of

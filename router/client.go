@@ -575,10 +575,18 @@ func (c *call) readPooled(pool *sync.Pool) (bufp *[]byte, n int, err error) {
 	if c.closed.Load() {
 		return nil, 0, errBodyClosed
 	}
-	if c.raw == nil || c.body.ready() {
+	if c.raw == nil || c.body.end {
 		bufp = pool.Get().(*[]byte)
 		n, err = c.body.read(c.conn, *bufp)
 		return bufp, n, c.readErr(err)
+	}
+	if len(c.body.pending) > 0 {
+		bufp = pool.Get().(*[]byte)
+		var again bool
+		if n, again, err = c.body.takePending(*bufp); !again {
+			return bufp, n, c.readErr(err)
+		}
+		c.bufp = bufp // only framing came with the header: read on with it
 	}
 	c.pool = pool
 	for {
@@ -630,9 +638,9 @@ func (c *call) readErr(err error) error {
 	return err
 }
 
-// buffered reports whether the body's first bytes came with the header:
+// buffered reports whether the body's first data came with the header:
 // the relay's first read will not wait.
-func (c *call) buffered() bool { return c.body.ready() }
+func (c *call) buffered() bool { return c.body.hasData() }
 
 // Close hands the connection back to the pool when the body was read to
 // its end, and closes it otherwise (the engine sees the request end). It

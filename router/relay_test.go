@@ -167,6 +167,11 @@ func TestStreamEventsReachTheClientAsTheyArrive(t *testing.T) {
 					events: [][]string{{"data: 1\n\n"}, {"data: 2\n\n", "data: 3\n\n"}, nil},
 				},
 				{
+					name:   "the head with only a chunk's size line, then its data and the end",
+					parts:  []string{sseHead + "9\r\n", "data: 1\n\n\r\n0\r\n\r\n"},
+					events: [][]string{nil, {"data: 1\n\n"}},
+				},
+				{
 					name: "an event split over two writes, the rest with the end",
 					parts: []string{sseHead + chunk("data: 1\n\n"),
 						"12\r\ndata: a lon",
