@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"errors"
 	"io"
 )
@@ -200,56 +201,91 @@ func (u *upstreamBody) read(r io.Reader, p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		q := p
-		if u.kind == bodySized && int64(len(q)) > u.left {
-			q = q[:u.left]
-		}
-		var m int
-		var err error
 		if len(u.pending) > 0 {
-			m = copy(q, u.pending)
-			u.pending = u.pending[m:]
-			if len(u.pending) == 0 {
-				u.pending = nil
+			if n, again, err := u.takePending(p); !again {
+				return n, err
 			}
-		} else {
-			m, err = r.Read(q)
+			continue
 		}
-		n := m
-		switch u.kind {
-		case bodySized:
-			u.left -= int64(m)
-			if u.left == 0 {
-				u.end = true
-				return n, io.EOF
-			}
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-		case bodyChunked:
-			var extra int
-			var derr error
-			n, extra, derr = u.dc.decode(q[:m])
-			if derr != nil {
-				return n, derr
-			}
-			if u.dc.done() {
-				u.end, u.over = true, extra > 0 || len(u.pending) > 0
-				return n, io.EOF
-			}
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-		case bodyToEOF:
-			if err == io.EOF {
-				u.end = true
-			}
-		}
-		if n > 0 || err != nil {
+		q := u.window(p)
+		m, err := r.Read(q)
+		if n, again, err := u.frame(q, m, err); !again {
 			return n, err
 		}
-		// Only framing arrived: read on.
 	}
+}
+
+// takePending moves what came with the header (or what of it fits) into
+// p, framed as frame frames a read.
+func (u *upstreamBody) takePending(p []byte) (n int, again bool, err error) {
+	q := u.window(p)
+	m := copy(q, u.pending)
+	u.pending = u.pending[m:]
+	if len(u.pending) == 0 {
+		u.pending = nil
+	}
+	return u.frame(q, m, nil)
+}
+
+// hasData reports whether data of the body, not only its framing, came
+// with the header (asked before the first read; false when unsure).
+func (u *upstreamBody) hasData() bool {
+	switch {
+	case len(u.pending) == 0:
+		return false
+	case u.kind != bodyChunked:
+		return true
+	}
+	// The first chunk's size line, then at least a byte of its data.
+	i := bytes.Index(u.pending, []byte("\r\n"))
+	return i > 0 && i+2 < len(u.pending) && u.pending[0] != '0'
+}
+
+// window is the part of p one read of the connection may fill: all of
+// it, or no more than is left of a sized body.
+func (u *upstreamBody) window(p []byte) []byte {
+	if u.kind == bodySized && int64(len(p)) > u.left {
+		return p[:u.left]
+	}
+	return p
+}
+
+// frame takes the m raw bytes a read put at the start of q (err: the
+// read's error) and leaves the body's data there: n bytes, and the error
+// to report with them (io.EOF at the body's end). again reports that only
+// framing came and the body goes on: the caller reads once more.
+func (u *upstreamBody) frame(q []byte, m int, err error) (n int, again bool, _ error) {
+	n = m
+	switch u.kind {
+	case bodySized:
+		u.left -= int64(m)
+		if u.left == 0 {
+			u.end = true
+			return n, false, io.EOF
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+	case bodyChunked:
+		var extra int
+		var derr error
+		n, extra, derr = u.dc.decode(q[:m])
+		if derr != nil {
+			return n, false, derr
+		}
+		if u.dc.done() {
+			u.end, u.over = true, extra > 0 || len(u.pending) > 0
+			return n, false, io.EOF
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+	case bodyToEOF:
+		if err == io.EOF {
+			u.end = true
+		}
+	}
+	return n, n == 0 && err == nil, err
 }
 
 // ready reports whether read returns without reading the connection.

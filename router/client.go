@@ -219,9 +219,15 @@ type call struct {
 
 	// raw waits for conn to be readable without a buffer (nil: a TLS
 	// connection, whose reads go through its own record buffer);
-	// readable is its callback, woke and peek its state.
+	// readable is its callback: a look (waitReadable: woke and peek its
+	// state) or, while readPooled runs (pool set), the read itself into
+	// bufp, whose result is got and rerr.
 	raw      syscall.RawConn
 	readable func(fd uintptr) bool
+	pool     *sync.Pool
+	bufp     *[]byte
+	got      int
+	rerr     error
 	woke     bool
 	peek     [1]byte
 	once     sync.Once
@@ -483,8 +489,8 @@ func newUpstreamBody(h *fasthttp.ResponseHeader, head bool) upstreamBody {
 	return upstreamBody{kind: bodySized, left: int64(cl)}
 }
 
-// watch sets up waitReadable for c.conn when it is a plain TCP
-// connection.
+// watch sets up waitReadable and readPooled for c.conn when it is a
+// plain TCP connection.
 func (c *call) watch() {
 	c.raw = nil
 	sc, ok := c.conn.(syscall.Conn)
@@ -497,16 +503,36 @@ func (c *call) watch() {
 	}
 	c.raw = raw
 	if c.readable == nil {
-		c.readable = func(fd uintptr) bool {
-			// Called again after the poller saw the socket turn
-			// readable: no second look needed.
-			if c.woke {
-				return true
-			}
-			c.woke = true
-			return peekReadable(fd, c.peek[:])
-		}
+		c.readable = c.onReadable
 	}
+}
+
+// onReadable is c.raw's read callback: true ends the wait, false waits
+// for the poller to see the socket turn readable, then it is called
+// again.
+func (c *call) onReadable(fd uintptr) bool {
+	if c.pool == nil {
+		// waitReadable: called again after the poller saw the socket
+		// turn readable, no second look needed.
+		if c.woke {
+			return true
+		}
+		c.woke = true
+		return peekReadable(fd, c.peek[:])
+	}
+	// readPooled: the buffer is taken for the read and handed back if it
+	// would block, before the wait.
+	if c.bufp == nil {
+		c.bufp = c.pool.Get().(*[]byte)
+	}
+	n, wait, err := readFD(fd, c.body.window(*c.bufp))
+	if wait {
+		c.pool.Put(c.bufp)
+		c.bufp = nil
+		return false
+	}
+	c.got, c.rerr = n, err
+	return true
 }
 
 var (
@@ -517,8 +543,8 @@ var (
 
 // waitReadable blocks until a Read of the body will find something to
 // return (bytes, the body's end, or an error it will report), holding no
-// buffer: an open stream waits for its next event with none (proxy.go
-// relay). It returns at once on a connection it cannot watch; a Close or
+// buffer (relayEvents: a resumable stream waits for its next event with
+// none). It returns at once on a connection it cannot watch; a Close or
 // the request's context ending ends the wait.
 func (c *call) waitReadable() {
 	if c.raw == nil || c.closed.Load() {
@@ -531,6 +557,51 @@ func (c *call) waitReadable() {
 	}
 	c.woke = false
 	_ = c.raw.Read(c.readable) // an error is Read's to report
+}
+
+// readPooled reads the body as Read does, into a buffer it takes from
+// pool and returns with the bytes (nil: it holds none, after an error),
+// for the caller to put back. On a watched connection the read is made in
+// the poller's callback, and a read that would block hands the buffer
+// back before the goroutine waits: an open stream waiting for its next
+// event holds none (proxy.go relay), and bytes already there cost one
+// system call, not a look and then the read.
+func (c *call) readPooled(pool *sync.Pool) (bufp *[]byte, n int, err error) {
+	if c.closed.Load() {
+		return nil, 0, errBodyClosed
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return nil, 0, errBodyClosed
+	}
+	if c.raw == nil || c.body.end {
+		bufp = pool.Get().(*[]byte)
+		n, err = c.body.read(c.conn, *bufp)
+		return bufp, n, c.readErr(err)
+	}
+	if len(c.body.pending) > 0 {
+		bufp = pool.Get().(*[]byte)
+		var again bool
+		if n, again, err = c.body.takePending(*bufp); !again {
+			return bufp, n, c.readErr(err)
+		}
+		c.bufp = bufp // only framing came with the header: read on with it
+	}
+	c.pool = pool
+	for {
+		if werr := c.raw.Read(c.readable); werr != nil {
+			err = werr // the connection closed (Close, the context) while waiting
+			break
+		}
+		var again bool
+		n, again, err = c.body.frame(c.body.window(*c.bufp), c.got, c.rerr)
+		if !again {
+			break
+		}
+	}
+	bufp, c.bufp, c.pool, c.rerr = c.bufp, nil, nil, nil
+	return bufp, n, c.readErr(err)
 }
 
 // Read reads the response body from the upstream connection: what
@@ -546,6 +617,13 @@ func (c *call) Read(p []byte) (int, error) {
 		return 0, errBodyClosed
 	}
 	n, err := c.body.read(c.conn, p)
+	return n, c.readErr(err)
+}
+
+// readErr notes the body's end, and reports a read the request's context
+// cut (by closing the connection) as the context's error and one its
+// deadline cut as errDeadline.
+func (c *call) readErr(err error) error {
 	switch {
 	case err == io.EOF:
 		c.eof = true
@@ -557,8 +635,12 @@ func (c *call) Read(p []byte) (int, error) {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		err = errDeadline
 	}
-	return n, err
+	return err
 }
+
+// buffered reports whether the body's first data came with the header:
+// the relay's first read will not wait.
+func (c *call) buffered() bool { return c.body.hasData() }
 
 // Close hands the connection back to the pool when the body was read to
 // its end, and closes it otherwise (the engine sees the request end). It

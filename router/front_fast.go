@@ -77,10 +77,11 @@ type fastFront struct {
 }
 
 var (
-	_ inbound   = (*fastFront)(nil)
-	_ answer    = (*fastFront)(nil)
-	_ laterBody = (*fastFront)(nil)
-	_ settler   = (*fastFront)(nil)
+	_ inbound    = (*fastFront)(nil)
+	_ answer     = (*fastFront)(nil)
+	_ laterBody  = (*fastFront)(nil)
+	_ settler    = (*fastFront)(nil)
+	_ lastWriter = (*fastFront)(nil)
 )
 
 // fastConn is an API connection as fasthttp's server has it, below TLS
@@ -95,11 +96,60 @@ type fastConn struct {
 	// end is the request to settle; only the connection's goroutine
 	// touches it (the handler, then fasthttp's ConnState hook).
 	end *attempt
+	// held is what Write kept while holding (fastFront.writeLast: a
+	// body's last chunk), to go out in one write with the next: the last
+	// chunk fasthttp writes and flushes right after. Only the
+	// connection's goroutine touches them.
+	held    *[]byte
+	holding bool
 }
 
 // NetConn is the connection under c (hangup.Context and hangup.Linger
 // find the watch's through it, as through *tls.Conn).
 func (c *fastConn) NetConn() net.Conn { return c.Conn }
+
+// Write writes p to the connection, after what it held.
+func (c *fastConn) Write(p []byte) (int, error) {
+	if c.held == nil && !c.holding {
+		return c.Conn.Write(p)
+	}
+	if c.held == nil {
+		c.held = heldBufs.Get().(*[]byte)
+	}
+	if b := *c.held; len(b)+len(p) <= cap(b) {
+		*c.held = append(b, p...)
+		if c.holding {
+			return len(p), nil
+		}
+		return len(p), c.sendHeld()
+	}
+	// p does not fit: what was held goes first.
+	if err := c.sendHeld(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+// sendHeld writes what c held and lets its buffer go.
+func (c *fastConn) sendHeld() error {
+	var err error
+	if b := *c.held; len(b) > 0 {
+		_, err = c.Conn.Write(b)
+	}
+	c.dropHeld()
+	return err
+}
+
+// dropHeld lets the held buffer go, written or not.
+func (c *fastConn) dropHeld() {
+	*c.held = (*c.held)[:0]
+	heldBufs.Put(c.held)
+	c.held = nil
+}
+
+// heldBufs recycle fastConn's held writes: an event stream's last chunk
+// (the relay reads an event stream in 4 KiB) and the last chunk after it.
+var heldBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10+64); return &b }}
 
 // fastListener makes each accepted connection a fastConn.
 type fastListener struct {
@@ -281,6 +331,20 @@ func (f *fastFront) Write(p []byte) (int, error) {
 // flush has nothing to do: fasthttp flushes each chunk it writes.
 func (f *fastFront) flush() error { return nil }
 
+// writeLast writes the body's last bytes as a chunk that the connection
+// holds until fasthttp writes the body's last chunk and flushes, right
+// after the relay returns: one write to the client, not two.
+func (f *fastFront) writeLast(p []byte) error {
+	if f.out == nil || f.fc == nil {
+		_, err := f.Write(p)
+		return err
+	}
+	f.fc.holding = true
+	_, err := f.Write(p)
+	f.fc.holding = false
+	return err
+}
+
 // abort cuts the connection: at once when the body was still to go out
 // with the header, else by WriteTo's error.
 func (f *fastFront) abort() {
@@ -291,13 +355,13 @@ func (f *fastFront) abort() {
 	_ = f.ctx.Conn().Close()
 }
 
-func (f *fastFront) later(a *attempt, size int64, sse bool) bool {
-	if f.out != nil || !sse && size >= 0 && size <= maxInlineBody {
+func (f *fastFront) later(a *attempt, size int64, flushHead bool) bool {
+	if f.out != nil || size >= 0 && size <= maxInlineBody { // an event stream's size is -1
 		return false
 	}
 	f.copy = bodyCopy{f: f, a: a}
 	f.ctx.Response.SetBodyStream(&f.copy, int(size))
-	f.ctx.Response.ImmediateHeaderFlush = sse // the client sees the stream begin at once
+	f.ctx.Response.ImmediateHeaderFlush = flushHead // the client sees the stream begin at once
 	return true
 }
 
@@ -473,7 +537,17 @@ type connSet struct {
 func (cs *connSet) track(c net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateIdle, fasthttp.StateClosed, fasthttp.StateHijacked:
-		if fc := fastConnOf(c); fc != nil && fc.end != nil {
+		fc := fastConnOf(c)
+		if fc != nil && fc.held != nil {
+			// Nothing followed a held write (the answer's flush always
+			// does): it goes now, or with a closed connection, nowhere.
+			if st == fasthttp.StateClosed {
+				fc.dropHeld()
+			} else {
+				_ = fc.sendHeld()
+			}
+		}
+		if fc != nil && fc.end != nil {
 			a := fc.end
 			fc.end = nil
 			a.body.disown()

@@ -787,7 +787,8 @@ func (a *attempt) deliver(deadline time.Time, l *leg, resp *reply) int {
 	}
 	if a.sp == nil || !a.sp.begun {
 		sse := a.head(resp, t)
-		if lb, ok := a.w.(laterBody); ok && lb.later(a, bodySize(resp, sse), sse) {
+		flushHead := sse && !headWaits(resp)
+		if lb, ok := a.w.(laterBody); ok && lb.later(a, bodySize(resp, sse), flushHead) {
 			a.later = laterLeg{deadline: deadline, l: *l, resp: resp}
 			return statusLater
 		}
@@ -807,11 +808,13 @@ type laterLeg struct {
 // returned (fasthttp's: the response goes out once the handler is done).
 // later is asked once the answer's head is committed: true means it took
 // the body to copy with a.copyBody when the head is written (size bytes,
-// -1 unknown; sse: an event stream, whose head goes out at once) and to
-// call a.abandon if that never happens; false, the handler copies the
-// body now.
+// -1 unknown; flushHead: an event stream whose first event is not here
+// yet, so its head goes out at once, before the copy; an event stream
+// whose first event came with the engine's head sends its head with that
+// event) and to call a.abandon if that never happens; false, the handler
+// copies the body now.
 type laterBody interface {
-	later(a *attempt, size int64, sse bool) bool
+	later(a *attempt, size int64, flushHead bool) bool
 }
 
 // bodySize is the length of the body the client will get for resp (-1:
@@ -840,7 +843,9 @@ func (a *attempt) head(resp *reply, t *target) (sse bool) {
 		a.w.setHeader("Cache-Control", valueNoCache)
 	}
 	a.w.commit(resp.StatusCode)
-	if sse {
+	if sse && !headWaits(resp) {
+		// The client sees the stream begin at once; when its first event
+		// came with the engine's head, the two go out together.
 		_ = a.w.flush()
 	}
 	if a.sp != nil {
@@ -985,25 +990,30 @@ func (a *attempt) relay(resp *reply) (status int, ok bool, outcome string) {
 	s := a.s
 	sse := a.sse // head let the header go
 	// A buffer is held only from a read to its flush: an open stream
-	// waiting for its next event holds none (the transport's body waits
-	// for the connection to turn readable without one, client.go
-	// waitReadable). Events are small, so an event stream reads into a
+	// waiting for its next event holds none (the transport's body takes
+	// it from the pool once the connection has bytes, client.go
+	// readPooled). Events are small, so an event stream reads into a
 	// small buffer.
 	pool := &copyBufs
 	if sse {
 		pool = &eventBufs
 	}
-	wait, _ := resp.Body.(readableWaiter)
+	pr, _ := resp.Body.(pooledReader)
+	lw, _ := a.w.(lastWriter)
 	first := true
 	for {
-		if wait != nil {
-			wait.waitReadable()
+		var bufp *[]byte
+		var n int
+		var err error
+		if pr != nil {
+			bufp, n, err = pr.readPooled(pool)
+		} else {
+			bufp = pool.Get().(*[]byte)
+			n, err = resp.Body.Read(*bufp)
 		}
-		bufp := pool.Get().(*[]byte)
-		buf := *bufp
-		n, err := resp.Body.Read(buf)
 		left := false // the client
 		if n > 0 {
+			buf := (*bufp)[:n]
 			if first {
 				first = false
 				a.releasePrefill() // the engine has prefilled the prompt
@@ -1012,12 +1022,20 @@ func (a *attempt) relay(resp *reply) (status int, ok bool, outcome string) {
 				a.firstToken(a.firstByte)
 				a.committed()
 			}
-			_, werr := a.w.Write(buf[:n])
+			// The body's last bytes go out with its end (the last chunk
+			// and the answer's flush follow at once): no flush of their own.
+			last := err == io.EOF
+			var werr error
+			if last && lw != nil {
+				werr = lw.writeLast(buf)
+			} else {
+				_, werr = a.w.Write(buf)
+			}
 			left = werr != nil
 			if !left {
-				a.tail.write(buf[:n])
-				a.relayed(buf[:n])
-				left = sse && a.w.flush() != nil
+				a.tail.write(buf)
+				a.relayed(buf)
+				left = sse && !last && a.w.flush() != nil
 				if sse {
 					// The stream's first event is out: its stages need
 					// not wait for its end.
@@ -1025,7 +1043,9 @@ func (a *attempt) relay(resp *reply) (status int, ok bool, outcome string) {
 				}
 			}
 		}
-		pool.Put(bufp)
+		if bufp != nil {
+			pool.Put(bufp)
+		}
 		if left {
 			return statusClientClosed, false, "canceled"
 		}
@@ -1078,6 +1098,33 @@ func (a *attempt) committed() {
 // will not block long, or at once when it cannot tell; Read reports any
 // error.
 type readableWaiter interface{ waitReadable() }
+
+// pooledReader is a response body that reads its next bytes into a
+// buffer it takes from the caller's pool once they are there, and
+// returns the buffer with them (nil: it holds none) for the caller to put
+// back (client.go's call).
+type pooledReader interface {
+	readPooled(pool *sync.Pool) (bufp *[]byte, n int, err error)
+}
+
+// lastWriter is an answer that can take the body's last bytes to go out
+// with its end in one write (fasthttp's front: the last chunk follows them
+// at once) rather than flushed on their own.
+type lastWriter interface {
+	writeLast(p []byte) error
+}
+
+// bufferedBody is a response body that knows whether its first bytes
+// came with the header (client.go's call): the relay's first read will
+// not wait, so an event stream's head can go out with its first event.
+type bufferedBody interface{ buffered() bool }
+
+// headWaits reports whether an event stream's head can wait for its first
+// event: resp's body has it already.
+func headWaits(resp *reply) bool {
+	b, ok := resp.Body.(bufferedBody)
+	return ok && b.buffered()
+}
 
 // isEventStream reports whether a Content-Type names an SSE stream
 // (parameters such as "; charset=utf-8" allowed).

@@ -2,7 +2,11 @@
 
 package router
 
-import "syscall"
+import (
+	"io"
+	"os"
+	"syscall"
+)
 
 // peekReadable is a syscall.RawConn read callback: it reports whether the
 // socket has a byte to read, an end or an error (anything but "would
@@ -14,3 +18,23 @@ func peekReadable(fd uintptr, b []byte) bool {
 
 // canPeek is whether peekReadable works on this platform.
 const canPeek = true
+
+// readFD is a syscall.RawConn read callback's read of the socket into p:
+// wait reports that it would block (nothing read); a closed peer is
+// io.EOF.
+func readFD(fd uintptr, p []byte) (n int, wait bool, err error) {
+	for {
+		n, err = syscall.Read(int(fd), p)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+			return 0, true, nil
+		case err != nil:
+			return 0, false, os.NewSyscallError("read", err)
+		case n == 0 && len(p) > 0:
+			return 0, false, io.EOF
+		}
+		return n, false, nil
+	}
+}
