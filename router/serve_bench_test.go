@@ -36,33 +36,7 @@ func BenchmarkServe(b *testing.B) {
 			if err := s.Apply(cfg); err != nil {
 				b.Fatal(err)
 			}
-			api, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, stop := context.WithCancel(context.Background())
-			served := make(chan error, 1)
-			go func() { served <- s.Serve(ctx, api, nil) }()
-			defer func() { stop(); <-served }()
-
-			c, err := net.Dial("tcp", api.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			body := strings.Replace(benchBody, "%s", fmt.Sprint(v.sse), 1)
-			raw := []byte(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: rolter\r\nContent-Type: application/json\r\n"+
-				"Authorization: Bearer none\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
-			br := bufio.NewReader(c)
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := c.Write(raw); err != nil {
-					b.Fatal(err)
-				}
-				if code, err := readAnswer(br); err != nil || code != 200 {
-					b.Fatalf("status %d, err %v", code, err)
-				}
-			}
+			benchServeLoop(b, s, v.sse)
 		})
 	}
 }
@@ -100,33 +74,7 @@ func BenchmarkServeLoopback(b *testing.B) {
 			if err := s.Apply(cfg); err != nil {
 				b.Fatal(err)
 			}
-			api, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, stop := context.WithCancel(context.Background())
-			served := make(chan error, 1)
-			go func() { served <- s.Serve(ctx, api, nil) }()
-			defer func() { stop(); <-served }()
-
-			c, err := net.Dial("tcp", api.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			body := strings.Replace(benchBody, "%s", fmt.Sprint(v.sse), 1)
-			raw := []byte(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: rolter\r\nContent-Type: application/json\r\n"+
-				"Authorization: Bearer none\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
-			br := bufio.NewReader(c)
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := c.Write(raw); err != nil {
-					b.Fatal(err)
-				}
-				if code, err := readAnswer(br); err != nil || code != 200 {
-					b.Fatalf("status %d, err %v", code, err)
-				}
-			}
+			benchServeLoop(b, s, v.sse)
 		})
 	}
 }
@@ -178,6 +126,39 @@ func readAnswer(br *bufio.Reader) (int, error) {
 		}
 		if n == 0 {
 			return code, nil
+		}
+	}
+}
+
+// benchServeLoop serves s on loopback and times one keep-alive client
+// sending the benchmark's chat (streamed when sse) and reading each whole
+// answer, which must be a 200.
+func benchServeLoop(b *testing.B, s *Server, sse bool) {
+	api, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, api, nil) }()
+	defer func() { stop(); <-served }()
+
+	c, err := net.Dial("tcp", api.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	body := strings.Replace(benchBody, "%s", fmt.Sprint(sse), 1)
+	raw := []byte(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: rolter\r\nContent-Type: application/json\r\n"+
+		"Authorization: Bearer none\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	br := bufio.NewReader(c)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(raw); err != nil {
+			b.Fatal(err)
+		}
+		if code, err := readAnswer(br); err != nil || code != 200 {
+			b.Fatalf("status %d, err %v", code, err)
 		}
 	}
 }
