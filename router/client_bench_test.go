@@ -74,21 +74,11 @@ func serveRaw(c net.Conn, answer []byte) {
 // one pooled loopback connection: what client.go costs per request, in
 // allocations and time.
 func BenchmarkUpstreamRoundTrip(b *testing.B) {
-	plain := fmt.Sprintf("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n"+
-		"content-length: %d\r\ncontent-type: application/json\r\nx-request-id: chatcmpl-1\r\n\r\n%s", len(cannedJSON), cannedJSON)
-	var sse strings.Builder
-	sse.WriteString("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n" +
-		"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
-	for _, ev := range strings.SplitAfter(string(cannedSSE), "\n\n") {
-		if ev != "" {
-			fmt.Fprintf(&sse, "%x\r\n%s\r\n", len(ev), ev)
-		}
-	}
-	sse.WriteString("0\r\n\r\n")
+	plain, sse := cannedAnswers()
 	for _, v := range []struct {
 		name, answer string
 		size         int
-	}{{"json", plain, len(cannedJSON)}, {"sse", sse.String(), len(cannedSSE)}} {
+	}{{"json", plain, len(cannedJSON)}, {"sse", sse, len(cannedSSE)}} {
 		b.Run(v.name, func(b *testing.B) {
 			addr := cannedConnEngine(b, []byte(v.answer))
 			u, _ := url.Parse("http://" + addr + "/v1/chat/completions")
@@ -134,4 +124,22 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 			}
 		})
 	}
+}
+
+// cannedAnswers are a vLLM-like engine's whole HTTP answers to the
+// benchmarks' chat, as bytes on the wire: plain, with its Content-Length,
+// and streamed, cannedSSE's events each in a chunk of its own.
+func cannedAnswers() (plain, sse string) {
+	var b strings.Builder
+	b.WriteString("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n" +
+		"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
+	for _, ev := range strings.SplitAfter(string(cannedSSE), "\n\n") {
+		if ev != "" {
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", len(ev), ev)
+		}
+	}
+	b.WriteString("0\r\n\r\n")
+	plain = fmt.Sprintf("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n"+
+		"content-length: %d\r\ncontent-type: application/json\r\nx-request-id: chatcmpl-1\r\n\r\n%s", len(cannedJSON), cannedJSON)
+	return plain, b.String()
 }

@@ -48,21 +48,11 @@ func BenchmarkServe(b *testing.B) {
 // server and upstream client, as production runs it. Two targets,
 // round_robin.
 func BenchmarkServeLoopback(b *testing.B) {
-	var sse strings.Builder
-	sse.WriteString("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n" +
-		"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
-	for _, ev := range strings.SplitAfter(string(cannedSSE), "\n\n") {
-		if ev != "" {
-			fmt.Fprintf(&sse, "%x\r\n%s\r\n", len(ev), ev)
-		}
-	}
-	sse.WriteString("0\r\n\r\n")
-	plain := fmt.Sprintf("HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 19:00:00 GMT\r\nserver: uvicorn\r\n"+
-		"content-length: %d\r\ncontent-type: application/json\r\nx-request-id: chatcmpl-1\r\n\r\n%s", len(cannedJSON), cannedJSON)
+	plain, sse := cannedAnswers()
 	for _, v := range []struct {
 		name, answer string
 		sse          bool
-	}{{"json", plain, false}, {"sse", sse.String(), true}} {
+	}{{"json", plain, false}, {"sse", sse, true}} {
 		b.Run(v.name, func(b *testing.B) {
 			eng := "http://" + cannedConnEngine(b, []byte(v.answer))
 			toml := strings.NewReplacer("http://127.0.0.1:1", eng, "http://127.0.0.1:2", eng).Replace(benchConfig)
